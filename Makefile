@@ -1,0 +1,55 @@
+# clockd — `make help` lists every target.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+.PHONY: install
+install: $(STAMP) ## Create .venv/ with clockd and clockctl installed from this checkout
+	@mkdir -p $(VENV)/share/man/man1 $(VENV)/share/man/man5 $(VENV)/share/man/man8
+	@for f in man/*.[158]; do [ -e "$$f" ] || continue; s=$${f##*.}; cp "$$f" $(VENV)/share/man/man$$s/; done
+
+.PHONY: servers
+servers: ## Install PostgreSQL and etcd server binaries (apt) when missing
+	@scripts/install-servers.sh
+
+.PHONY: run
+run: install ## Run clockd with every mode on the embedded SQLite store
+	$(BIN)/clockd run
+
+.PHONY: lint
+lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
+	$(BIN)/ruff check clockd cli tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	@for f in man/*.[158]; do [ -e "$$f" ] || continue; \
+	  out=$$(groff -man -ww -z "$$f" 2>&1); if [ -n "$$out" ]; then echo "$$f: $$out"; exit 1; fi; done
+
+.PHONY: test
+test: install servers lint ## Lint, then run the whole suite against real PostgreSQL and etcd
+	$(BIN)/pytest -q
+
+.PHONY: bench
+bench: install servers ## Run the benchmarks and compare them with the issues' goals
+	$(BIN)/python -m bench
+
+.PHONY: bench-quick
+bench-quick: install servers ## The benchmarks at reduced scale (under 2 minutes)
+	$(BIN)/python -m bench --quick
+
+.PHONY: clean
+clean: ## Remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

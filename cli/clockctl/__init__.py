@@ -1,0 +1,1 @@
+"""clockctl: the command-line interface of clockd."""

@@ -1,0 +1,26 @@
+"""clockctl: add, preview, inspect and change clockd schedules.
+
+Each command lives in ``clockctl.commands.<noun>`` and registers itself on ``app``.
+Errors map to exit codes in one place (``clockctl.output.handle_errors``):
+1 not found or conflict, 2 bad input, 4 store unavailable or locked, 5 etcd.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from clockctl.commands import register_all
+
+app = typer.Typer(
+    name="clockctl",
+    help="Add, preview, inspect and change clockd schedules.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+register_all(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,45 @@
+"""Deterministic identifiers: every node computes the same id for the same occurrence."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+
+# A fixed namespace so occurrence ids are the same on every node and every release.
+OCCURRENCE_NAMESPACE = uuid.UUID("8b6c3c1e-4d0a-5d6e-9f1a-0c10c4d00001")
+
+
+def occurrence_id(schedule_id: str, version: int, scheduled_for: datetime) -> str:
+    """uuid5 of (schedule id, version, scheduled instant in UTC, microsecond precision).
+
+    Unique per planned instant; a retry or a redelivery keeps it, so jobs can use
+    it (``CLOCKD_OCCURRENCE_ID``) as an idempotency key.
+    """
+    if scheduled_for.tzinfo is None:
+        raise ValueError("occurrence_id needs an aware datetime")
+    stamp = scheduled_for.astimezone(UTC)
+    key = f"{schedule_id}|{version}|{stamp.isoformat(timespec='microseconds')}"
+    return str(uuid.uuid5(OCCURRENCE_NAMESPACE, key))
+
+
+def manual_occurrence_id(schedule_id: str, requested_at: datetime, nonce: str) -> str:
+    """Id of a ``run-now`` occurrence: its own id, never one of the planned instants."""
+    key = f"manual|{schedule_id}|{requested_at.isoformat(timespec='microseconds')}|{nonce}"
+    return str(uuid.uuid5(OCCURRENCE_NAMESPACE, key))
+
+
+def new_schedule_id() -> str:
+    return str(uuid.uuid4())
+
+
+def shard_of(schedule_id: str, shard_count: int) -> int:
+    """Logical shard of a schedule: a stable hash (not Python's salted ``hash``) mod N."""
+    digest = hashlib.blake2b(schedule_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shard_count
+
+
+def stable_fraction(key: str) -> float:
+    """A number in [0, 1) that every node computes the same for ``key``."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the PostgreSQL and etcd *server binaries* the test suite starts
+# itself (initdb/pg_ctl/postgres, etcd). Nothing is started or enabled here:
+# every test starts its own throwaway server on a free loopback port.
+set -euo pipefail
+
+have_pg() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; }
+have_etcd() { command -v etcd >/dev/null 2>&1; }
+
+missing=()
+have_pg || missing+=(postgresql)
+have_etcd || missing+=(etcd-server etcd-client)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "install-servers: need root to apt-get install ${missing[*]}; run: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+else SUDO=""; fi
+
+echo "install-servers: apt-get install ${missing[*]}" >&2
+# policy-rc.d keeps the packages' own services from starting: tests must not
+# depend on (or collide with) a system-wide PostgreSQL on 5432 or etcd on 2379.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
