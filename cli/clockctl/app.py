@@ -7,8 +7,11 @@ Errors map to exit codes in one place (``clockctl.output.handle_errors``):
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from clockctl import context
 from clockctl.commands import register_all
 
 app = typer.Typer(
@@ -19,6 +22,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+@app.callback()
+def _global(
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="CLOCKD_STORE",
+            help="sqlite:///PATH or postgresql://… (default: sqlite at $CLOCKD_HOME/clockd.db)",
+        ),
+    ] = None,
+) -> None:
+    """Add, preview, inspect and change clockd schedules."""
+    context.state["store"] = store
+
+
 register_all(app)
 
 

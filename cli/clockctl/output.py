@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -14,8 +15,14 @@ from rich.console import Console
 
 from clockd.errors import ClockdError
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+def _width(stream: object) -> int | None:
+    # Piped output is read by scripts and pagers: never cut a table to 80 columns.
+    isatty = getattr(stream, "isatty", None)
+    return None if isatty is not None and isatty() else int(os.environ.get("COLUMNS", "200"))
+
+
+console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 class OutputFormat(StrEnum):

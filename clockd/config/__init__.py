@@ -1,1 +1,215 @@
-"""TODO."""
+"""Daemon settings and where things live by default.
+
+Precedence, for every key: command-line flag > ``CLOCKD_<KEY>`` environment
+variable > the config file (``--config``, ``CLOCKD_CONFIG``, else
+``/etc/clockd/clockd.yaml`` if it exists) > the default below.
+
+Default store: ``sqlite:///$CLOCKD_HOME/clockd.db`` where ``CLOCKD_HOME`` is
+``/var/lib/clockd`` for root and ``${XDG_STATE_HOME:-~/.local/state}/clockd``
+otherwise. ``clockd`` and ``clockctl`` resolve it the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from clockd.core.durations import format_duration, parse_duration
+from clockd.errors import InvalidInput
+
+ALL_MODES = ("leader", "materializer", "relay", "worker")
+
+
+def clockd_home(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("CLOCKD_HOME"):
+        return Path(env["CLOCKD_HOME"]).expanduser()
+    if os.geteuid() == 0:
+        return Path("/var/lib/clockd")
+    state = env.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+    return Path(state).expanduser() / "clockd"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLocation:
+    kind: str  # "sqlite" or "postgresql"
+    target: str  # file path (sqlite) or DSN (postgresql)
+
+    @property
+    def display(self) -> str:
+        return self.target if self.kind == "sqlite" else redact_dsn(self.target)
+
+
+def resolve_store(url: str | None, env: Mapping[str, str] | None = None) -> StoreLocation:
+    """``sqlite:///abs/path.db``, ``sqlite:///`` (the default file), a plain path, or a
+    ``postgresql://`` / ``postgres://`` DSN. None or empty: ``CLOCKD_STORE``, then the default."""
+    env = os.environ if env is None else env
+    url = url or env.get("CLOCKD_STORE") or ""
+    if url.startswith(("postgresql://", "postgres://")):
+        return StoreLocation("postgresql", url)
+    if url.startswith("sqlite://"):
+        path = url[len("sqlite://") :]
+        if path in ("", "/"):
+            return StoreLocation("sqlite", str(clockd_home(env) / "clockd.db"))
+        return StoreLocation("sqlite", path)
+    if "://" in url:
+        raise InvalidInput(
+            f"unsupported store URL {redact_dsn(url)!r}: use sqlite:///PATH or postgresql://…"
+        )
+    if url:
+        return StoreLocation("sqlite", str(Path(url).expanduser()))
+    return StoreLocation("sqlite", str(clockd_home(env) / "clockd.db"))
+
+
+def redact_dsn(dsn: str) -> str:
+    """Hide the password of a URL-style or key=value DSN."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+            dsn = urlunsplit(parts._replace(netloc=netloc))
+        return re.sub(r"(password=)[^&\s]*", r"\1***", dsn)
+    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
+
+
+def _cpus() -> int:
+    return os.cpu_count() or 2
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every daemon setting with its default. ``config/clockd.yaml`` documents each key."""
+
+    store: str = ""
+    etcd: tuple[str, ...] = ()
+    cluster: str = "default"
+    node_id: str = field(default_factory=lambda: os.uname().nodename)
+    modes: tuple[str, ...] = ALL_MODES
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = field(default_factory=_cpus)
+    shard_count: int = 64
+    horizon: timedelta = timedelta(minutes=2)
+    relay_lead: timedelta = timedelta(seconds=30)
+    lease_ttl: timedelta = timedelta(seconds=10)
+    visibility_timeout: timedelta = timedelta(seconds=30)
+    heartbeat: timedelta = timedelta(seconds=10)
+    drain_grace: timedelta = timedelta(seconds=30)
+    kill_grace: timedelta = timedelta(seconds=10)
+    retention: timedelta = timedelta(days=30)
+    max_clock_skew: timedelta = timedelta(seconds=2)
+    output_limit: int = 64 * 1024
+    metrics_addr: str = "127.0.0.1:9464"
+    log_format: str = "auto"
+    log_level: str = "info"
+
+    def with_values(self, values: Mapping[str, Any], source: str) -> Settings:
+        return dataclasses.replace(self, **{k: coerce(k, v, source) for k, v in values.items()})
+
+    def public(self) -> dict[str, Any]:
+        """The effective settings as plain values, secrets redacted."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, timedelta):
+                value = format_duration(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            if f.name == "store":
+                value = resolve_store(value).display if value else resolve_store(None).display
+            out[f.name] = value
+        return out
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def coerce(key: str, value: Any, source: str) -> Any:
+    """Turn a file/env/flag value into the field's type, or say exactly what is wrong."""
+    f = _FIELDS.get(key)
+    if f is None:
+        raise InvalidInput(f"{source}: unknown setting {key!r}")
+    default = getattr(Settings(), key)
+    try:
+        if isinstance(default, timedelta):
+            return value if isinstance(value, timedelta) else parse_duration(str(value))
+        if isinstance(default, bool):
+            return (
+                value
+                if isinstance(value, bool)
+                else str(value).lower() in ("1", "true", "yes", "on")
+            )
+        if isinstance(default, int):
+            number = int(value)
+            if number < 1 and key != "output_limit":
+                raise ValueError
+            return number
+        if isinstance(default, tuple):
+            items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+            result = tuple(str(i).strip() for i in items if str(i).strip())
+            if key == "modes":
+                result = ALL_MODES if result in (("all",), ()) else result
+                bad = [m for m in result if m not in ALL_MODES]
+                if bad:
+                    raise InvalidInput(
+                        f"{source}: {key}: unknown mode {bad[0]!r} (choose from {', '.join(ALL_MODES)}, all)"
+                    )
+            return result
+        return str(value)
+    except InvalidInput:
+        raise
+    except (TypeError, ValueError):
+        raise InvalidInput(
+            f"{source}: {key}: {value!r} is not a valid {type(default).__name__}"
+        ) from None
+
+
+def env_values(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    out = {}
+    for key in _FIELDS:
+        name = f"CLOCKD_{key.upper()}"
+        if env.get(name):
+            out[key] = env[name]
+    return out
+
+
+def file_values(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidInput(f"{path}: cannot read config: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise InvalidInput(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{path}: expected a mapping of settings")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    config_path: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    env = os.environ if env is None else env
+    settings = Settings()
+    path_text = config_path or env.get("CLOCKD_CONFIG")
+    path = Path(path_text) if path_text else Path("/etc/clockd/clockd.yaml")
+    if path_text or path.exists():
+        settings = settings.with_values(file_values(path), str(path))
+    settings = settings.with_values(env_values(env), "environment")
+    if flags:
+        settings = settings.with_values({k: v for k, v in flags.items() if v is not None}, "flag")
+    return settings

@@ -158,7 +158,7 @@ class RetryPolicy:
         Full jitter (AWS architecture blog): uniform in [0, min(max, base·2^(n-1))],
         so retries of many failing jobs do not synchronise.
         """
-        ceiling = min(self.backoff_max, self.backoff * (2 ** max(0, attempt - 1)))
+        ceiling = min(self.backoff_max, self.backoff * (1 << min(max(0, attempt - 1), 30)))
         return ceiling * jitter
 
     @property

@@ -1,1 +1,1 @@
-"""TODO."""
+"""The ``clockd`` program's edge: argument parsing, signals, sd_notify, exit codes."""

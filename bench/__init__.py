@@ -1,0 +1,1 @@
+"""clockd benchmarks: programs that print figures next to the issues' goals (not timed tests)."""

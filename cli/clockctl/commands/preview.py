@@ -1,0 +1,125 @@
+"""``clockctl preview``: the next fire times of a cron expression, with DST effects marked."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from clockctl.output import OutputFormat, console, emit_json, handle_errors
+from clockd.core.cron import parse_cron
+from clockd.core.instants import format_instant, parse_instant
+from clockd.core.timeline import CronTimeline, Fire, Skip
+from clockd.core.zones import get_zone
+
+MAX_COUNT = 1000
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("preview")
+    @handle_errors
+    def preview(
+        expr: Annotated[str, typer.Argument(help='cron expression, e.g. "30 2 * * *" or @daily')],
+        tz: Annotated[str, typer.Option("--tz", help="IANA time zone")] = "UTC",
+        count: Annotated[
+            int, typer.Option("-n", "--count", min=1, max=MAX_COUNT, help="how many fire times")
+        ] = 10,
+        after: Annotated[
+            str | None,
+            typer.Option(
+                "--after",
+                help="start instant, ISO 8601 with Z or an offset (default: now); "
+                "a time without offset is read in --tz",
+            ),
+        ] = None,
+        output: Annotated[
+            OutputFormat, typer.Option("--output", "-o", help="table or json")
+        ] = OutputFormat.table,
+    ) -> None:
+        """Show the next N fire times of EXPR strictly after --after, in zone --tz.
+
+        Times that do not exist (DST gap) are skipped and marked; a repeated
+        hour (fall back) runs once at its first instant, or at both instants
+        for interval jobs (hour field * or */n), and is marked too.
+
+        JSON (-o json): an array with one object per real fire, in order:
+        {"utc": "2026-03-30T00:30:00Z", "local": "2026-03-30T02:30:00+02:00",
+        "note": null or "repeated hour: …", "skipped": ["2026-03-29T02:30"]}.
+        "skipped" lists the local wall times (no offset: they do not exist)
+        skipped in a gap since the previous fire; it is empty most of the time.
+        """
+        now = datetime.now(UTC)
+        zone = get_zone(tz)
+        cron = parse_cron(expr)
+        start = parse_instant(after, tz, now) if after is not None else now
+        timeline = CronTimeline(cron, zone)
+
+        rows: list[tuple[Fire, list[Skip]]] = []
+        skipped: list[Skip] = []
+        for event in timeline.events_after(start):
+            if isinstance(event, Skip):
+                skipped.append(event)
+                continue
+            rows.append((event, skipped))
+            skipped = []
+            if len(rows) >= count:
+                break
+
+        if output is OutputFormat.json:
+            emit_json([_doc(fire, skips) for fire, skips in rows])
+            return
+
+        console.print(f"{cron.describe()} ({tz}) — next {count} after {format_instant(start)}")
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("#", justify="right")
+        table.add_column(f"local ({tz})", no_wrap=True)
+        table.add_column("UTC", no_wrap=True)
+        table.add_column("note")
+        for number, (fire, skips) in enumerate(rows, start=1):
+            notes = _skip_notes(skips)
+            if fire.note:
+                notes.append(fire.note)
+            table.add_row(
+                str(number),
+                fire.local.strftime("%a %Y-%m-%d %H:%M:%S ") + _offset(fire.local),
+                fire.utc.strftime("%Y-%m-%d %H:%M:%SZ"),
+                "; ".join(notes),
+            )
+        console.print(table)
+        if not rows:
+            console.print("no fire times after that instant")
+
+
+def _doc(fire: Fire, skips: list[Skip]) -> dict[str, Any]:
+    return {
+        "utc": format_instant(fire.utc),
+        "local": fire.local.isoformat(),
+        "note": fire.note,
+        "skipped": [s.wall.isoformat(timespec="minutes") for s in skips],
+    }
+
+
+def _skip_notes(skips: list[Skip]) -> list[str]:
+    """One note per gap: ``DST gap: 02:00-02:55 (12 times) do not exist on 2026-03-29, skipped``."""
+    groups: dict[tuple[str, str], list[Skip]] = {}
+    for skip in skips:
+        kind = skip.note.split(":", 1)[0]
+        groups.setdefault((kind, skip.wall.strftime("%Y-%m-%d")), []).append(skip)
+    notes = []
+    for (kind, day), items in groups.items():
+        if len(items) == 1:
+            notes.append(items[0].note)
+        else:
+            first, last = items[0].wall, items[-1].wall
+            notes.append(
+                f"{kind}: {first:%H:%M}-{last:%H:%M} ({len(items)} times) "
+                f"do not exist on {day}, skipped"
+            )
+    return notes
+
+
+def _offset(local: datetime) -> str:
+    text = local.strftime("%z")  # +0100
+    return f"{text[:3]}:{text[3:]}" if len(text) == 5 else text

@@ -1,0 +1,87 @@
+"""History verbs: runs (occurrences) and logs (an attempt's output)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from clockctl.context import with_ops
+from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
+from clockctl.render import attempt_doc, occurrence_doc, short
+
+Output = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("runs")
+    @handle_errors
+    def runs(
+        name: Annotated[str | None, typer.Argument(help="schedule name (default: all)")] = None,
+        limit: Annotated[int, typer.Option("--limit", "-n", help="how many, newest first")] = 20,
+        upcoming: Annotated[
+            bool, typer.Option("--upcoming", help="also list planned occurrences not yet due")
+        ] = False,
+        tenant: Annotated[str, typer.Option("--tenant")] = "default",
+        output: Output = OutputFormat.table,
+    ) -> None:
+        """List occurrences newest first: state, attempts, times, exit code."""
+        occurrences = with_ops(lambda ops: ops.runs(name, limit, tenant, upcoming))
+        if output is OutputFormat.json:
+            emit_json([occurrence_doc(o) for o in occurrences])
+            return
+        table = Table(box=None, header_style="bold")
+        for col in (
+            "ID",
+            "SCHEDULE",
+            "SCHEDULED FOR (UTC)",
+            "STATE",
+            "ATT",
+            "STARTED",
+            "FINISHED",
+            "EXIT",
+        ):
+            table.add_column(col, no_wrap=col in ("ID", "SCHEDULED FOR (UTC)"))
+        for o in occurrences:
+            exit_code = "-" if o.exit_code is None else str(o.exit_code)
+            table.add_row(
+                o.id,
+                o.schedule_name + (" (run-now)" if o.manual else ""),
+                short(o.scheduled_for),
+                str(o.state) + (f": {o.reason}" if o.reason and o.state != "SUCCEEDED" else ""),
+                str(o.attempts),
+                short(o.started_at),
+                short(o.finished_at),
+                exit_code,
+            )
+        console.print(table)
+
+    @app.command("logs")
+    @handle_errors
+    def logs(
+        occurrence: Annotated[
+            str, typer.Argument(help="occurrence id (or a unique prefix of 6+ characters)")
+        ],
+        attempt: Annotated[
+            int | None, typer.Option("--attempt", help="attempt number (default: the latest)")
+        ] = None,
+        output: Output = OutputFormat.table,
+    ) -> None:
+        """Print the captured output (stdout and stderr, last 64 KiB) of an attempt."""
+        occ, att = with_ops(lambda ops: ops.attempt(occurrence, attempt))
+        if output is OutputFormat.json:
+            emit_json(attempt_doc(att))
+            return
+        if sys.stderr.isatty():
+            err_console.print(
+                f"[dim]{occ.schedule_name} {occ.id} attempt {att.number}: {att.outcome}"
+                + (f", exit {att.exit_code}" if att.exit_code is not None else "")
+                + (f", {att.error}" if att.error else "")
+                + "[/dim]",
+                highlight=False,
+            )
+        sys.stdout.write(att.output)
+        if att.output and not att.output.endswith("\n"):
+            sys.stdout.write("\n")

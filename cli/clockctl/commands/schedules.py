@@ -1,0 +1,332 @@
+"""Schedule verbs: add, list, show, pause, resume, rm, run-now."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from clockctl.context import with_ops
+from clockctl.output import OutputFormat, console, emit_json, handle_errors
+from clockctl.render import (
+    dur,
+    iso,
+    local,
+    occurrence_doc,
+    schedule_doc,
+    short,
+    when,
+)
+from clockd.core.durations import parse_duration
+from clockd.core.instants import parse_instant
+from clockd.core.model import (
+    CommandTarget,
+    NoopTarget,
+    Occurrence,
+    RetryPolicy,
+    Schedule,
+    ScheduleDef,
+    ScheduleKind,
+    Target,
+)
+from clockd.core.spec import compile_spec
+from clockd.errors import InvalidInput
+from clockd.ops import Change, Ops, next_runs, spec_of
+
+Output = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
+Tenant = Annotated[str, typer.Option("--tenant", help="tenant the schedule belongs to")]
+NameArg = Annotated[str, typer.Argument(help="schedule name")]
+
+
+def build_definition(
+    args: list[str],
+    at: str | None,
+    every: str | None,
+    tz: str,
+    name: str | None,
+    queue: str,
+    timeout: str | None,
+    retries: int,
+    backoff: str,
+    shell: bool,
+    env: list[str],
+    cwd: str | None,
+    noop: bool,
+    tenant: str,
+) -> ScheduleDef:
+    """Turn ``clockctl add`` arguments into a definition (validated later by ``Ops``)."""
+    if at and every:
+        raise InvalidInput("give one of a cron expression, --at or --every")
+    if at:
+        kind, expr, command = ScheduleKind.ONCE, "", args
+        expr = parse_instant(at, tz, datetime.now(UTC)).isoformat()
+    elif every:
+        kind, expr, command = ScheduleKind.EVERY, every, args
+    else:
+        if not args:
+            raise InvalidInput("missing the cron expression (or --at / --every)")
+        kind, expr, command = ScheduleKind.CRON, args[0], args[1:]
+    target: Target
+    if noop:
+        if command:
+            raise InvalidInput("--noop takes no command")
+        target = NoopTarget()
+    else:
+        if not command:
+            raise InvalidInput(
+                "missing the command: put it after --, e.g. -- /usr/local/bin/report.sh"
+            )
+        if shell:
+            target = CommandTarget(argv=(" ".join(command),), shell=True, env=_env(env), cwd=cwd)
+        else:
+            target = CommandTarget(argv=tuple(command), env=_env(env), cwd=cwd)
+    if name is None:
+        name = "noop" if noop else os.path.basename(command[0].split()[0]) or "job"
+    if retries < 0:
+        raise InvalidInput("--retries: must be 0 or more")
+    return ScheduleDef(
+        name=name,
+        kind=kind,
+        expr=expr,
+        tz=tz,
+        target=target,
+        queue=queue,
+        tenant=tenant,
+        timeout=parse_duration(timeout) if timeout else None,
+        retry=RetryPolicy(retries=retries, backoff=parse_duration(backoff)),
+    )
+
+
+def _env(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--env: expected KEY=VALUE, got {item!r}")
+        out.append((key, value))
+    return tuple(sorted(out))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "add",
+        context_settings={"allow_extra_args": False},
+        epilog='Example: clockctl add "0 9 * * *" --tz Europe/Paris --name report -- /usr/local/bin/report.sh',
+    )
+    @handle_errors
+    def add(
+        args: Annotated[
+            list[str] | None,
+            typer.Argument(help="cron expression (unless --at/--every), then -- COMMAND ARGS..."),
+        ] = None,
+        at: Annotated[
+            str | None, typer.Option("--at", help="run once at INSTANT (ISO 8601, or now+2s)")
+        ] = None,
+        every: Annotated[
+            str | None, typer.Option("--every", help="run at a fixed rate, e.g. 90m (ignores DST)")
+        ] = None,
+        tz: Annotated[str, typer.Option("--tz", help="IANA time zone of the expression")] = "UTC",
+        name: Annotated[
+            str | None, typer.Option("--name", help="unique name (default: the command's basename)")
+        ] = None,
+        queue: Annotated[
+            str, typer.Option("--queue", help="queue whose workers run it")
+        ] = "default",
+        timeout: Annotated[
+            str | None, typer.Option("--timeout", help="kill an attempt after DURATION, e.g. 30m")
+        ] = None,
+        retries: Annotated[
+            int, typer.Option("--retries", help="retries after a failed attempt")
+        ] = 2,
+        backoff: Annotated[
+            str, typer.Option("--backoff", help="first retry delay; doubles, with full jitter")
+        ] = "10s",
+        shell: Annotated[
+            bool, typer.Option("--shell", help="run the command string through /bin/sh -c")
+        ] = False,
+        env: Annotated[
+            list[str] | None, typer.Option("--env", help="KEY=VALUE for the job (repeatable)")
+        ] = None,
+        cwd: Annotated[
+            str | None, typer.Option("--cwd", help="working directory of the job")
+        ] = None,
+        noop: Annotated[
+            bool, typer.Option("--noop", help="a built-in target that does nothing (testing)")
+        ] = False,
+        tenant: Tenant = "default",
+        output: Output = OutputFormat.table,
+    ) -> None:
+        """Add a schedule; prints its id and next 5 runs."""
+        definition = build_definition(
+            args or [],
+            at,
+            every,
+            tz,
+            name,
+            queue,
+            timeout,
+            retries,
+            backoff,
+            shell,
+            env or [],
+            cwd,
+            noop,
+            tenant,
+        )
+        schedule = with_ops(lambda ops: ops.add(definition))
+        upcoming = next_runs(spec_of(schedule), schedule.created_at, 5)
+        if output is OutputFormat.json:
+            emit_json({**schedule_doc(schedule), "next_runs": [iso(t) for t in upcoming]})
+            return
+        console.print(f"added [bold]{schedule.name}[/bold] ({schedule.id})")
+        _print_next(schedule, upcoming)
+
+    @app.command("list")
+    @handle_errors
+    def list_(
+        tenant: Annotated[str | None, typer.Option("--tenant", help="only this tenant")] = None,
+        output: Output = OutputFormat.table,
+    ) -> None:
+        """List schedules."""
+        schedules = with_ops(lambda ops: ops.list_schedules(tenant))
+        if output is OutputFormat.json:
+            emit_json([schedule_doc(s) for s in schedules])
+            return
+        table = Table(box=None, header_style="bold")
+        for col in ("NAME", "WHEN", "TZ", "STATE", "NEXT RUN (UTC)", "TARGET"):
+            table.add_column(col)
+        for s in schedules:
+            table.add_row(
+                s.name,
+                when(s),
+                s.definition.tz,
+                str(s.state),
+                short(s.next_run_at) if s.state == "active" else "-",
+                s.definition.target.describe(),
+            )
+        console.print(table)
+
+    @app.command("show")
+    @handle_errors
+    def show(
+        name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table
+    ) -> None:
+        """Show a schedule: definition, next runs and recent occurrences."""
+
+        async def go(ops: Ops) -> tuple[Schedule, list[Occurrence]]:
+            s = await ops.get(name, tenant)
+            return s, await ops.runs(name, 10, tenant)
+
+        schedule, occurrences = with_ops(go)
+        recent = [occurrence_doc(o) for o in occurrences]
+        upcoming = (
+            next_runs(spec_of(schedule), schedule.next_run_at - timedelta(microseconds=1), 5)
+            if schedule.next_run_at and schedule.state == "active"
+            else []
+        )
+        if output is OutputFormat.json:
+            emit_json(
+                {
+                    **schedule_doc(schedule),
+                    "next_runs": [iso(t) for t in upcoming],
+                    "recent": recent,
+                }
+            )
+            return
+        doc = schedule_doc(schedule)
+        console.print(f"[bold]{schedule.name}[/bold]  {schedule.id}")
+        spec = compile_spec(
+            schedule.definition.kind,
+            schedule.definition.expr,
+            schedule.definition.tz,
+            schedule.created_at,
+        )
+        rows = [
+            ("when", f"{when(schedule)}  ({spec.describe()})"),
+            ("zone", schedule.definition.tz),
+            ("state", f"{schedule.state} (version {schedule.version})"),
+            ("target", schedule.definition.target.describe()),
+            ("queue", schedule.definition.queue),
+            ("timeout", doc["timeout"] or "none"),
+            ("retries", f"{doc['retries']} (backoff {doc['backoff']}, exponential, full jitter)"),
+            ("misfire", f"{doc['misfire']} (max lateness {doc['max_lateness']})"),
+            ("overlap", doc["overlap"]),
+            (
+                "window",
+                "strict"
+                if schedule.definition.window == timedelta(0)
+                else dur(schedule.definition.window) or "",
+            ),
+        ]
+        for key, value in rows:
+            console.print(f"  {key:<9} {value}")
+        _print_next(schedule, upcoming)
+        if recent:
+            console.print("recent occurrences:")
+            table = Table(box=None, header_style="bold")
+            for col in ("ID", "SCHEDULED (UTC)", "STATE", "ATTEMPTS", "EXIT"):
+                table.add_column(col)
+            for o in recent:
+                table.add_row(
+                    o["id"][:12],
+                    o["scheduled_for"],
+                    o["state"],
+                    str(o["attempts"]),
+                    str(o["exit_code"] if o["exit_code"] is not None else "-"),
+                )
+            console.print(table)
+
+    def _change_command(verb: str, help_text: str) -> None:
+        @app.command(verb, help=help_text)
+        @handle_errors
+        def change(
+            name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table
+        ) -> None:
+            async def go(ops: Ops) -> Change:
+                if verb == "pause":
+                    return await ops.pause(name, tenant)
+                if verb == "resume":
+                    return await ops.resume(name, tenant)
+                return await ops.remove(name, tenant)
+
+            result = with_ops(go)
+            if output is OutputFormat.json:
+                emit_json({**schedule_doc(result.schedule), "canceled": result.canceled})
+                return
+            past = {"pause": "paused", "resume": "resumed", "rm": "removed"}[verb]
+            extra = f"; canceled {result.canceled} pending occurrence(s)" if result.canceled else ""
+            console.print(f"{past} {result.schedule.name}{extra}")
+            if verb == "resume" and result.schedule.next_run_at:
+                console.print(
+                    f"next run: {local(result.schedule.next_run_at, result.schedule.definition.tz)}"
+                )
+
+    _change_command("pause", "Pause a schedule: no new occurrences until resumed.")
+    _change_command(
+        "resume", "Resume a paused schedule from now on (the paused period is not replayed)."
+    )
+    _change_command("rm", "Delete a schedule (its history stays until retention prunes it).")
+
+    @app.command("run-now")
+    @handle_errors
+    def run_now(
+        name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table
+    ) -> None:
+        """Run a schedule once now, as an extra occurrence with its own id."""
+        occ = with_ops(lambda ops: ops.run_now(name, tenant))
+        if output is OutputFormat.json:
+            emit_json(occurrence_doc(occ))
+            return
+        console.print(f"queued {occ.id} for {name}")
+
+
+def _print_next(schedule: Schedule, upcoming: list[datetime]) -> None:
+    if not upcoming:
+        console.print("next runs: none")
+        return
+    console.print("next runs:")
+    for t in upcoming:
+        console.print(f"  {local(t, schedule.definition.tz)}  ({iso(t)})")

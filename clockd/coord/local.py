@@ -1,0 +1,103 @@
+"""Local coordinator: one clockd per database file, for the embedded store.
+
+Leadership and every shard belong to the process holding an exclusive
+``flock`` on ``<database>.lock``; the kernel drops the lock when the process
+dies, however it dies. Fencing tokens come from a counter in the store
+(``Store.next_token``), taken anew at every start, so a stale process from an
+earlier start still bounces off the fences — the same code path as etcd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from clockd.coord import LEADER, CoordStatus, Lease, Member, shard_resource
+from clockd.errors import StoreLocked, StoreUnavailable
+from clockd.store import Store
+
+FOREVER = float("inf")
+
+
+class LocalCoordinator:
+    def __init__(self, store: Store, lock_path: Path, node_id: str, shard_count: int = 64) -> None:
+        self.store = store
+        self.lock_path = lock_path
+        self.node_id = node_id
+        self.shard_count = shard_count
+        self._fd: int | None = None
+        self._leader: Lease | None = None
+        self._shards: dict[int, Lease] = {}
+        self._modes: tuple[str, ...] = ()
+
+    def acquire_lock(self) -> None:
+        """Take the file lock or raise ``StoreLocked`` naming the holder."""
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o640)
+        except OSError as exc:
+            raise StoreUnavailable(
+                f"cannot open lock file {self.lock_path}: {exc.strerror}"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = ""
+            with contextlib.suppress(OSError, ValueError):
+                holder = os.pread(fd, 64, 0).decode().strip()
+            os.close(fd)
+            who = f" (pid {holder})" if holder else ""
+            raise StoreLocked(
+                f"another clockd{who} already runs on {self.lock_path.with_suffix('')}; "
+                "stop it, or give this one its own --store"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    async def start(self, *, lead: bool, materialize: bool, modes: Sequence[str]) -> None:
+        if self._fd is None:
+            self.acquire_lock()
+        self._modes = tuple(modes)
+        if lead:
+            self._leader = Lease(LEADER, await self.store.next_token(LEADER), FOREVER)
+        if materialize:
+            for shard in range(self.shard_count):
+                resource = shard_resource(shard)
+                self._shards[shard] = Lease(
+                    resource, await self.store.next_token(resource), FOREVER
+                )
+
+    async def stop(self) -> None:
+        self._leader = None
+        self._shards.clear()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def leader_lease(self) -> Lease | None:
+        return self._leader
+
+    def shard_leases(self) -> list[Lease]:
+        return list(self._shards.values())
+
+    def lost(self, lease: Lease) -> None:
+        # Only a second process on the same file could have fenced us; that cannot
+        # happen while we hold the lock, so a bounce means our lock is gone: stop acting.
+        if self._leader == lease:
+            self._leader = None
+        shard = lease.shard
+        if shard is not None and self._shards.get(shard) == lease:
+            del self._shards[shard]
+
+    async def status(self) -> CoordStatus:
+        shards = tuple(sorted(self._shards))
+        return CoordStatus(
+            reachable=True,
+            leader_node=self.node_id if self._leader else None,
+            leader_token=self._leader.token if self._leader else None,
+            members=(Member(self.node_id, self._modes, shards),),
+        )

@@ -1,0 +1,156 @@
+"""Pure planning: what the materializer writes for a schedule, and what follows an attempt.
+
+Misfire (DESIGN.md §4) is decided here, at materialization, from the instant's
+lateness ``now - scheduled_for``:
+
+* ``skip``: every instant later than ``max_lateness`` becomes MISSED.
+* ``fire_once`` (default): of the instants later than ``max_lateness``, only the
+  latest runs, and only if no on-time instant is planned in the same pass;
+  the others become MISSED. So an outage of any length costs at most one run.
+* ``catch_up``: late instants run oldest first, at most ``catch_up_limit`` of
+  them (the most recent ones); older ones become MISSED.
+
+Every MISSED occurrence is written with its reason: nothing disappears silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from clockd.core.ids import occurrence_id, stable_fraction
+from clockd.core.model import (
+    AttemptOutcome,
+    MisfirePolicy,
+    OccurrenceState,
+    RetryPolicy,
+    Schedule,
+)
+
+CATCH_UP_LIMIT = 10
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedOccurrence:
+    id: str
+    scheduled_for: datetime
+    available_at: datetime
+    state: OccurrenceState  # SCHEDULED or MISSED
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePlan:
+    occurrences: tuple[PlannedOccurrence, ...]
+    next_run_at: datetime | None  # the new cursor (None: the schedule will never fire again)
+
+
+def available_at(occ_id: str, scheduled_for: datetime, window: timedelta) -> datetime:
+    """Deterministic spread inside a flexible window: every node, every retry, same instant."""
+    if window <= timedelta(0):
+        return scheduled_for
+    offset = int(stable_fraction(occ_id) * window.total_seconds() * 1000)
+    return scheduled_for + timedelta(milliseconds=offset)
+
+
+def plan_schedule(
+    schedule: Schedule,
+    next_after: Callable[[datetime], datetime | None],
+    until: datetime,
+    now: datetime,
+    max_instants: int,
+) -> SchedulePlan:
+    """Occurrences for ``schedule`` from its cursor up to ``until`` (inclusive), at most
+    ``max_instants`` of them, with misfire policy applied; and the cursor after them.
+
+    ``next_after(t)`` is the schedule's timeline (strictly after ``t``)."""
+    definition = schedule.definition
+    instants: list[datetime] = []
+    cursor = schedule.next_run_at
+    while cursor is not None and cursor <= until and len(instants) < max_instants:
+        instants.append(cursor)
+        cursor = next_after(cursor)
+
+    late_before = now - definition.max_lateness
+    late = [t for t in instants if t < late_before]
+    runs_late: set[datetime]
+    if not late:
+        runs_late = set()
+    elif definition.misfire is MisfirePolicy.SKIP:
+        runs_late = set()
+    elif definition.misfire is MisfirePolicy.FIRE_ONCE:
+        on_time_due = any(late_before <= t <= now for t in instants)
+        runs_late = set() if on_time_due else {late[-1]}
+    else:
+        runs_late = set(late[-CATCH_UP_LIMIT:])
+
+    planned: list[PlannedOccurrence] = []
+    for t in instants:
+        occ_id = occurrence_id(schedule.id, schedule.version, t)
+        if t < late_before and t not in runs_late:
+            lateness = now - t
+            planned.append(
+                PlannedOccurrence(
+                    id=occ_id,
+                    scheduled_for=t,
+                    available_at=t,
+                    state=OccurrenceState.MISSED,
+                    reason=(
+                        f"missed: {_fmt(lateness)} late, past max_lateness "
+                        f"{_fmt(definition.max_lateness)} (misfire policy {definition.misfire})"
+                    ),
+                )
+            )
+        else:
+            planned.append(
+                PlannedOccurrence(
+                    id=occ_id,
+                    scheduled_for=t,
+                    available_at=available_at(occ_id, t, definition.window),
+                    state=OccurrenceState.SCHEDULED,
+                )
+            )
+    return SchedulePlan(tuple(planned), cursor)
+
+
+@dataclass(frozen=True, slots=True)
+class AfterAttempt:
+    next_state: OccurrenceState  # SUCCEEDED, RETRY_WAIT or DEAD
+    retry_at: datetime | None
+    reason: str | None
+
+
+def after_attempt(
+    outcome: AttemptOutcome,
+    attempt: int,
+    max_attempts: int,
+    retry: RetryPolicy,
+    exit_code: int | None,
+    permanent: bool,
+    now: datetime,
+    jitter: float,
+) -> AfterAttempt:
+    """What an attempt's outcome means for its occurrence.
+
+    Success ends it. A permanent failure (could not start, or an exit code listed in
+    ``permanent_exit_codes``) goes straight to DEAD. Anything else retries with
+    exponential backoff and full jitter while attempts remain, then DEAD."""
+    if outcome is AttemptOutcome.SUCCEEDED:
+        return AfterAttempt(OccurrenceState.SUCCEEDED, None, None)
+    if permanent or (exit_code is not None and exit_code in retry.permanent_exit_codes):
+        return AfterAttempt(OccurrenceState.DEAD, None, "permanent failure: not retried")
+    if attempt >= max_attempts:
+        return AfterAttempt(
+            OccurrenceState.DEAD, None, f"dead after {attempt} attempt{'s' if attempt > 1 else ''}"
+        )
+    return AfterAttempt(OccurrenceState.RETRY_WAIT, now + retry.delay(attempt, jitter), None)
+
+
+def _fmt(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

@@ -1,0 +1,100 @@
+"""IANA time zones, from the pinned ``tzdata`` package only.
+
+Invariants:
+* every zone clockd evaluates comes from :func:`get_zone`, which reads the
+  pinned ``tzdata`` package: importing ``clockd`` (done below, explicitly)
+  empties ``zoneinfo``'s search path before any zone is built, so the host's
+  ``/usr/share/zoneinfo`` is never consulted (DESIGN.md §2);
+* one ``ZoneInfo`` object per name (``zoneinfo``'s own cache, plus ours), so
+  datetimes in the same zone share their ``tzinfo``;
+* an unknown name raises :class:`~clockd.errors.UnknownZone` naming the
+  closest valid names; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.resources
+import zoneinfo
+from functools import cache, lru_cache
+from zoneinfo import ZoneInfo
+
+import clockd  # noqa: F401  (runs zoneinfo.reset_tzpath(to=[]) before any zone is built)
+from clockd.errors import UnknownZone
+
+__all__ = ["available_zones", "get_zone", "tzdata_version"]
+
+
+@lru_cache(maxsize=1024)
+def get_zone(name: str) -> ZoneInfo:
+    """The zone called ``name`` (exact IANA spelling), or :class:`UnknownZone`.
+
+    The message names the closest valid names, e.g.
+    ``unknown time zone 'Europe/Pari'; did you mean Europe/Paris?``.
+    """
+    if name and name in available_zones():
+        try:
+            return ZoneInfo(name)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # pragma: no cover
+            pass  # listed but unreadable: report it as unknown below
+    raise UnknownZone(_unknown_message(name))
+
+
+@cache
+def available_zones() -> frozenset[str]:
+    """Every zone name the pinned ``tzdata`` package provides."""
+    return frozenset(zoneinfo.available_timezones())
+
+
+@cache
+def tzdata_version() -> str:
+    """The IANA release of the pinned zone data, e.g. ``"2026a"``."""
+    try:
+        text = importlib.resources.files("tzdata.zoneinfo").joinpath("tzdata.zi").read_text()
+        first = text.split("\n", 1)[0].strip()
+        if first.startswith("# version "):
+            return first.removeprefix("# version ").strip()
+    except (ModuleNotFoundError, FileNotFoundError, OSError):  # pragma: no cover
+        pass
+    try:  # pragma: no cover - fallback when tzdata.zi is not shipped
+        import tzdata
+
+        return str(tzdata.IANA_VERSION)
+    except (ImportError, AttributeError):  # pragma: no cover
+        return "unknown"
+
+
+def suggest_zones(name: str, limit: int = 3) -> list[str]:
+    """Valid names close to ``name``: a case-insensitive match first, then difflib's best."""
+    names = available_zones()
+    folded = name.casefold()
+    exact = sorted(n for n in names if n.casefold() == folded)
+    if exact:
+        return exact[:limit]
+    by_fold = {n.casefold(): n for n in sorted(names)}
+    scored: list[tuple[float, str]] = []
+    for key, real in by_fold.items():
+        ratio = difflib.SequenceMatcher(None, folded, key).ratio()
+        # "Paris" should find "Europe/Paris": also compare with the last component.
+        city = key.rsplit("/", 1)[-1]
+        if "/" not in folded and city != key:
+            ratio = max(ratio, difflib.SequenceMatcher(None, folded, city).ratio())
+        if ratio >= 0.75:
+            scored.append((ratio, real))
+    if not scored:
+        return []
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    best = scored[0][0]
+    return [real for ratio, real in scored if ratio >= best - 0.05][:limit]
+
+
+def _unknown_message(name: str) -> str:
+    message = f"unknown time zone {name!r}"
+    close = suggest_zones(name) if name else []
+    if len(close) == 1:
+        return f"{message}; did you mean {close[0]}?"
+    if close:
+        return f"{message}; did you mean {', '.join(close[:-1])} or {close[-1]}?"
+    if not name:
+        return "time zone is empty (use an IANA name such as Europe/Paris, or UTC)"
+    return f"{message} (use an IANA name such as Europe/Paris, or UTC)"

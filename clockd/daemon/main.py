@@ -1,0 +1,298 @@
+"""``clockd``: run the scheduler (``run``), prepare the database (``migrate``), check config.
+
+Exit codes: 0 ok, 1 error, 2 bad input or config, 4 store unreachable/locked/
+wrong schema, 5 etcd unreachable, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from clockd import __version__
+from clockd.config import ALL_MODES, Settings, load_settings, resolve_store
+from clockd.core.clock import SystemClock
+from clockd.core.zones import tzdata_version
+from clockd.daemon import sdnotify
+from clockd.daemon.httpd import serve
+from clockd.errors import ClockdError
+from clockd.modes.leader import LeaderSettings
+from clockd.modes.materializer import MaterializerSettings
+from clockd.modes.relay import RelaySettings
+from clockd.modes.supervisor import Supervisor
+from clockd.modes.worker import WorkerSettings
+from clockd.obs import metrics
+from clockd.obs.logging import setup_logging
+
+log = logging.getLogger("clockd")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clockd",
+        description="clockd: a cron replacement whose clockwork survives a machine dying.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"clockd {__version__} (tzdata {tzdata_version()})"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config",
+            metavar="FILE",
+            help="daemon config file (default /etc/clockd/clockd.yaml if present; CLOCKD_CONFIG)",
+        )
+        p.add_argument(
+            "--store",
+            metavar="URL",
+            help="sqlite:///PATH or postgresql://… (CLOCKD_STORE; default sqlite at $CLOCKD_HOME/clockd.db)",
+        )
+        p.add_argument(
+            "--log-format",
+            choices=["auto", "text", "json", "journald"],
+            help="log line format (default auto)",
+        )
+        p.add_argument(
+            "--log-level", choices=["debug", "info", "warning", "error"], help="(default info)"
+        )
+
+    run = sub.add_parser("run", help="run the scheduler (every mode by default)")
+    common(run)
+    run.add_argument(
+        "--mode",
+        dest="modes",
+        metavar="MODES",
+        help=f"comma-separated modes: {', '.join(ALL_MODES)} or all (default all)",
+    )
+    run.add_argument(
+        "--etcd",
+        metavar="URLS",
+        help="comma-separated etcd endpoints http://host:port (CLOCKD_ETCD)",
+    )
+    run.add_argument(
+        "--cluster", metavar="NAME", help="cluster name, to share one etcd (default default)"
+    )
+    run.add_argument(
+        "--node-id", metavar="ID", help="this process's name among members (default hostname)"
+    )
+    run.add_argument(
+        "--queue",
+        dest="queues",
+        action="append",
+        metavar="NAME",
+        help="queue a worker serves (repeatable; default default)",
+    )
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help="jobs a worker runs at once (default: number of CPUs)",
+    )
+    run.add_argument(
+        "--shard-count",
+        type=int,
+        metavar="N",
+        help="logical shards (default 64; fixed for a cluster)",
+    )
+    run.add_argument(
+        "--horizon", metavar="DURATION", help="how far ahead the materializer plans (default 2m)"
+    )
+    run.add_argument(
+        "--visibility-timeout",
+        metavar="DURATION",
+        help="worker lease on a claimed job (default 30s)",
+    )
+    run.add_argument(
+        "--heartbeat",
+        metavar="DURATION",
+        help="how often a worker extends its leases (default 10s)",
+    )
+    run.add_argument(
+        "--lease-ttl", metavar="DURATION", help="etcd lease TTL for leader and shards (default 10s)"
+    )
+    run.add_argument(
+        "--drain-grace",
+        metavar="DURATION",
+        help="on SIGTERM, how long running jobs may finish (default 30s)",
+    )
+    run.add_argument(
+        "--kill-grace",
+        metavar="DURATION",
+        help="between SIGTERM and SIGKILL of a job (default 10s)",
+    )
+    run.add_argument("--retention", metavar="DURATION", help="history kept (default 30d)")
+    run.add_argument(
+        "--max-clock-skew",
+        metavar="DURATION",
+        help="offset from the database clock above which a leader or materializer steps down (default 2s)",
+    )
+    run.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        help="Prometheus /metrics and /healthz (default 127.0.0.1:9464; 'off' to disable)",
+    )
+
+    mig = sub.add_parser("migrate", help="apply database migrations")
+    common(mig)
+
+    check = sub.add_parser(
+        "check-config", help="validate and print the effective config (secrets redacted)"
+    )
+    common(check)
+    return parser
+
+
+_FLAG_KEYS = (
+    "store", "log_format", "log_level", "modes", "etcd", "cluster", "node_id", "queues",
+    "concurrency", "shard_count", "horizon", "visibility_timeout", "heartbeat", "lease_ttl",
+    "drain_grace", "kill_grace", "retention", "max_clock_skew", "metrics_addr",
+)  # fmt: skip
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    flags: dict[str, Any] = {k: getattr(args, k, None) for k in _FLAG_KEYS}
+    return load_settings(flags, getattr(args, "config", None))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        sys.exit(2)
+    try:
+        settings = settings_from_args(args)
+        setup_logging(settings.log_format, settings.log_level)
+        if args.command == "check-config":
+            sys.stdout.write(json.dumps(settings.public(), indent=2) + "\n")
+            return
+        if args.command == "migrate":
+            applied = asyncio.run(_migrate(settings))
+            sys.stderr.write(
+                f"applied {len(applied)} migration(s): {', '.join(applied)}\n"
+                if applied
+                else "schema is up to date\n"
+            )
+            return
+        code = asyncio.run(_run(settings))
+    except ClockdError as exc:
+        sys.stderr.write(f"clockd: error: {exc.message}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code)
+
+
+async def _migrate(settings: Settings) -> list[str]:
+    from clockd.wiring import make_store
+
+    store = make_store(resolve_store(settings.store))
+    try:
+        return await store.migrate()
+    finally:
+        await store.close()
+
+
+async def _run(settings: Settings) -> int:
+    from clockd.wiring import make_coordinator, make_runner, make_store
+
+    location = resolve_store(settings.store)
+    store = make_store(location)
+    coord = make_coordinator(settings, store, location)
+    # Lock first (embedded store): a second clockd on the same file must not even migrate.
+    acquire = getattr(coord, "acquire_lock", None)
+    if acquire is not None:
+        acquire()
+    await store.open()
+    metrics.tzdata_info.labels(version=tzdata_version()).set(1)
+    clock = SystemClock()
+    supervisor = Supervisor(
+        settings.modes,
+        store,
+        coord,
+        make_runner(),
+        clock,
+        leader=LeaderSettings(retention=settings.retention),
+        materializer=MaterializerSettings(horizon=settings.horizon),
+        relay=RelaySettings(lead=settings.relay_lead),
+        worker=WorkerSettings(
+            queues=settings.queues,
+            concurrency=settings.concurrency,
+            lease_for=settings.visibility_timeout,
+            heartbeat=settings.heartbeat.total_seconds(),
+            drain_grace=settings.drain_grace.total_seconds(),
+            kill_grace=settings.kill_grace.total_seconds(),
+            output_limit=settings.output_limit,
+            worker_id=f"{settings.node_id}:{os.getpid()}",
+        ),
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stopping.is_set():
+            return
+        log.info(
+            "%s: stopping (running jobs get %s to finish)",
+            signal.Signals(signum).name,
+            settings.drain_grace,
+            extra={"action": "stopping"},
+        )
+        sdnotify.notify("STOPPING=1")
+        stopping.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    async def health() -> tuple[bool, dict[str, Any]]:
+        status = await coord.status()
+        doc: dict[str, Any] = {
+            "modes": list(settings.modes),
+            "leader": coord.leader_lease() is not None,
+            "shards": len(coord.shard_leases()),
+            "coordinator_reachable": status.reachable,
+        }
+        try:
+            await store.server_time()
+            doc["store_reachable"] = True
+        except ClockdError:
+            doc["store_reachable"] = False
+        return bool(doc["store_reachable"] and status.reachable), doc
+
+    server = None
+    if settings.metrics_addr and settings.metrics_addr != "off":
+        server = await serve(settings.metrics_addr, health)
+
+    watchdog = sdnotify.watchdog_interval()
+    pinger: asyncio.Task[None] | None = None
+    if watchdog:
+
+        async def ping() -> None:
+            while True:
+                sdnotify.notify("WATCHDOG=1")
+                await asyncio.sleep(watchdog)
+
+        pinger = asyncio.create_task(ping())
+
+    def ready() -> None:
+        sdnotify.notify(f"READY=1\nSTATUS=clockd {__version__}: {', '.join(settings.modes)}")
+
+    try:
+        await supervisor.run(stopping, ready)
+    finally:
+        if pinger is not None:
+            pinger.cancel()
+        if server is not None:
+            server.close()
+        with contextlib.suppress(ClockdError):
+            await store.close()
+    log.info("clockd stopped", extra={"action": "stopped"})
+    return 0

@@ -1,0 +1,146 @@
+"""Materializer: turns schedules into occurrences ahead of time, one fenced batch per shard.
+
+Each tick reads the schedules of the shards this node holds whose cursor
+(``next_run_at``) falls within ``now + horizon`` — an index range read, never a
+scan of all schedules — plans their instants (``clockd.core.planning``), and
+writes them with ``Store.materialize``: in ONE transaction per shard batch the
+fence is advanced to the shard lease's token, cursors move only if unchanged,
+occurrences are inserted if absent, and outbox rows are written. A zombie
+whose lease passed its deadline does not even try (``lease.valid``), and if it
+was paused between that check and the commit, the fence rejects it.
+
+Cursor semantics: ``next_run_at`` is the earliest instant not yet materialized.
+Materializing never moves it backwards and never writes an instant twice
+(deterministic ids + ``UNIQUE(schedule_id, version, scheduled_for)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+
+from clockd.coord import Coordinator, Lease
+from clockd.core.clock import Clock
+from clockd.core.model import OccurrenceState, Schedule
+from clockd.core.planning import plan_schedule
+from clockd.core.spec import compile_spec
+from clockd.errors import ClockdError, FencedOut
+from clockd.modes.base import run_ticks
+from clockd.obs import metrics
+from clockd.store import CursorAdvance, Fence, NewOccurrence, Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class MaterializerSettings:
+    horizon: timedelta = timedelta(minutes=2)
+    batch: int = 1000  # schedules per read
+    instants_per_schedule: int = 500  # per schedule per tick; the cursor continues next tick
+    interval: float = 0.5  # seconds between ticks when idle
+
+
+class Materializer:
+    def __init__(
+        self,
+        store: Store,
+        coord: Coordinator,
+        clock: Clock,
+        settings: MaterializerSettings | None = None,
+    ) -> None:
+        self.store, self.coord, self.clock = store, coord, clock
+        self.settings = settings or MaterializerSettings()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        await run_ticks("materializer", self.tick, self.settings.interval, stopping)
+
+    async def tick(self) -> bool:
+        """One pass over the owned shards; True when a full batch was read (more waiting)."""
+        leases = {
+            lease.shard: lease for lease in self.coord.shard_leases() if lease.shard is not None
+        }
+        metrics.shards_owned.set(len(leases))
+        if not leases:
+            return False
+        now = self.clock.now()
+        due = await self.store.due_schedules(
+            sorted(leases), now + self.settings.horizon, self.settings.batch
+        )
+        if not due:
+            return False
+        by_shard: dict[int, list[Schedule]] = defaultdict(list)
+        for schedule in due:
+            by_shard[schedule.shard].append(schedule)
+        for shard, schedules in sorted(by_shard.items()):
+            lease = leases.get(shard)
+            if lease is None:
+                continue
+            await self._materialize_shard(lease, schedules)
+        return len(due) >= self.settings.batch
+
+    async def _materialize_shard(self, lease: Lease, schedules: list[Schedule]) -> None:
+        now = self.clock.now()
+        until = now + self.settings.horizon
+        occurrences: list[NewOccurrence] = []
+        cursors: list[CursorAdvance] = []
+        for schedule in schedules:
+            d = schedule.definition
+            try:
+                spec = compile_spec(d.kind, d.expr, d.tz, schedule.created_at)
+            except ClockdError as exc:
+                # Validated at creation; a definition that no longer compiles (e.g. a zone
+                # removed from a newer tzdata) is reported, not silently dropped.
+                log.error(
+                    "schedule %s no longer compiles: %s",
+                    d.name,
+                    exc.message,
+                    extra={"action": "schedule_invalid", "schedule": d.name},
+                )
+                continue
+            plan = plan_schedule(
+                schedule, spec.next_after, until, now, self.settings.instants_per_schedule
+            )
+            for p in plan.occurrences:
+                occurrences.append(
+                    NewOccurrence(
+                        id=p.id,
+                        schedule_id=schedule.id,
+                        version=schedule.version,
+                        scheduled_for=p.scheduled_for,
+                        available_at=p.available_at,
+                        queue=d.queue,
+                        tenant=d.tenant,
+                        max_attempts=d.retry.max_attempts,
+                        state=p.state,
+                        reason=p.reason,
+                    )
+                )
+            cursors.append(
+                CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, plan.next_run_at)
+            )
+        # The deadline check comes last, right before the write: planning took time.
+        if not lease.valid(self.clock.monotonic()):
+            return
+        try:
+            result = await self.store.materialize(
+                Fence(lease.resource, lease.token), occurrences, cursors, now
+            )
+        except FencedOut:
+            metrics.fenced_writes_rejected.labels(resource_kind="shard").inc()
+            self.coord.lost(lease)
+            raise
+        missed = sum(1 for o in occurrences if o.state is OccurrenceState.MISSED)
+        metrics.occurrences_materialized.labels(state="SCHEDULED").inc(
+            result.inserted - min(missed, result.inserted)
+        )
+        if missed:
+            metrics.occurrences_materialized.labels(state="MISSED").inc(missed)
+        if result.inserted:
+            log.debug(
+                "materialized %d occurrences",
+                result.inserted,
+                extra={"action": "materialized", "shard": lease.shard, "count": result.inserted},
+            )

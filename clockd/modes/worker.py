@@ -1,0 +1,341 @@
+"""Worker: claims due queue rows, runs their targets, records every attempt.
+
+The claim (``Store.claim``) takes up to the free concurrency in one batch, each
+row with a visibility lease (``lease_until``) and a fresh lease token. While a
+target runs, the heartbeat extends the leases of every held token in one batch
+call; a token the store no longer knows was reaped (this worker was paused or
+cut off past its lease), so that job is stopped — its completion would be
+rejected anyway, because ``Store.finish`` is conditional on the token and a
+newer attempt owns the occurrence.
+
+Completions are buffered and written in batches. A completion that cannot be
+written (database down, disk full) stays buffered and is retried with backoff;
+its lease keeps being extended meanwhile, so nothing is redelivered while the
+worker still knows the outcome.
+
+Shutdown (``stopping`` set): no new claims; running jobs get ``drain_grace``
+to finish, then are stopped (SIGTERM, then SIGKILL after ``kill_grace``) and
+recorded as STOPPED and retried; the buffer is flushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from clockd.core.clock import Clock
+from clockd.core.model import AttemptOutcome, OccurrenceState, RetryPolicy
+from clockd.core.planning import after_attempt
+from clockd.errors import StoreError
+from clockd.modes.base import Backoff, wait_or_stop
+from clockd.obs import metrics
+from clockd.runner import Runner, RunRequest, RunResult
+from clockd.store import Claim, Completion, Store
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    return f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = field(default_factory=lambda: os.cpu_count() or 2)
+    claim_batch: int = 500
+    lease_for: timedelta = timedelta(seconds=30)
+    heartbeat: float = 10.0
+    poll: float = 0.1
+    kill_grace: float = 10.0
+    drain_grace: float = 30.0
+    stop_on_lease_loss: bool = True
+    output_limit: int = 64 * 1024
+    flush_interval: float = 0.02
+    flush_batch: int = 500
+    worker_id: str = field(default_factory=default_worker_id)
+
+
+@dataclass
+class _Running:
+    claim: Claim
+    stop: asyncio.Event
+    task: asyncio.Task[None] | None = None
+    lease_lost: bool = False
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        runner: Runner,
+        clock: Clock,
+        settings: WorkerSettings | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store, self.runner, self.clock = store, runner, clock
+        self.settings = settings or WorkerSettings()
+        self.rng = rng or random.Random()
+        self.running: dict[str, _Running] = {}
+        self.pending: list[Completion] = []
+        self._pending_tokens: set[str] = set()
+        self._flush_now = asyncio.Event()
+        self._slot_free = asyncio.Event()
+        self.completed = 0
+
+    # -- the loops -------------------------------------------------------------------
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        halt = asyncio.Event()  # stops heartbeat/flusher after the drain
+        heartbeat = asyncio.create_task(self._heartbeat_loop(halt))
+        flusher = asyncio.create_task(self._flush_loop(halt))
+        try:
+            await self._claim_loop(stopping)
+            await self._drain()
+        finally:
+            halt.set()
+            await asyncio.gather(heartbeat, flusher, return_exceptions=True)
+            await self._flush_all()
+
+    async def _claim_loop(self, stopping: asyncio.Event) -> None:
+        backoff = Backoff()
+        while not stopping.is_set():
+            free = self.settings.concurrency - len(self.running)
+            if free <= 0:
+                self._slot_free.clear()
+                waiter = asyncio.create_task(self._slot_free.wait())
+                stop_waiter = asyncio.create_task(stopping.wait())
+                await asyncio.wait({waiter, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stop_waiter.cancel()
+                continue
+            try:
+                claims = await self.store.claim(
+                    self.settings.queues,
+                    self.settings.worker_id,
+                    min(free, self.settings.claim_batch),
+                    self.settings.lease_for,
+                    self.clock.now(),
+                )
+                backoff.ok()
+            except StoreError as exc:
+                metrics.store_errors.labels(mode="worker").inc()
+                log.warning("claim failed: %s", exc.message, extra={"action": "claim_failed"})
+                if await wait_or_stop(stopping, backoff.failed()):
+                    return
+                continue
+            if stopping.is_set():
+                # Claimed but never started: give them back so nothing waits for a lease.
+                await self._release([c.lease_token for c in claims])
+                return
+            for claim in claims:
+                self._start(claim)
+            if len(claims) == min(free, self.settings.claim_batch) and claims:
+                await asyncio.sleep(0)
+                continue
+            if await wait_or_stop(stopping, self.settings.poll):
+                return
+
+    def _start(self, claim: Claim) -> None:
+        entry = _Running(claim=claim, stop=asyncio.Event())
+        self.running[claim.lease_token] = entry
+        metrics.running_jobs.set(len(self.running))
+        lag = (self.clock.now() - claim.scheduled_for).total_seconds()
+        metrics.schedule_lag.labels(step="started").observe(max(0.0, lag))
+        entry.task = asyncio.create_task(self._run_one(entry))
+
+    async def _run_one(self, entry: _Running) -> None:
+        claim = entry.claim
+        request = RunRequest(
+            occurrence_id=claim.occurrence_id,
+            schedule_name=claim.schedule_name,
+            scheduled_for=claim.scheduled_for,
+            attempt=claim.attempt,
+            target=claim.target,
+            timeout=claim.timeout.total_seconds() if claim.timeout else None,
+            kill_grace=self.settings.kill_grace,
+            output_limit=self.settings.output_limit,
+        )
+        try:
+            result = await self.runner.run(request, entry.stop)
+        except Exception as exc:  # a runner bug must not lose the occurrence
+            log.exception("runner failed", extra={"action": "runner_crashed"})
+            result = RunResult(outcome=AttemptOutcome.ERROR, error=f"runner crashed: {exc}")
+        self._complete(entry, result)
+
+    def _complete(self, entry: _Running, result: RunResult) -> None:
+        claim = entry.claim
+        now = self.clock.now()
+        retry = RetryPolicy(
+            retries=claim.max_attempts - 1,
+            backoff=claim.retry_backoff,
+            backoff_max=claim.retry_backoff_max,
+            permanent_exit_codes=claim.permanent_exit_codes,
+        )
+        decision_state: OccurrenceState
+        retry_at: datetime | None
+        reason: str | None
+        if result.outcome is AttemptOutcome.STOPPED:
+            # Interrupted by our own shutdown, not the job's fault: run it again at once.
+            decision_state, retry_at, reason = OccurrenceState.RETRY_WAIT, now, None
+        else:
+            decision = after_attempt(
+                result.outcome,
+                claim.attempt,
+                claim.max_attempts,
+                retry,
+                result.exit_code,
+                result.permanent,
+                now,
+                self.rng.random(),
+            )
+            decision_state, retry_at, reason = (
+                decision.next_state,
+                decision.retry_at,
+                decision.reason,
+            )
+        error = result.error
+        if reason and decision_state is OccurrenceState.DEAD:
+            error = f"{error}; {reason}" if error else reason
+        self.pending.append(
+            Completion(
+                lease_token=claim.lease_token,
+                outcome=result.outcome,
+                next_state=decision_state,
+                retry_at=retry_at,
+                exit_code=result.exit_code,
+                signal=result.signal,
+                output=result.output,
+                error=error,
+            )
+        )
+        self._pending_tokens.add(claim.lease_token)
+        metrics.attempts_total.labels(outcome=str(result.outcome)).inc()
+        if decision_state is OccurrenceState.RETRY_WAIT:
+            metrics.retries_total.inc()
+        elif decision_state is OccurrenceState.DEAD:
+            metrics.dead_total.inc()
+        self.running.pop(claim.lease_token, None)
+        metrics.running_jobs.set(len(self.running))
+        self._slot_free.set()
+        if len(self.pending) >= self.settings.flush_batch:
+            self._flush_now.set()
+
+    async def _flush_loop(self, halt: asyncio.Event) -> None:
+        backoff = Backoff(first=0.1, cap=5.0)
+        while not halt.is_set():
+            try:
+                await asyncio.wait_for(self._flush_now.wait(), timeout=self.settings.flush_interval)
+            except TimeoutError:
+                pass
+            self._flush_now.clear()
+            try:
+                await self._flush_once()
+                backoff.ok()
+            except StoreError as exc:
+                metrics.store_errors.labels(mode="worker").inc()
+                log.error(
+                    "cannot record %d attempt(s), will retry: %s",
+                    len(self.pending),
+                    exc.message,
+                    extra={"action": "record_failed"},
+                )
+                await wait_or_stop(halt, backoff.failed())
+
+    async def _flush_once(self) -> None:
+        if not self.pending:
+            return
+        batch = self.pending[: self.settings.flush_batch]
+        accepted = await self.store.finish(batch, self.clock.now())
+        del self.pending[: len(batch)]
+        for completion in batch:
+            self._pending_tokens.discard(completion.lease_token)
+            if completion.lease_token not in accepted:
+                metrics.stale_completions.inc()
+                log.warning(
+                    "completion rejected: lease token is stale (a newer attempt owns the occurrence)",
+                    extra={"action": "stale_completion"},
+                )
+        self.completed += len(accepted)
+
+    async def _flush_all(self) -> None:
+        backoff = Backoff(first=0.1, cap=2.0)
+        for _ in range(20):
+            try:
+                while self.pending:
+                    await self._flush_once()
+                return
+            except StoreError as exc:
+                log.error(
+                    "cannot record attempts at shutdown: %s",
+                    exc.message,
+                    extra={"action": "record_failed"},
+                )
+                await asyncio.sleep(backoff.failed())
+
+    async def _heartbeat_loop(self, halt: asyncio.Event) -> None:
+        while not await wait_or_stop(halt, self.settings.heartbeat):
+            tokens = list(self.running) + list(self._pending_tokens)
+            if not tokens:
+                continue
+            try:
+                held = await self.store.extend_leases(
+                    tokens, self.settings.lease_for, self.clock.now()
+                )
+            except StoreError as exc:
+                log.warning(
+                    "heartbeat failed: %s", exc.message, extra={"action": "heartbeat_failed"}
+                )
+                continue
+            for token in tokens:
+                entry = self.running.get(token)
+                if token in held or entry is None or entry.lease_lost:
+                    continue
+                entry.lease_lost = True
+                log.warning(
+                    "lease lost for occurrence %s; %s",
+                    entry.claim.occurrence_id,
+                    "stopping the job" if self.settings.stop_on_lease_loss else "letting it finish",
+                    extra={"action": "lease_lost", "occurrence": entry.claim.occurrence_id},
+                )
+                if self.settings.stop_on_lease_loss:
+                    entry.stop.set()
+
+    async def _drain(self) -> None:
+        tasks = [e.task for e in self.running.values() if e.task is not None]
+        if not tasks:
+            return
+        log.info(
+            "waiting up to %.0fs for %d running job(s)",
+            self.settings.drain_grace,
+            len(tasks),
+            extra={"action": "drain_started", "running": len(tasks)},
+        )
+        _, still = await asyncio.wait(tasks, timeout=self.settings.drain_grace)
+        if still:
+            log.warning(
+                "stopping %d job(s) still running after the drain grace",
+                len(still),
+                extra={"action": "drain_timeout", "running": len(still)},
+            )
+            for entry in list(self.running.values()):
+                entry.stop.set()
+            await asyncio.wait(still)
+
+    async def _release(self, tokens: list[str]) -> None:
+        if not tokens:
+            return
+        try:
+            await self.store.release(tokens, self.clock.now())
+        except StoreError as exc:
+            log.warning(
+                "could not release %d claim(s); they return after their lease: %s",
+                len(tokens),
+                exc.message,
+                extra={"action": "release_failed"},
+            )

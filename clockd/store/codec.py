@@ -1,0 +1,183 @@
+"""Row <-> model encoding shared by the store adapters.
+
+* Instants: aware UTC ``datetime`` at the boundary. SQLite stores them as INTEGER
+  microseconds since the Unix epoch (sortable, exact, fast to compare);
+  PostgreSQL uses ``timestamptz`` and needs only the JSON half of this module.
+  Naive datetimes are refused, never guessed.
+* Durations: integer microseconds (exact; a float of seconds is not).
+* A schedule definition is split into queryable columns (tenant, name, kind, expr,
+  tz, queue) and a JSON *spec* for the rest (target, retry, timeout, policies,
+  labels). ``schedule_versions`` keeps the whole definition as one JSON document.
+  Readers fill in defaults for keys a document lacks, so a later release may add
+  keys without rewriting old rows.
+* Strings round-trip unchanged: labels are a list of pairs (order and duplicates
+  kept), JSON escapes control characters.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from clockd.core.model import (
+    MisfirePolicy,
+    NoopTarget,
+    OverlapPolicy,
+    RetryPolicy,
+    ScheduleDef,
+    ScheduleKind,
+    target_from_json,
+)
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
+# Defaults for keys an older document lacks (the definition's own defaults).
+_DEFAULT_RETRY = RetryPolicy()
+_DEFAULT_DEF = ScheduleDef(name="", kind=ScheduleKind.ONCE, expr="", tz="UTC", target=NoopTarget())
+
+
+# -- instants and durations ------------------------------------------------------------
+
+
+def to_us(instant: datetime) -> int:
+    """Microseconds since the epoch of an aware datetime (any zone; exact)."""
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ValueError(f"naive datetime {instant.isoformat()} given to the store: pass aware UTC")
+    return (instant - EPOCH) // _ONE_US
+
+
+def from_us(us: int) -> datetime:
+    """The aware UTC datetime of ``us`` microseconds since the epoch."""
+    return EPOCH + timedelta(microseconds=us)
+
+
+def opt_to_us(instant: datetime | None) -> int | None:
+    return None if instant is None else to_us(instant)
+
+
+def opt_from_us(us: int | None) -> datetime | None:
+    return None if us is None else EPOCH + timedelta(microseconds=us)
+
+
+def duration_to_us(duration: timedelta) -> int:
+    return duration // _ONE_US
+
+
+def duration_from_us(us: int) -> timedelta:
+    return timedelta(microseconds=us)
+
+
+# -- schedule definitions ----------------------------------------------------------------
+
+
+def dumps(data: Any) -> str:
+    """Compact JSON; non-ASCII kept as is (control characters are still escaped)."""
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def retry_to_dict(retry: RetryPolicy) -> dict[str, Any]:
+    return {
+        "retries": retry.retries,
+        "backoff_us": duration_to_us(retry.backoff),
+        "backoff_max_us": duration_to_us(retry.backoff_max),
+        "permanent_exit_codes": list(retry.permanent_exit_codes),
+    }
+
+
+def retry_from_dict(data: dict[str, Any]) -> RetryPolicy:
+    default = _DEFAULT_RETRY
+    return RetryPolicy(
+        retries=int(data.get("retries", default.retries)),
+        backoff=_duration(data, "backoff_us", default.backoff),
+        backoff_max=_duration(data, "backoff_max_us", default.backoff_max),
+        permanent_exit_codes=tuple(int(c) for c in data.get("permanent_exit_codes", ())),
+    )
+
+
+def spec_to_dict(definition: ScheduleDef) -> dict[str, Any]:
+    """The part of a definition that has no column of its own."""
+    return {
+        "target": definition.target.to_json(),
+        "retry": retry_to_dict(definition.retry),
+        "timeout_us": None if definition.timeout is None else duration_to_us(definition.timeout),
+        "misfire": definition.misfire.value,
+        "max_lateness_us": duration_to_us(definition.max_lateness),
+        "overlap": definition.overlap.value,
+        "window_us": duration_to_us(definition.window),
+        "labels": [[key, value] for key, value in definition.labels],
+    }
+
+
+def definition_from_parts(
+    *,
+    name: str,
+    kind: str,
+    expr: str,
+    tz: str,
+    queue: str,
+    tenant: str,
+    spec: dict[str, Any],
+) -> ScheduleDef:
+    """Rebuild a definition from its columns and its spec document."""
+    default = _DEFAULT_DEF
+    timeout_us = spec.get("timeout_us")
+    return ScheduleDef(
+        name=name,
+        kind=ScheduleKind(kind),
+        expr=expr,
+        tz=tz,
+        target=target_from_json(spec["target"]),
+        queue=queue,
+        tenant=tenant,
+        timeout=None if timeout_us is None else duration_from_us(int(timeout_us)),
+        retry=retry_from_dict(spec.get("retry") or {}),
+        misfire=MisfirePolicy(spec.get("misfire", default.misfire.value)),
+        max_lateness=_duration(spec, "max_lateness_us", default.max_lateness),
+        overlap=OverlapPolicy(spec.get("overlap", default.overlap.value)),
+        window=_duration(spec, "window_us", default.window),
+        labels=tuple((str(k), str(v)) for k, v in spec.get("labels", ())),
+    )
+
+
+def definition_to_dict(definition: ScheduleDef) -> dict[str, Any]:
+    """The whole definition as one document (``schedule_versions``)."""
+    return {
+        "name": definition.name,
+        "kind": definition.kind.value,
+        "expr": definition.expr,
+        "tz": definition.tz,
+        "queue": definition.queue,
+        "tenant": definition.tenant,
+        **spec_to_dict(definition),
+    }
+
+
+def definition_from_dict(data: dict[str, Any]) -> ScheduleDef:
+    return definition_from_parts(
+        name=data["name"],
+        kind=data["kind"],
+        expr=data["expr"],
+        tz=data["tz"],
+        queue=data["queue"],
+        tenant=data["tenant"],
+        spec=data,
+    )
+
+
+def spec_json(definition: ScheduleDef) -> str:
+    return dumps(spec_to_dict(definition))
+
+
+def definition_json(definition: ScheduleDef) -> str:
+    return dumps(definition_to_dict(definition))
+
+
+def definition_from_json(text: str) -> ScheduleDef:
+    data: dict[str, Any] = json.loads(text)
+    return definition_from_dict(data)
+
+
+def _duration(data: dict[str, Any], key: str, default: timedelta) -> timedelta:
+    value = data.get(key)
+    return default if value is None else duration_from_us(int(value))

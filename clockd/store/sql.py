@@ -1,0 +1,145 @@
+"""Named SQL blocks and numbered migrations, shared by the SQL store adapters.
+
+An adapter keeps its SQL as SQL, reviewed as SQL, in ``<adapter>/queries.sql``::
+
+    -- name: claim_pick
+    -- Visible, unleased rows of the asked queues, oldest first.
+    SELECT id FROM dispatch WHERE ...;
+
+    -- name: claim_lease
+    UPDATE dispatch SET ...
+
+Every block starts at a ``-- name: <snake_case>`` line and runs to the next one;
+comment lines and blank lines inside a block are kept (the driver ignores them), a
+trailing ``;`` is dropped so a block is always exactly one statement. Migrations live
+in ``<adapter>/migrations/NNNN_name.sql`` and are numbered from 0001 without gaps.
+The PostgreSQL and SQLite adapters carry the *same query names* and the *same
+migration numbers*; ``tests/contract/store/test_sql_parity.py`` checks it.
+
+Why these statements are typed ``LiteralString`` although they are read from files:
+the files are package data shipped next to the code, never built from input, so
+they deserve the same trust as a literal. ``trusted_sql`` is the one place that says
+so; every value the loader hands out is typed ``LiteralString``, so a checker that
+enforces PEP 675 flags any code that splices input into SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import LiteralString
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*(\S+)\s*$")
+_VALID_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+class Queries(Mapping[str, LiteralString]):
+    """Read-only ``name -> statement`` map; a missing name is a ``KeyError`` naming the file."""
+
+    __slots__ = ("_origin", "_queries")
+
+    def __init__(self, queries: dict[str, LiteralString], origin: str) -> None:
+        self._queries = queries
+        self._origin = origin
+
+    def __getitem__(self, name: str) -> LiteralString:
+        try:
+            return self._queries[name]
+        except KeyError:
+            raise KeyError(f"no query named {name!r} in {self._origin}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._queries)
+
+    def __len__(self) -> int:
+        return len(self._queries)
+
+
+def trusted_sql(text: str) -> LiteralString:
+    """Mark SQL read from this package's own files as trusted (see the module docstring).
+
+    mypy treats ``LiteralString`` as ``str`` (PEP 675 is not enforced there), so this is
+    a plain return; under a checker that enforces PEP 675 this line is where the one
+    ``cast`` belongs. Never call it on text that comes from input."""
+    return text
+
+
+def parse_queries(text: str, origin: str = "<string>") -> Queries:
+    """Split ``text`` into named blocks. Raises ``ValueError`` on a duplicate or badly
+    formed name, an empty block, or a statement before the first name."""
+    queries: dict[str, LiteralString] = {}
+    name: str | None = None
+    body: list[str] = []
+
+    def flush() -> None:
+        if name is None:
+            if any(line.strip() and not line.lstrip().startswith("--") for line in body):
+                raise ValueError(f"{origin}: SQL before the first '-- name:' line")
+            return
+        statement = "\n".join(body).strip()
+        statement = statement.removesuffix(";").rstrip()
+        if not any(line.strip() and not line.lstrip().startswith("--") for line in statement.splitlines()):
+            raise ValueError(f"{origin}: query {name!r} is empty")
+        queries[name] = trusted_sql(statement)
+
+    for line in text.splitlines():
+        match = _NAME_LINE.match(line.strip())
+        if match is None:
+            body.append(line)
+            continue
+        flush()
+        name = match.group(1)
+        if not _VALID_NAME.match(name):
+            raise ValueError(f"{origin}: bad query name {name!r} (use snake_case)")
+        if name in queries:
+            raise ValueError(f"{origin}: query {name!r} is defined twice")
+        body = []
+    flush()
+    return Queries(queries, origin)
+
+
+def load_queries(package: str, filename: str = "queries.sql") -> Queries:
+    """The named blocks of ``filename`` in ``package`` (package data, read once)."""
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    return parse_queries(text, f"{package}/{filename}")
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: LiteralString
+
+    @property
+    def label(self) -> str:
+        """``0001_init``: how logs and ``schema_migrations`` name it."""
+        return f"{self.version:04d}_{self.name}"
+
+
+def load_migrations(package: str, directory: str = "migrations") -> list[Migration]:
+    """The migrations of ``package``, in order. Raises ``ValueError`` on a stray file
+    name, a duplicate number or a gap (numbers run 1, 2, 3, … so adapters stay
+    comparable)."""
+    folder = resources.files(package).joinpath(directory)
+    found: dict[int, Migration] = {}
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".sql"):
+            continue
+        match = _MIGRATION_FILE.match(entry.name)
+        if match is None:
+            raise ValueError(f"{package}/{directory}/{entry.name}: name it NNNN_snake_name.sql")
+        version = int(match.group(1))
+        if version in found:
+            raise ValueError(f"{package}/{directory}: migration {version:04d} appears twice")
+        sql = trusted_sql(entry.read_text(encoding="utf-8"))
+        found[version] = Migration(version, match.group(2), sql)
+    versions = sorted(found)
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(
+            f"{package}/{directory}: migrations must be numbered 0001.. without gaps, "
+            f"found {[f'{v:04d}' for v in versions]}"
+        )
+    return [found[v] for v in versions]

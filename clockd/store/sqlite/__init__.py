@@ -1,0 +1,21 @@
+"""The embedded SQLite store: one file, zero setup, the default for a single machine.
+
+Invariants:
+
+* One dedicated thread per ``SqliteStore`` owns its one connection; every method is
+  one transaction on that thread (``BEGIN IMMEDIATE`` for writes), so the event loop
+  never blocks and a raised error leaves nothing half-written.
+* WAL journal, ``synchronous=NORMAL``: durable across a process crash; a power loss
+  may lose the last commits. ``busy_timeout`` lets ``clockctl`` and ``clockd`` share
+  the file; a lock held past it raises ``StoreLocked``.
+* ``open()`` applies pending migrations (``migrations/NNNN_name.sql``, recorded in
+  ``schema_migrations``) and refuses a schema newer than this release.
+* SQL lives in ``queries.sql`` under the same names as the PostgreSQL store's.
+* Instants are stored as INTEGER microseconds since the epoch, UTC.
+"""
+
+from __future__ import annotations
+
+from clockd.store.sqlite.store import SqliteStore
+
+__all__ = ["SqliteStore"]

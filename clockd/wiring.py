@@ -1,0 +1,56 @@
+"""The one place that picks concrete adapters for the ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clockd.config import Settings, StoreLocation, resolve_store
+from clockd.coord import Coordinator
+from clockd.runner import Runner
+from clockd.store import Store
+
+
+def make_store(location: StoreLocation | str | None) -> Store:
+    if not isinstance(location, StoreLocation):
+        location = resolve_store(location)
+    if location.kind == "postgresql":
+        from clockd.store.postgres.store import PostgresStore
+
+        return PostgresStore(location.target)
+    from clockd.store.sqlite.store import SqliteStore
+
+    return SqliteStore(Path(location.target))
+
+
+def make_coordinator(settings: Settings, store: Store, location: StoreLocation) -> Coordinator:
+    if settings.etcd:
+        from clockd.coord.etcd import EtcdCoordinator
+
+        return EtcdCoordinator(
+            settings.etcd,
+            cluster=settings.cluster,
+            node_id=settings.node_id,
+            shard_count=settings.shard_count,
+            ttl=settings.lease_ttl.total_seconds(),
+        )
+    if location.kind != "sqlite":
+        from clockd.errors import InvalidInput
+
+        raise InvalidInput(
+            "a PostgreSQL store is shared by several processes: pass --etcd (or CLOCKD_ETCD) "
+            "so they coordinate"
+        )
+    from clockd.coord.local import LocalCoordinator
+
+    return LocalCoordinator(
+        store,
+        Path(location.target + ".lock"),
+        node_id=settings.node_id,
+        shard_count=settings.shard_count,
+    )
+
+
+def make_runner() -> Runner:
+    from clockd.runner.process import ProcessRunner
+
+    return ProcessRunner()

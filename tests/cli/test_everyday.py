@@ -1,0 +1,97 @@
+"""clockctl's everyday verbs on the embedded store, without a daemon: output, errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def ctl(tmp_path: Path) -> Any:
+    env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
+    env.pop("CLOCKD_STORE", None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)
+
+    run.home = tmp_path / "home"  # type: ignore[attr-defined]  # test helper attribute
+    return run
+
+
+def test_add_prints_id_and_next_five_runs(ctl: Any) -> None:
+    result = ctl("add", "0 9 * * *", "--tz", "Europe/Paris", "--name", "report", "--", "/bin/true")
+    assert result.returncode == 0, result.stderr
+    assert "added report" in result.stdout
+    assert result.stdout.count("+01:00") + result.stdout.count("+02:00") >= 5
+    doc = json.loads(ctl("show", "report", "-o", "json").stdout)
+    assert doc["name"] == "report" and doc["tz"] == "Europe/Paris" and doc["state"] == "active"
+    assert len(doc["next_runs"]) == 5
+    assert all(t.endswith(("T07:00:00Z", "T08:00:00Z")) for t in doc["next_runs"])
+
+
+def test_duplicate_name_is_refused_and_changes_nothing(ctl: Any) -> None:
+    assert ctl("add", "* * * * *", "--name", "dup", "--", "echo", "one").returncode == 0
+    second = ctl("add", "*/5 * * * *", "--name", "dup", "--", "echo", "two")
+    assert second.returncode == 1
+    assert "dup" in second.stderr and second.stdout == ""
+    docs = json.loads(ctl("list", "-o", "json").stdout)
+    assert [(d["name"], d["expr"], d["target"]["argv"]) for d in docs] == [("dup", "* * * * *", ["echo", "one"])]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["61 * * * *"], "minute: 61 is out of range 0-59"),
+        (["0 0 31 2 *"], "never"),
+        (["0 9 * * *", "--tz", "Europe/Pari"], "Europe/Paris"),
+        (["--every", "soon"], "soon"),
+    ],
+)
+def test_bad_input_exits_2_and_writes_nothing(ctl: Any, args: list[str], needle: str) -> None:
+    result = ctl("add", *args, "--name", "bad", "--", "/bin/true")
+    assert result.returncode == 2, result
+    assert needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""
+    assert json.loads(ctl("list", "-o", "json").stdout) == []
+
+
+def test_unknown_schedule_name_exits_1_naming_it(ctl: Any) -> None:
+    for verb in ("show", "pause", "resume", "rm", "run-now", "runs"):
+        result = ctl(verb, "ghost")
+        assert result.returncode == 1, (verb, result)
+        assert "ghost" in result.stderr
+
+
+def test_pause_resume_rm_and_name_reuse(ctl: Any) -> None:
+    ctl("add", "*/5 * * * *", "--name", "job", "--", "/bin/true")
+    assert json.loads(ctl("pause", "job", "-o", "json").stdout)["state"] == "paused"
+    assert json.loads(ctl("resume", "job", "-o", "json").stdout)["state"] == "active"
+    assert ctl("rm", "job").returncode == 0
+    assert json.loads(ctl("list", "-o", "json").stdout) == []
+    assert ctl("add", "0 * * * *", "--name", "job", "--", "/bin/true").returncode == 0
+
+
+def test_run_now_creates_its_own_occurrence(ctl: Any) -> None:
+    ctl("add", "0 0 1 1 *", "--name", "yearly", "--", "/bin/true")
+    doc = json.loads(ctl("run-now", "yearly", "-o", "json").stdout)
+    assert doc["manual"] is True and doc["schedule"] == "yearly"
+    runs = json.loads(ctl("runs", "yearly", "-o", "json").stdout)
+    assert [r["id"] for r in runs] == [doc["id"]]
+
+
+def test_unreadable_store_exits_4(ctl: Any, tmp_path: Path) -> None:
+    bogus = tmp_path / "not-a-db"
+    bogus.write_bytes(b"this is not sqlite" * 100)
+    result = ctl("--store", f"sqlite://{bogus}", "list")
+    assert result.returncode == 4, result
+    assert str(bogus) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,392 @@
+"""Contract tests of the etcd coordinator against real etcd servers.
+
+No mocks and no sleeping to wait: every wait polls a condition against a deadline.
+TTLs are 2-3 s (etcd's minimum is 2) so that failovers stay short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from clockd.coord import Lease
+from clockd.coord.etcd import EtcdCoordinator, assign_shards, channel_target
+from clockd.errors import CoordError
+from tests.harness import EtcdCluster, EtcdServer, free_port, require_binary
+
+pytestmark = pytest.mark.timeout(60)
+
+SHARDS = 64
+HOLDER = Path(__file__).with_name("_holder.py")
+
+MakeCoord = Callable[..., EtcdCoordinator]
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+async def eventually(
+    predicate: Callable[[], bool], within: float, what: str, interval: float = 0.02
+) -> float:
+    """Poll ``predicate`` until true; return the seconds it took. Fails after ``within`` seconds."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > within:
+            pytest.fail(f"not within {within:.1f}s: {what}")
+        await asyncio.sleep(interval)
+    return time.monotonic() - start
+
+
+def leaders(coords: list[EtcdCoordinator]) -> list[tuple[EtcdCoordinator, Lease]]:
+    out = []
+    for c in coords:
+        lease = c.leader_lease()
+        if lease is not None:
+            out.append((c, lease))
+    return out
+
+
+def ownership(coords: list[EtcdCoordinator]) -> dict[int, list[str]]:
+    owners: dict[int, list[str]] = {}
+    for c in coords:
+        for lease in c.shard_leases():
+            assert lease.shard is not None
+            owners.setdefault(lease.shard, []).append(c.node_id)
+    return owners
+
+
+def balanced_exactly_once(coords: list[EtcdCoordinator]) -> bool:
+    owners = ownership(coords)
+    if sorted(owners) != list(range(SHARDS)) or any(len(v) != 1 for v in owners.values()):
+        return False
+    counts = [len(c.shard_leases()) for c in coords]
+    return max(counts) - min(counts) <= 1
+
+
+class OverlapWatch:
+    """Samples every few ms that no shard and no leadership is held validly by two
+    nodes at once (all coordinators share this event loop, so a sample is consistent)."""
+
+    def __init__(self, coords: list[EtcdCoordinator]) -> None:
+        self.coords = coords
+        self.violations: list[str] = []
+        self.samples = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            self.samples += 1
+            for shard, nodes in ownership(self.coords).items():
+                if len(nodes) > 1:
+                    self.violations.append(f"shard {shard} held by {nodes}")
+            if len(leaders(self.coords)) > 1:
+                self.violations.append("two valid leaders")
+            await asyncio.sleep(0.005)
+
+    def __enter__(self) -> OverlapWatch:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+@pytest.fixture
+def cluster_name() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def make_coord(etcd_server: EtcdServer, cluster_name: str) -> AsyncIterator[MakeCoord]:
+    made: list[EtcdCoordinator] = []
+
+    def make(node: str, *, endpoints: list[str] | None = None, ttl: float = 2.0,
+             cluster: str | None = None, **kw: object) -> EtcdCoordinator:
+        coord = EtcdCoordinator(
+            endpoints or etcd_server.endpoints, cluster or cluster_name, node,
+            shard_count=SHARDS, ttl=ttl, **kw,  # type: ignore[arg-type]
+        )
+        made.append(coord)
+        return coord
+
+    yield make
+    await asyncio.gather(*(c.stop() for c in made), return_exceptions=True)
+
+
+@pytest.fixture
+def own_etcd() -> Iterator[EtcdServer]:
+    """A private single node, for drills that freeze or kill it."""
+    require_binary("etcd")
+    with EtcdServer() as server:
+        yield server
+
+
+# -- pure parts ------------------------------------------------------------------------------
+
+
+def test_channel_target_forms() -> None:
+    assert channel_target(["http://127.0.0.1:2379"]) == "127.0.0.1:2379"
+    assert channel_target(["127.0.0.1:23790"]) == "127.0.0.1:23790"
+    assert channel_target(["http://localhost"]) == "localhost:2379"
+    assert (
+        channel_target(["http://127.0.0.1:1", "http://127.0.0.1:2", "127.0.0.2:3"])
+        == "ipv4:127.0.0.1:1,127.0.0.1:2,127.0.0.2:3"
+    )
+    assert channel_target(["http://[::1]:2379", "http://[::1]:2380"]) == "ipv6:[::1]:2379,[::1]:2380"
+    with pytest.raises(CoordError):
+        channel_target([])
+    with pytest.raises(CoordError):
+        channel_target(["https://127.0.0.1:2379"])
+
+
+def test_assignment_is_even_deterministic_and_moves_few_shards() -> None:
+    for m in range(1, 8):
+        nodes = [f"node-{i}" for i in range(m)]
+        a = assign_shards(nodes, SHARDS)
+        assert a == assign_shards(list(reversed(nodes)), SHARDS)
+        flat = sorted(s for shards in a.values() for s in shards)
+        assert flat == list(range(SHARDS))
+        sizes = [len(v) for v in a.values()]
+        assert max(sizes) - min(sizes) <= 1
+    before = assign_shards(["a", "b", "c"], SHARDS)
+    after = assign_shards(["a", "b", "c", "d"], SHARDS)
+    moved = sum(1 for s in range(SHARDS) for n in "abc" if s in before[n] and s not in after[n])
+    assert moved <= SHARDS // 4 + 4  # about the new member's share, not a reshuffle
+
+
+# -- leadership ------------------------------------------------------------------------------
+
+
+async def test_one_leads_tokens_increase_and_stop_hands_over_fast(make_coord: MakeCoord) -> None:
+    a, b = make_coord("a"), make_coord("b")
+    await a.start(lead=True, materialize=False, modes=["leader"])
+    await b.start(lead=True, materialize=False, modes=["leader"])
+    await eventually(lambda: len(leaders([a, b])) == 1, 5, "one of two leads")
+    ((first, lease1),) = leaders([a, b])
+    observed = time.monotonic()
+    while time.monotonic() - observed < 0.3:  # a steady state: the follower stays a follower
+        assert [c for c, _ in leaders([a, b])] == [first]
+        await asyncio.sleep(0.02)
+    tokens = [lease1.token]
+
+    other = b if first is a else a
+    await first.stop()
+    took = await eventually(lambda: other.leader_lease() is not None, 5, "successor leads")
+    assert took < 1.0, f"graceful handover took {took:.2f}s"
+    lease2 = other.leader_lease()
+    assert lease2 is not None
+    tokens.append(lease2.token)
+
+    # A fenced write bounced: the holder drops the lease and campaigns with a new term.
+    third = make_coord(first.node_id)
+    await third.start(lead=True, materialize=False, modes=["leader"])
+    other.lost(lease2)
+    assert other.leader_lease() is None  # dropped synchronously
+    await eventually(lambda: len(leaders([other, third])) == 1, 5, "a new term")
+    ((_, lease3),) = leaders([other, third])
+    tokens.append(lease3.token)
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3, tokens
+    assert other.leadership_changes >= 2
+
+
+async def test_crashed_leader_is_replaced_within_ttl(
+    make_coord: MakeCoord, etcd_server: EtcdServer, cluster_name: str
+) -> None:
+    ttl = 2.0
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(HOLDER), ",".join(etcd_server.endpoints), cluster_name, "zombie",
+        str(ttl), stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        holder_token = None
+        holder_shards = 0
+        deadline = time.monotonic() + 15
+        while holder_token is None or holder_shards != SHARDS:
+            line = await asyncio.wait_for(proc.stdout.readline(), deadline - time.monotonic())
+            assert line, "holder process exited"
+            kind, value = line.decode().split()
+            if kind == "LEADER":
+                holder_token = None if value == "None" else int(value)
+            else:
+                holder_shards = int(value)
+
+        b = make_coord("b", ttl=ttl)
+        await b.start(lead=True, materialize=True, modes=["leader", "materializer"])
+        # b joined: the holder gives up half of the shards; b must not lead meanwhile.
+        await eventually(lambda: len(b.shard_leases()) == SHARDS // 2, 10, "b gets half")
+        assert b.leader_lease() is None
+
+        os.kill(proc.pid, signal.SIGKILL)  # no revoke: its keys go only when leases expire
+        await proc.wait()
+        killed = time.monotonic()
+        await eventually(lambda: b.leader_lease() is not None, ttl + 5, "b leads after crash")
+        took = time.monotonic() - killed
+        await eventually(lambda: len(b.shard_leases()) == SHARDS, ttl + 5, "b owns all shards")
+        lease = b.leader_lease()
+        assert lease is not None and lease.token > holder_token
+        assert took < ttl + 5
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_start_fails_fast_when_etcd_is_unreachable(cluster_name: str) -> None:
+    coord = EtcdCoordinator([f"http://127.0.0.1:{free_port()}"], cluster_name, "a",
+                            connect_timeout=1.0)
+    started = time.monotonic()
+    with pytest.raises(CoordError, match="etcd unreachable at"):
+        await coord.start(lead=True, materialize=True, modes=["leader"])
+    assert time.monotonic() - started < 5
+    await coord.stop()
+
+
+# -- shards ----------------------------------------------------------------------------------
+
+
+async def test_shards_owned_once_split_evenly_and_rebalanced(make_coord: MakeCoord) -> None:
+    a, b = make_coord("a"), make_coord("b")
+    coords = [a, b]
+    with OverlapWatch([a, b]) as overlap:
+        for c in coords:
+            await c.start(lead=False, materialize=True, modes=["materializer"])
+        await eventually(lambda: balanced_exactly_once(coords), 10, "2 nodes own 64 shards")
+        assert sorted(len(c.shard_leases()) for c in coords) == [32, 32]
+
+        c3 = make_coord("c")
+        overlap.coords = coords = [a, b, c3]
+        await c3.start(lead=False, materialize=True, modes=["materializer"])
+        took = await eventually(lambda: balanced_exactly_once(coords), 10, "3 nodes rebalance")
+        assert took < 5
+        assert sorted(len(c.shard_leases()) for c in coords) == [21, 21, 22]
+
+        # lost() ends one shard's term; it is claimed again with a larger token.
+        old = a.shard_leases()[0]
+        a.lost(old)
+        assert old.shard not in {le.shard for le in a.shard_leases()}
+        await eventually(lambda: balanced_exactly_once(coords), 10, "shard re-claimed")
+        new = next(le for c in coords for le in c.shard_leases() if le.shard == old.shard)
+        assert new.token > old.token
+
+        await b.stop()
+        coords = [a, c3]
+        took = await eventually(lambda: balanced_exactly_once(coords), 10, "b's shards move")
+        assert took < 5
+        assert sorted(len(c.shard_leases()) for c in coords) == [32, 32]
+
+    assert overlap.samples > 50
+    assert overlap.violations == []
+
+    status = await a.status()
+    assert status.reachable
+    assert {m.node_id: len(m.shards) for m in status.members} == {"a": 32, "c": 32}
+    assert all("materializer" in m.modes for m in status.members)
+    assert a.shard_moves > 0
+
+
+async def test_status_names_leader_members_and_shards(make_coord: MakeCoord) -> None:
+    a, b = make_coord("a"), make_coord("b")
+    await a.start(lead=True, materialize=True, modes=["leader", "materializer", "worker"])
+    await b.start(lead=False, materialize=False, modes=["worker"])
+    await eventually(lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS,
+                     10, "a leads and owns every shard")
+    status = await b.status()
+    lease = a.leader_lease()
+    assert lease is not None
+    assert status.reachable and status.leader_node == "a" and status.leader_token == lease.token
+    members = {m.node_id: m for m in status.members}
+    assert set(members) == {"a", "b"}
+    assert members["a"].modes == ("leader", "worker", "materializer")
+    assert members["a"].shards == tuple(range(SHARDS))
+    assert members["b"].modes == ("worker",) and members["b"].shards == ()
+    assert a.etcd_up and b.etcd_up
+
+
+# -- etcd failures ---------------------------------------------------------------------------
+
+
+async def test_frozen_etcd_lapses_leases_by_deadline_and_they_return(
+    make_coord: MakeCoord, own_etcd: EtcdServer
+) -> None:
+    ttl = 2.0
+    a = make_coord("a", endpoints=own_etcd.endpoints, ttl=ttl)
+    await a.start(lead=True, materialize=True, modes=["leader", "materializer"])
+    await eventually(lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS,
+                     10, "a leads and owns every shard")
+    before = a.leader_lease()
+    assert before is not None
+
+    own_etcd.freeze()
+    try:
+        frozen = time.monotonic()
+        last_deadline = 0.0
+        while (lease := a.leader_lease()) is not None:
+            last_deadline = lease.deadline
+            assert time.monotonic() - frozen < ttl, "leader lease outlived its TTL"
+            await asyncio.sleep(0.01)
+        assert time.monotonic() <= last_deadline + 0.05  # gone by the deadline it announced
+        await eventually(lambda: not a.shard_leases(), ttl, "shard leases lapse")
+        await eventually(lambda: not a.etcd_up, 5, "etcd reported down")
+    finally:
+        own_etcd.thaw()
+
+    await eventually(lambda: a.leader_lease() is not None, 15, "leadership returns after thaw")
+    after = a.leader_lease()
+    assert after is not None and after.token > before.token  # a new term, never the old one
+    await eventually(lambda: len(a.shard_leases()) == SHARDS, 15, "shards return after thaw")
+    assert a.etcd_up
+
+
+async def test_killed_etcd_member_leaves_no_leadership_gap_over_ttl(
+    etcd_cluster: EtcdCluster, cluster_name: str
+) -> None:
+    ttl = 3.0
+    raft_leader = etcd_cluster.leader_index()
+    # Connect every coordinator to the raft leader first, then kill exactly that member:
+    # the client's own connection and the raft leader go down together.
+    order = [raft_leader] + [i for i in range(3) if i != raft_leader]
+    endpoints = [etcd_cluster.endpoints[i] for i in order]
+    coords = [EtcdCoordinator(endpoints, cluster_name, f"n{i}", shard_count=SHARDS, ttl=ttl)
+              for i in range(3)]
+    try:
+        for c in coords:
+            await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
+        await eventually(lambda: len(leaders(coords)) == 1 and balanced_exactly_once(coords),
+                         10, "steady state")
+
+        etcd_cluster.members[raft_leader].kill()
+        killed = time.monotonic()
+        gap_started: float | None = None
+        longest_gap = 0.0
+        tokens: list[int] = []
+        while time.monotonic() - killed < ttl + 4:
+            held = leaders(coords)
+            assert len(held) <= 1, "two valid leaders"
+            now = time.monotonic()
+            if held:
+                if gap_started is not None:
+                    longest_gap = max(longest_gap, now - gap_started)
+                    gap_started = None
+                if not tokens or tokens[-1] != held[0][1].token:
+                    tokens.append(held[0][1].token)
+            elif gap_started is None:
+                gap_started = now
+            await asyncio.sleep(0.1)
+        if gap_started is not None:
+            longest_gap = max(longest_gap, time.monotonic() - gap_started)
+        assert leaders(coords), "no leader at the end"
+        assert longest_gap < ttl, f"no valid leader for {longest_gap:.2f}s"
+        assert tokens == sorted(tokens)
+        await eventually(lambda: balanced_exactly_once(coords), 10, "shards owned again")
+    finally:
+        await asyncio.gather(*(c.stop() for c in coords), return_exceptions=True)

@@ -1,0 +1,145 @@
+"""Builders shared by the store contract tests: fixed instants, definitions, and the
+short paths (plan → materialize → relay → claim) most tests start from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from clockd.core.ids import new_schedule_id, occurrence_id
+from clockd.core.model import (
+    CommandTarget,
+    OccurrenceState,
+    RetryPolicy,
+    Schedule,
+    ScheduleDef,
+    ScheduleKind,
+)
+from clockd.store import Claim, CursorAdvance, Fence, NewOccurrence, Store
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+MIN = timedelta(minutes=1)
+SEC = timedelta(seconds=1)
+LEASE = timedelta(seconds=30)
+FENCE = Fence("shard:0", 1)
+QUEUE = "default"
+
+
+class Backend:
+    """One database under test, and the stores opened on it (closed at teardown)."""
+
+    def __init__(self, kind: str, opener: Callable[[], Store]) -> None:
+        self.kind = kind
+        self._opener = opener
+        self._stores: list[Store] = []
+
+    async def open_store(self) -> Store:
+        """A new store on the same database, opened (and so migrated)."""
+        store = self._opener()
+        await store.open()
+        self._stores.append(store)
+        return store
+
+    def new_store(self) -> Store:
+        """A new store on the same database, not opened yet (closed at teardown)."""
+        store = self._opener()
+        self._stores.append(store)
+        return store
+
+    async def fake_migration(self, version: int, name: str) -> None:
+        """Record migration ``version`` as applied, as a newer release would."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        for store in reversed(self._stores):
+            await store.close()
+
+
+def definition(name: str = "backup", **changes: object) -> ScheduleDef:
+    fields: dict[str, object] = {
+        "name": name,
+        "kind": ScheduleKind.CRON,
+        "expr": "*/1 * * * *",
+        "tz": "UTC",
+        "target": CommandTarget(argv=("echo", "hi")),
+        "retry": RetryPolicy(retries=2),
+    }
+    fields.update(changes)
+    return ScheduleDef(**fields)  # type: ignore[arg-type]
+
+
+async def add_schedule(
+    store: Store,
+    name: str = "backup",
+    *,
+    next_run_at: datetime | None = T0,
+    shard: int = 0,
+    now: datetime = T0 - MIN,
+    **changes: object,
+) -> Schedule:
+    return await store.create_schedule(new_schedule_id(), definition(name, **changes), shard, next_run_at, now)
+
+
+def planned(
+    schedule: Schedule,
+    at: datetime,
+    *,
+    available_at: datetime | None = None,
+    max_attempts: int = 3,
+    state: OccurrenceState = OccurrenceState.SCHEDULED,
+    reason: str | None = None,
+) -> NewOccurrence:
+    return NewOccurrence(
+        id=occurrence_id(schedule.id, schedule.version, at),
+        schedule_id=schedule.id,
+        version=schedule.version,
+        scheduled_for=at,
+        available_at=at if available_at is None else available_at,
+        queue=schedule.definition.queue,
+        tenant=schedule.definition.tenant,
+        max_attempts=max_attempts,
+        state=state,
+        reason=reason,
+    )
+
+
+async def materialize_next(
+    store: Store,
+    schedule: Schedule,
+    *,
+    at: datetime | None = None,
+    next_run_at: datetime | None = None,
+    fence: Fence = FENCE,
+    **occurrence: object,
+) -> tuple[Schedule, str]:
+    """Materialize the occurrence at the schedule's cursor (or ``at``) and move the cursor
+    one minute on. Returns the re-read schedule and the occurrence id."""
+    when = schedule.next_run_at if at is None else at
+    assert when is not None
+    new = planned(schedule, when, **occurrence)  # type: ignore[arg-type]
+    cursor = CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, next_run_at or when + MIN)
+    result = await store.materialize(fence, [new], [cursor], T0)
+    assert result.inserted == 1, result
+    fresh = await store.get_schedule_by_id(schedule.id)
+    assert fresh is not None
+    return fresh, new.id
+
+
+async def enqueue(store: Store, schedule: Schedule, **occurrence: object) -> tuple[Schedule, str]:
+    """Materialize the next occurrence and relay it into the queue."""
+    schedule, oid = await materialize_next(store, schedule, **occurrence)  # type: ignore[arg-type]
+    assert await store.relay(T0 + timedelta(days=365), 1000, T0) == 1
+    return schedule, oid
+
+
+async def claim_one(store: Store, now: datetime = T0, *, worker: str = "w1", queue: str = QUEUE) -> Claim:
+    claims = await store.claim([queue], worker, 10, LEASE, now)
+    assert len(claims) == 1, claims
+    return claims[0]
+
+
+async def running(store: Store, name: str = "backup", **changes: object) -> tuple[Schedule, Claim]:
+    """A schedule with one occurrence claimed at ``T0`` (attempt 1)."""
+    schedule = await add_schedule(store, name, **changes)
+    schedule, _ = await enqueue(store, schedule)
+    return schedule, await claim_one(store)

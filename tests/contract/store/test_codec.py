@@ -1,0 +1,101 @@
+"""The shared row <-> model encoding (clockd.store.codec): exact and lossless."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clockd.core.model import (
+    CommandTarget,
+    MisfirePolicy,
+    NoopTarget,
+    OverlapPolicy,
+    RetryPolicy,
+    ScheduleDef,
+    ScheduleKind,
+)
+from clockd.store import codec
+
+# Any text a user may type, NUL aside (PostgreSQL text cannot hold it) and lone
+# surrogates aside (not encodable as UTF-8).
+texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+durations = st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=400))
+
+definitions = st.builds(
+    ScheduleDef,
+    name=texts,
+    kind=st.sampled_from(ScheduleKind),
+    expr=texts,
+    tz=texts,
+    target=st.one_of(
+        st.just(NoopTarget()),
+        st.builds(
+            CommandTarget,
+            argv=st.lists(texts, min_size=1, max_size=4).map(tuple),
+            shell=st.booleans(),
+            env=st.dictionaries(texts, texts, max_size=3).map(lambda d: tuple(sorted(d.items()))),
+            cwd=st.none() | texts,
+        ),
+    ),
+    queue=texts,
+    tenant=texts,
+    timeout=st.none() | durations,
+    retry=st.builds(
+        RetryPolicy,
+        retries=st.integers(0, 20),
+        backoff=durations,
+        backoff_max=durations,
+        permanent_exit_codes=st.lists(st.integers(0, 255), max_size=3).map(tuple),
+    ),
+    misfire=st.sampled_from(MisfirePolicy),
+    max_lateness=durations,
+    overlap=st.sampled_from(OverlapPolicy),
+    window=durations,
+    labels=st.lists(st.tuples(texts, texts), max_size=4).map(tuple),
+)
+
+
+@given(definitions)
+def test_definitions_round_trip(definition: ScheduleDef) -> None:
+    assert codec.definition_from_json(codec.definition_json(definition)) == definition
+    spec = codec.spec_to_dict(definition)
+    rebuilt = codec.definition_from_parts(
+        name=definition.name,
+        kind=definition.kind.value,
+        expr=definition.expr,
+        tz=definition.tz,
+        queue=definition.queue,
+        tenant=definition.tenant,
+        spec=spec,
+    )
+    assert rebuilt == definition
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_instants_round_trip_to_the_microsecond(instant: datetime) -> None:
+    assert codec.from_us(codec.to_us(instant)) == instant
+
+
+def test_instants_are_utc_and_zone_independent() -> None:
+    paris = datetime(2026, 3, 1, 1, 0, tzinfo=timezone(timedelta(hours=1)))
+    assert codec.to_us(paris) == codec.to_us(datetime(2026, 3, 1, tzinfo=UTC))
+    assert codec.from_us(0) == datetime(1970, 1, 1, tzinfo=UTC)
+    assert codec.from_us(codec.to_us(paris)).tzinfo is UTC
+    assert codec.opt_to_us(None) is None
+    assert codec.opt_from_us(None) is None
+
+
+def test_naive_datetimes_are_refused() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        codec.to_us(datetime(2026, 3, 1))  # noqa: DTZ001 - the point of the test
+
+
+def test_missing_keys_take_the_defaults() -> None:
+    minimal = {"name": "n", "kind": "cron", "expr": "* * * * *", "tz": "UTC", "queue": "q", "tenant": "t"}
+    definition = codec.definition_from_dict({**minimal, "target": {"type": "noop"}})
+    assert definition == ScheduleDef(
+        name="n", kind=ScheduleKind.CRON, expr="* * * * *", tz="UTC", target=NoopTarget(), queue="q", tenant="t"
+    )

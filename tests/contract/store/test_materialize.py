@@ -1,0 +1,190 @@
+"""The materializer's reads and its one transaction: due_schedules, materialize, the fence."""
+
+from __future__ import annotations
+
+import pytest
+
+from clockd.core.model import OccurrenceState, ScheduleState
+from clockd.errors import FencedOut
+from clockd.store import CursorAdvance, Fence, MaterializeResult, Store
+
+from .support import FENCE, MIN, SEC, T0, Backend, add_schedule, materialize_next, planned
+
+
+def fenced_count(store: Store) -> int:
+    count = getattr(store, "fenced_writes_rejected", None)
+    assert isinstance(count, int), "every adapter counts the writes its fence rejected"
+    return count
+
+
+async def test_due_schedules_by_shard_and_horizon_earliest_first(store: Store) -> None:
+    late = await add_schedule(store, "late", next_run_at=T0 + 2 * MIN, shard=1)
+    early = await add_schedule(store, "early", next_run_at=T0, shard=2)
+    await add_schedule(store, "far", next_run_at=T0 + 60 * MIN, shard=1)
+    await add_schedule(store, "other-shard", next_run_at=T0, shard=3)
+    await add_schedule(store, "exhausted", next_run_at=None, shard=1)
+    paused = await add_schedule(store, "paused", next_run_at=T0, shard=1)
+    await store.change_schedule(paused.id, 1, paused.definition, ScheduleState.PAUSED, T0, T0, "p")
+    deleted = await add_schedule(store, "deleted", next_run_at=T0, shard=1)
+    await store.change_schedule(deleted.id, 1, deleted.definition, ScheduleState.DELETED, T0, T0, "rm")
+
+    due = await store.due_schedules([1, 2], T0 + 5 * MIN, 100)
+    assert [s.id for s in due] == [early.id, late.id]
+    assert due[0] == early
+    assert [s.id for s in await store.due_schedules([1, 2], T0 + 5 * MIN, 1)] == [early.id]
+    assert [s.id for s in await store.due_schedules([1], T0 + 2 * MIN, 100)] == [late.id]
+    assert await store.due_schedules([1], T0 + 2 * MIN - SEC, 100) == []
+    assert await store.due_schedules([], T0 + 60 * MIN, 100) == []
+
+
+async def test_materialize_inserts_advances_and_writes_outbox(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    b = await add_schedule(store, "b", next_run_at=T0)
+    occs = [planned(a, T0), planned(b, T0, available_at=T0 + 3 * SEC)]
+    cursors = [CursorAdvance(a.id, 1, T0, T0 + MIN), CursorAdvance(b.id, 1, T0, None)]
+    result = await store.materialize(FENCE, occs, cursors, T0 - MIN)
+    assert result == MaterializeResult(inserted=2, advanced=2, stale=0)
+
+    a2 = await store.get_schedule_by_id(a.id)
+    b2 = await store.get_schedule_by_id(b.id)
+    assert a2 is not None and b2 is not None
+    assert a2.next_run_at == T0 + MIN
+    assert a2.version == 1  # moving the cursor is not a new version
+    assert b2.next_run_at is None
+    assert (await store.backlog(T0)).outbox == 2
+
+    occ = await store.get_occurrence(occs[1].id)
+    assert occ is not None
+    assert occ.state is OccurrenceState.SCHEDULED
+    assert occ.schedule_id == b.id
+    assert occ.schedule_name == "b"
+    assert occ.version == 1
+    assert occ.scheduled_for == T0
+    assert occ.available_at == T0 + 3 * SEC
+    assert occ.attempts == 0
+    assert occ.queue == "default"
+    assert occ.manual is False
+    assert occ.enqueued_at is None and occ.started_at is None and occ.finished_at is None
+
+
+async def test_materialize_same_batch_twice_is_a_no_op(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    occs = [planned(a, T0)]
+    cursors = [CursorAdvance(a.id, 1, T0, T0 + MIN)]
+    assert await store.materialize(FENCE, occs, cursors, T0) == MaterializeResult(1, 1, 0)
+    assert await store.materialize(FENCE, occs, cursors, T0) == MaterializeResult(0, 0, 1)
+    fresh = await store.get_schedule_by_id(a.id)
+    assert fresh is not None
+    assert fresh.next_run_at == T0 + MIN
+    assert (await store.backlog(T0)).outbox == 1
+    assert len(await store.list_occurrences(a.id)) == 1
+
+
+async def test_stale_cursor_inserts_nothing(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    wrong_cursor = CursorAdvance(a.id, 1, T0 - MIN, T0 + MIN)
+    result = await store.materialize(FENCE, [planned(a, T0)], [wrong_cursor], T0)
+    assert result == MaterializeResult(inserted=0, advanced=0, stale=1)
+    assert await store.list_occurrences(a.id) == []
+    fresh = await store.get_schedule_by_id(a.id)
+    assert fresh is not None
+    assert fresh.next_run_at == T0
+
+
+async def test_changed_version_or_paused_schedule_is_stale(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    updated, _ = await store.change_schedule(a.id, 1, a.definition, ScheduleState.ACTIVE, T0, T0, "u")
+    stale = await store.materialize(FENCE, [planned(a, T0)], [CursorAdvance(a.id, 1, T0, T0 + MIN)], T0)
+    assert stale == MaterializeResult(0, 0, 1)
+
+    await store.change_schedule(a.id, 2, a.definition, ScheduleState.PAUSED, T0, T0, "p")
+    paused = await store.materialize(FENCE, [planned(updated, T0)], [CursorAdvance(a.id, 2, T0, T0 + MIN)], T0)
+    assert paused == MaterializeResult(0, 0, 1)
+    assert await store.list_occurrences(a.id) == []
+
+
+async def test_only_occurrences_of_moved_cursors_are_inserted(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    b = await add_schedule(store, "b", next_run_at=T0)
+    result = await store.materialize(
+        FENCE, [planned(a, T0), planned(b, T0)], [CursorAdvance(a.id, 1, T0, T0 + MIN)], T0
+    )
+    assert result == MaterializeResult(inserted=1, advanced=1, stale=0)
+    assert len(await store.list_occurrences(a.id)) == 1
+    assert await store.list_occurrences(b.id) == []
+
+
+async def test_existing_occurrence_id_is_skipped_but_cursor_moves(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    a, oid = await materialize_next(store, a)  # cursor T0 -> T0+1m
+    # A replay of the same instant under a newer cursor: the id exists, nothing doubles.
+    again = await store.materialize(FENCE, [planned(a, T0)], [CursorAdvance(a.id, 1, T0 + MIN, T0 + 2 * MIN)], T0)
+    assert again == MaterializeResult(inserted=0, advanced=1, stale=0)
+    assert [o.id for o in await store.list_occurrences(a.id)] == [oid]
+    assert (await store.backlog(T0)).outbox == 1
+
+
+async def test_missed_occurrences_are_recorded_without_outbox(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    missed = planned(a, T0, state=OccurrenceState.MISSED, reason="missed: 20m late, max_lateness 10m")
+    ran = planned(a, T0 + MIN)
+    result = await store.materialize(FENCE, [missed, ran], [CursorAdvance(a.id, 1, T0, T0 + 2 * MIN)], T0 + 20 * MIN)
+    assert result == MaterializeResult(inserted=2, advanced=1, stale=0)
+    occ = await store.get_occurrence(missed.id)
+    assert occ is not None
+    assert occ.state is OccurrenceState.MISSED
+    assert occ.reason == "missed: 20m late, max_lateness 10m"
+    assert occ.finished_at == T0 + 20 * MIN
+    assert (await store.backlog(T0)).outbox == 1
+    assert await store.relay(T0 + 60 * MIN, 100, T0 + 20 * MIN) == 1
+
+
+async def test_lower_fence_token_commits_nothing(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    b = await add_schedule(store, "b", next_run_at=T0)
+    await store.materialize(Fence("shard:0", 5), [planned(a, T0)], [CursorAdvance(a.id, 1, T0, T0 + MIN)], T0)
+    before = fenced_count(store)
+
+    with pytest.raises(FencedOut):
+        await store.materialize(Fence("shard:0", 4), [planned(b, T0)], [CursorAdvance(b.id, 1, T0, T0 + MIN)], T0)
+    assert fenced_count(store) == before + 1
+    assert await store.list_occurrences(b.id) == []
+    fresh = await store.get_schedule_by_id(b.id)
+    assert fresh is not None
+    assert fresh.next_run_at == T0
+    assert (await store.backlog(T0)).outbox == 1
+
+    # The same token passes again; a higher one passes and shuts out the old one.
+    ok = await store.materialize(Fence("shard:0", 5), [planned(b, T0)], [CursorAdvance(b.id, 1, T0, T0 + MIN)], T0)
+    assert ok.inserted == 1
+    await store.materialize(Fence("shard:0", 6), [], [], T0)
+    with pytest.raises(FencedOut):
+        await store.materialize(Fence("shard:0", 5), [], [], T0)
+    assert fenced_count(store) == before + 2
+
+
+async def test_fences_are_per_resource(store: Store) -> None:
+    await store.materialize(Fence("shard:0", 10), [], [], T0)
+    # A low token on another shard is fine: fences do not interfere.
+    await store.materialize(Fence("shard:1", 1), [], [], T0)
+    with pytest.raises(FencedOut):
+        await store.materialize(Fence("shard:0", 9), [], [], T0)
+
+
+async def test_a_second_store_on_the_same_database_sees_the_fence(store: Store, backend: Backend) -> None:
+    zombie = await backend.open_store()
+    a = await add_schedule(store, "a", next_run_at=T0)
+    await store.materialize(Fence("shard:0", 2), [], [], T0)
+    with pytest.raises(FencedOut):
+        await zombie.materialize(Fence("shard:0", 1), [planned(a, T0)], [CursorAdvance(a.id, 1, T0, T0 + MIN)], T0)
+    assert await store.list_occurrences(a.id) == []
+
+
+async def test_only_scheduled_or_terminal_occurrences_can_be_planned(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    with pytest.raises(ValueError):
+        await store.materialize(
+            FENCE, [planned(a, T0, state=OccurrenceState.RUNNING)], [CursorAdvance(a.id, 1, T0, T0 + MIN)], T0
+        )
+    fresh = await store.get_schedule_by_id(a.id)
+    assert fresh is not None and fresh.next_run_at == T0

@@ -1,0 +1,199 @@
+"""The relay and the worker's side of the queue: relay, claim, extend_leases."""
+
+from __future__ import annotations
+
+import asyncio
+
+from clockd.core.model import AttemptOutcome, OccurrenceState, RetryPolicy
+from clockd.store import CursorAdvance, Store
+
+from .support import (
+    FENCE,
+    LEASE,
+    MIN,
+    SEC,
+    T0,
+    Backend,
+    add_schedule,
+    claim_one,
+    enqueue,
+    materialize_next,
+    planned,
+)
+
+# -- relay -----------------------------------------------------------------------------------
+
+
+async def test_relay_moves_only_rows_available_by_until(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    b = await add_schedule(store, "b", next_run_at=T0 + MIN)
+    await materialize_next(store, a)
+    await materialize_next(store, b)
+    assert await store.relay(T0 + 30 * SEC, 100, T0 - 10 * SEC) == 1
+    backlog = await store.backlog(T0)
+    assert (backlog.outbox, backlog.queued) == (1, 1)
+    assert await store.relay(T0 + MIN, 100, T0 + 50 * SEC) == 1
+    assert (await store.backlog(T0)).outbox == 0
+
+
+async def test_relay_marks_enqueued_and_is_idempotent(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    _, oid = await materialize_next(store, a)
+    assert await store.relay(T0, 100, T0 - 5 * SEC) == 1
+    occ = await store.get_occurrence(oid)
+    assert occ is not None
+    assert occ.state is OccurrenceState.ENQUEUED
+    assert occ.enqueued_at == T0 - 5 * SEC
+    assert await store.relay(T0, 100, T0) == 0
+    backlog = await store.backlog(T0)
+    assert (backlog.outbox, backlog.queued, backlog.running) == (0, 1, 0)
+    assert backlog.oldest_queued_at == T0
+
+
+async def test_relay_respects_limit_oldest_first(store: Store) -> None:
+    schedules = [await add_schedule(store, f"s{i}", next_run_at=T0 + i * SEC) for i in range(5)]
+    ids = []
+    for s in reversed(schedules):
+        ids.append((await materialize_next(store, s))[1])
+    assert await store.relay(T0 + MIN, 2, T0) == 2
+    enqueued = {o.id for o in await store.list_occurrences() if o.state is OccurrenceState.ENQUEUED}
+    assert enqueued == set(ids[-2:])  # T0 and T0+1s
+    assert await store.relay(T0 + MIN, 10, T0) == 3
+
+
+async def test_relay_staged_ahead_is_invisible_until_available_at(store: Store) -> None:
+    a = await add_schedule(store, "a", next_run_at=T0)
+    await materialize_next(store, a, available_at=T0 + 7 * SEC)
+    assert await store.relay(T0 + MIN, 100, T0 - MIN) == 1
+    assert await store.claim(["default"], "w", 10, LEASE, T0 + 6 * SEC) == []
+    claims = await store.claim(["default"], "w", 10, LEASE, T0 + 7 * SEC)
+    assert len(claims) == 1
+
+
+# -- claim -----------------------------------------------------------------------------------
+
+
+async def test_claim_hands_out_everything_a_worker_needs(store: Store) -> None:
+    retry = RetryPolicy(retries=4, backoff=3 * SEC, backoff_max=2 * MIN, permanent_exit_codes=(64,))
+    s = await add_schedule(store, "report", retry=retry, timeout=5 * MIN)
+    s, oid = await enqueue(store, s, max_attempts=5)
+    claim = await claim_one(store, T0 + SEC, worker="w-7")
+    assert claim.occurrence_id == oid
+    assert claim.attempt == 1
+    assert claim.lease_token
+    assert claim.schedule_id == s.id
+    assert claim.schedule_name == "report"
+    assert claim.version == 1
+    assert claim.scheduled_for == T0
+    assert claim.target == s.definition.target
+    assert claim.timeout == 5 * MIN
+    assert claim.max_attempts == 5
+    assert claim.retry_backoff == 3 * SEC
+    assert claim.retry_backoff_max == 2 * MIN
+    assert claim.permanent_exit_codes == (64,)
+    assert claim.lease_until == T0 + SEC + LEASE
+
+    occ = await store.get_occurrence(oid)
+    assert occ is not None
+    assert occ.state is OccurrenceState.RUNNING
+    assert occ.attempts == 1
+    assert occ.started_at == T0 + SEC
+    [attempt] = await store.list_attempts(oid)
+    assert attempt.number == 1
+    assert attempt.lease_token == claim.lease_token
+    assert attempt.worker_id == "w-7"
+    assert attempt.started_at == T0 + SEC
+    assert attempt.outcome is AttemptOutcome.RUNNING
+    assert attempt.finished_at is None
+    backlog = await store.backlog(T0)
+    assert (backlog.queued, backlog.running) == (0, 1)
+
+
+async def test_claim_respects_visible_at_queue_and_limit(store: Store) -> None:
+    for i in range(3):
+        s = await add_schedule(store, f"d{i}", next_run_at=T0 + i * SEC)
+        await enqueue(store, s)
+    gpu = await add_schedule(store, "gpu", queue="gpu", next_run_at=T0)
+    _, gpu_id = await enqueue(store, gpu)
+
+    assert await store.claim(["default"], "w", 10, LEASE, T0 - SEC) == []
+    assert await store.claim(["nothing-here"], "w", 10, LEASE, T0 + MIN) == []
+    assert await store.claim([], "w", 10, LEASE, T0 + MIN) == []
+    first = await store.claim(["default"], "w", 2, LEASE, T0 + MIN)
+    assert [c.schedule_name for c in first] == ["d0", "d1"]  # oldest visible_at first
+    only_gpu = await store.claim(["gpu"], "w", 10, LEASE, T0 + MIN)
+    assert [c.occurrence_id for c in only_gpu] == [gpu_id]
+    rest = await store.claim(["default", "gpu"], "w", 10, LEASE, T0 + MIN)
+    assert [c.schedule_name for c in rest] == ["d2"]
+
+
+async def test_claim_across_queues_is_oldest_first(store: Store) -> None:
+    for name, queue, offset in [("a", "q1", 3), ("b", "q2", 1), ("c", "q1", 2), ("d", "q2", 4)]:
+        s = await add_schedule(store, name, queue=queue, next_run_at=T0 + offset * SEC)
+        await enqueue(store, s)
+    claims = await store.claim(["q1", "q2"], "w", 3, LEASE, T0 + MIN)
+    assert [c.schedule_name for c in claims] == ["b", "c", "a"]
+
+
+async def test_two_claims_in_a_row_never_share_a_row(store: Store) -> None:
+    for i in range(5):
+        await enqueue(store, await add_schedule(store, f"s{i}", next_run_at=T0))
+    first = await store.claim(["default"], "w1", 3, LEASE, T0)
+    second = await store.claim(["default"], "w2", 3, LEASE, T0)
+    third = await store.claim(["default"], "w3", 3, LEASE, T0)
+    assert (len(first), len(second), len(third)) == (3, 2, 0)
+    ids = [c.occurrence_id for c in first + second]
+    assert len(set(ids)) == 5
+    tokens = [c.lease_token for c in first + second]
+    assert len(set(tokens)) == 5
+
+
+async def test_concurrent_claimers_on_separate_stores_never_share_a_row(store: Store, backend: Backend) -> None:
+    for i in range(40):
+        await enqueue(store, await add_schedule(store, f"s{i}", next_run_at=T0))
+    others = [await backend.open_store() for _ in range(3)]
+    batches = await asyncio.gather(
+        *(s.claim(["default"], f"w{n}", 7, LEASE, T0) for n in range(4) for s in [store, *others])
+    )
+    ids = [c.occurrence_id for batch in batches for c in batch]
+    assert len(ids) == 40
+    assert len(set(ids)) == 40
+
+
+async def test_canceled_occurrences_are_never_handed_out(store: Store) -> None:
+    s = await add_schedule(store, "a", next_run_at=T0)
+    s, oid = await enqueue(store, s)
+    _, canceled = await store.change_schedule(s.id, 1, s.definition, s.state, T0 + MIN, T0, "updated")
+    assert canceled == 1
+    assert await store.claim(["default"], "w", 10, LEASE, T0 + MIN) == []
+    occ = await store.get_occurrence(oid)
+    assert occ is not None
+    assert occ.state is OccurrenceState.CANCELED
+
+
+async def test_materialized_not_relayed_is_not_claimable(store: Store) -> None:
+    s = await add_schedule(store, "a", next_run_at=T0)
+    await store.materialize(FENCE, [planned(s, T0)], [CursorAdvance(s.id, 1, T0, T0 + MIN)], T0)
+    assert await store.claim(["default"], "w", 10, LEASE, T0 + MIN) == []
+
+
+# -- extend_leases ---------------------------------------------------------------------------
+
+
+async def test_extend_leases_returns_only_held_tokens(store: Store) -> None:
+    await enqueue(store, await add_schedule(store, "a", next_run_at=T0))
+    await enqueue(store, await add_schedule(store, "b", next_run_at=T0))
+    a, b = await store.claim(["default"], "w", 2, LEASE, T0)
+    await store.release([b.lease_token], T0)
+    held = await store.extend_leases([a.lease_token, b.lease_token, "not-a-token"], LEASE, T0 + 20 * SEC)
+    assert held == {a.lease_token}
+    assert await store.extend_leases([], LEASE, T0) == set()
+
+
+async def test_extended_lease_is_not_reaped_at_the_old_expiry(store: Store) -> None:
+    await enqueue(store, await add_schedule(store, "a", next_run_at=T0))
+    claim = await claim_one(store)
+    await store.extend_leases([claim.lease_token], LEASE, T0 + 20 * SEC)
+    assert await store.reap_expired(FENCE, 100, T0 + LEASE + SEC) == []
+    reaped = await store.reap_expired(FENCE, 100, T0 + 20 * SEC + LEASE + SEC)
+    assert [r.occurrence_id for r in reaped] == [claim.occurrence_id]

@@ -1,0 +1,176 @@
+"""What only the SQLite adapter does: the file, its pragmas, and translating driver errors."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from clockd.core.ids import new_schedule_id
+from clockd.errors import SchemaMismatch, StoreLocked, StoreUnavailable
+from clockd.store import CursorAdvance, NewOccurrence
+from clockd.store.sqlite import SqliteStore
+from clockd.store.sqlite.store import KNOWN_VERSION
+
+from .support import FENCE, MIN, T0, add_schedule, definition
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(tmp_path / "clockd.db")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+async def test_open_creates_missing_directories_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "clockd.db"
+    store = SqliteStore(path)
+    applied = [f"{KNOWN_VERSION:04d}"]
+    await store.open()
+    try:
+        assert path.exists()
+        conn = raw(path)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        versions = [f"{v:04d}" for (v,) in conn.execute("SELECT version FROM schema_migrations")]
+        assert versions[-1:] == applied
+        conn.close()
+    finally:
+        await store.close()
+
+
+async def test_instants_are_stored_as_integer_microseconds(sqlite_store: SqliteStore) -> None:
+    created = await add_schedule(sqlite_store, "a", next_run_at=T0)
+    conn = raw(sqlite_store.path)
+    row = conn.execute("SELECT next_run_at, typeof(next_run_at) FROM schedules WHERE id = ?", (created.id,)).fetchone()
+    conn.close()
+    assert row == (int(T0.timestamp()) * 1_000_000, "integer")
+
+
+async def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"this is not a database, just some text that is long enough" * 100)
+    store = SqliteStore(path)
+    with pytest.raises(StoreUnavailable, match=r"notes\.txt.*not a clockd SQLite database"):
+        await store.open()
+    await store.close()
+
+
+async def test_a_directory_in_place_of_the_file(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path)
+    with pytest.raises(StoreUnavailable, match="cannot open"):
+        await store.open()
+
+
+async def test_a_write_lock_held_past_the_busy_timeout_is_store_locked(tmp_path: Path) -> None:
+    path = tmp_path / "clockd.db"
+    store = SqliteStore(path, busy_timeout=0.05)
+    await store.open()
+    holder = raw(path)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreLocked, match=r"clockd\.db.*locked"):
+            await add_schedule(store, "a")
+        # Reads go on under WAL while someone else writes.
+        assert await store.list_schedules() == []
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    await add_schedule(store, "a")
+    await store.close()
+
+
+async def test_disk_full_commits_nothing_and_says_so(sqlite_store: SqliteStore) -> None:
+    schedule = await add_schedule(sqlite_store, "a", next_run_at=T0)
+
+    def cap(conn: sqlite3.Connection) -> None:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+
+    await sqlite_store._call(cap, write=False)
+    big = [
+        NewOccurrence(
+            id=f"{i:08d}-0000-4000-8000-{'x' * 200}",
+            schedule_id=schedule.id,
+            version=1,
+            scheduled_for=T0 + i * MIN,
+            available_at=T0 + i * MIN,
+            queue="default",
+            tenant="default",
+            max_attempts=3,
+        )
+        for i in range(2000)
+    ]
+    cursor = [CursorAdvance(schedule.id, 1, T0, T0 + 2000 * MIN)]
+    with pytest.raises(StoreUnavailable, match="disk full"):
+        await sqlite_store.materialize(FENCE, big, cursor, T0)
+    assert await sqlite_store.list_occurrences(schedule.id) == []
+    fresh = await sqlite_store.get_schedule_by_id(schedule.id)
+    assert fresh is not None and fresh.next_run_at == T0
+    # The store keeps working once there is room again.
+    await sqlite_store._call(lambda conn: conn.execute("PRAGMA max_page_count = 1073741823"), write=False)
+    result = await sqlite_store.materialize(FENCE, big[:10], cursor, T0)
+    assert result.inserted == 10
+
+
+async def test_readonly_store_reads_and_refuses_writes(tmp_path: Path) -> None:
+    path = tmp_path / "clockd.db"
+    writer = SqliteStore(path)
+    await writer.open()
+    await add_schedule(writer, "a")
+    reader = SqliteStore(path, readonly=True)
+    await reader.open()
+    try:
+        assert [s.name for s in await reader.list_schedules()] == ["a"]
+        with pytest.raises(StoreUnavailable):
+            await reader.create_schedule(new_schedule_id(), definition("b"), 0, T0, T0)
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+async def test_readonly_open_of_an_unmigrated_database_is_a_schema_mismatch(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    raw(path).close()
+    reader = SqliteStore(path, readonly=True)
+    with pytest.raises(SchemaMismatch, match="older"):
+        await reader.open()
+
+
+async def test_calls_after_close_are_refused(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "clockd.db")
+    await store.open()
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreUnavailable, match="not open"):
+        await store.list_schedules()
+
+
+async def test_database_work_runs_on_one_thread_off_the_event_loop(sqlite_store: SqliteStore) -> None:
+    loop_thread = threading.get_ident()
+    threads = await asyncio.gather(
+        *(sqlite_store._call(lambda conn: threading.get_ident(), write=False) for _ in range(5))
+    )
+    assert len(set(threads)) == 1
+    assert threads[0] != loop_thread
+
+
+async def test_concurrent_openers_migrate_once(tmp_path: Path) -> None:
+    path = tmp_path / "clockd.db"
+    stores = [SqliteStore(path) for _ in range(4)]
+    await asyncio.gather(*(s.open() for s in stores))
+    conn = raw(path)
+    assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == KNOWN_VERSION
+    conn.close()
+    for s in stores:
+        await s.close()

@@ -1,0 +1,14 @@
+"""pytest hook specifications added by tests/conftest.py."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.hookspec
+def clockd_pg_template(dsn: str) -> None:
+    """Prepare the session's template database at ``dsn`` (e.g. apply the migrations).
+
+    Called once per session, before the first ``pg_dsn`` copy is made; every
+    implementation runs (in a conftest.py: ``def clockd_pg_template(dsn): ...``).
+    """
