@@ -40,7 +40,8 @@ def main() -> int:
         ok = r.get("ok")
         verdict = "" if ok is None else ("PASS" if ok else "FAIL")
         failed += ok is False
-        print(f"{r['suite']:<11} {r['name']:<{width}} {text:>10} {r.get('unit', ''):<3}  {r.get('target', ''):<28} {verdict}")
+        unit, goal = r.get("unit", ""), r.get("target", "")
+        print(f"{r['suite']:<11} {r['name']:<{width}} {text:>10} {unit:<3}  {goal:<28} {verdict}")
     print(f"\n{failed} goal(s) missed" if failed else "\nall goals met")
     return 0
 

@@ -83,9 +83,7 @@ class Ops:
         spec = compile_spec(definition.kind, definition.expr, definition.tz, now)
         first = spec.next_after(now)
         if first is None:
-            raise NeverFires(
-                f"{definition.expr}: never fires after {now.isoformat(timespec='seconds')}"
-            )
+            raise NeverFires(f"{definition.expr}: never fires after {now.isoformat(timespec='seconds')}")
         return await self.store.create_schedule(
             schedule_id, definition, shard_of(schedule_id, self.shard_count), first, now
         )
@@ -93,10 +91,7 @@ class Ops:
     async def get(self, name: str, tenant: str = "default") -> Schedule:
         schedule = await self.store.get_schedule(tenant, name)
         if schedule is None:
-            raise NotFound(
-                f"no schedule named {name!r}"
-                + (f" in tenant {tenant!r}" if tenant != "default" else "")
-            )
+            raise NotFound(f"no schedule named {name!r}" + (f" in tenant {tenant!r}" if tenant != "default" else ""))
         return schedule
 
     async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
@@ -120,9 +115,7 @@ class Ops:
             return Change(schedule, 0)
         now = self.clock.now()
         nxt = spec_of(schedule).next_after(now)
-        return await self._change(
-            schedule, schedule.definition, ScheduleState.ACTIVE, nxt, "schedule resumed"
-        )
+        return await self._change(schedule, schedule.definition, ScheduleState.ACTIVE, nxt, "schedule resumed")
 
     async def update(self, name: str, definition: ScheduleDef, tenant: str = "default") -> Change:
         schedule = await self.get(name, tenant)
@@ -136,24 +129,18 @@ class Ops:
         spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
         nxt = spec.next_after(after)
         if nxt is None and schedule.state is ScheduleState.ACTIVE:
-            raise NeverFires(
-                f"{definition.expr}: never fires after {after.isoformat(timespec='seconds')}"
-            )
+            raise NeverFires(f"{definition.expr}: never fires after {after.isoformat(timespec='seconds')}")
         return await self._change(schedule, definition, schedule.state, nxt, "schedule updated")
 
     async def remove(self, name: str, tenant: str = "default") -> Change:
         schedule = await self.get(name, tenant)
-        return await self._change(
-            schedule, schedule.definition, ScheduleState.DELETED, None, "schedule deleted"
-        )
+        return await self._change(schedule, schedule.definition, ScheduleState.DELETED, None, "schedule deleted")
 
     async def run_now(self, name: str, tenant: str = "default") -> Occurrence:
         schedule = await self.get(name, tenant)
         now = self.clock.now()
         occ_id = manual_occurrence_id(schedule.id, now, uuid.uuid4().hex)
-        return await self.store.add_manual_occurrence(
-            schedule, occ_id, schedule.definition.retry.max_attempts, now
-        )
+        return await self.store.add_manual_occurrence(schedule, occ_id, schedule.definition.retry.max_attempts, now)
 
     async def runs(
         self, name: str | None, limit: int = 50, tenant: str = "default", upcoming: bool = False
@@ -169,9 +156,7 @@ class Ops:
             raise NotFound(f"no occurrence {id_or_prefix!r}")
         return occ
 
-    async def attempt(
-        self, id_or_prefix: str, number: int | None = None
-    ) -> tuple[Occurrence, Attempt]:
+    async def attempt(self, id_or_prefix: str, number: int | None = None) -> tuple[Occurrence, Attempt]:
         occ = await self.occurrence(id_or_prefix)
         attempts = await self.store.list_attempts(occ.id)
         if not attempts:

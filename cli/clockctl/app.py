@@ -31,6 +31,7 @@ def _global(
         typer.Option(
             "--store",
             envvar="CLOCKD_STORE",
+            metavar="URL",
             help="sqlite:///PATH or postgresql://… (default: sqlite at $CLOCKD_HOME/clockd.db)",
         ),
     ] = None,

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from clockd.errors import ClockdError
 
+
 def _width(stream: object) -> int | None:
     # Piped output is read by scripts and pagers: never cut a table to 80 columns.
     isatty = getattr(stream, "isatty", None)

@@ -60,9 +60,7 @@ def resolve_store(url: str | None, env: Mapping[str, str] | None = None) -> Stor
             return StoreLocation("sqlite", str(clockd_home(env) / "clockd.db"))
         return StoreLocation("sqlite", path)
     if "://" in url:
-        raise InvalidInput(
-            f"unsupported store URL {redact_dsn(url)!r}: use sqlite:///PATH or postgresql://…"
-        )
+        raise InvalidInput(f"unsupported store URL {redact_dsn(url)!r}: use sqlite:///PATH or postgresql://…")
     if url:
         return StoreLocation("sqlite", str(Path(url).expanduser()))
     return StoreLocation("sqlite", str(clockd_home(env) / "clockd.db"))
@@ -138,13 +136,14 @@ def coerce(key: str, value: Any, source: str) -> Any:
     default = getattr(Settings(), key)
     try:
         if isinstance(default, timedelta):
-            return value if isinstance(value, timedelta) else parse_duration(str(value))
+            if isinstance(value, timedelta):
+                return value
+            try:
+                return parse_duration(str(value))
+            except InvalidInput as exc:
+                raise InvalidInput(f"{source}: {key}: {exc.message}") from None
         if isinstance(default, bool):
-            return (
-                value
-                if isinstance(value, bool)
-                else str(value).lower() in ("1", "true", "yes", "on")
-            )
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
         if isinstance(default, int):
             number = int(value)
             if number < 1 and key != "output_limit":
@@ -165,9 +164,7 @@ def coerce(key: str, value: Any, source: str) -> Any:
     except InvalidInput:
         raise
     except (TypeError, ValueError):
-        raise InvalidInput(
-            f"{source}: {key}: {value!r} is not a valid {type(default).__name__}"
-        ) from None
+        raise InvalidInput(f"{source}: {key}: {value!r} is not a valid {type(default).__name__}") from None
 
 
 def env_values(env: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -133,7 +133,7 @@ class _Parsed:
 
 
 def _parse_item(spec: _Field, item: str) -> tuple[str, set[int], str | None, int | None]:
-    """One comma-separated item → (cronsim text, plain values, special kind, W day)."""
+    """One comma-separated item → (numeric text, plain values, special kind, W day)."""
     if item == "":
         raise InvalidCron(f"{spec.name}: empty item in the list")
     upper = item.upper()

@@ -34,15 +34,23 @@ missed). This relies on two facts about the zone data, checked for every zone
 by the test suite: a clock change shifts by at most 24 hours, and two changes
 are more than 26 hours apart, both in real time and in wall time (so one
 look-up 26 hours ahead tells whether a change lies in between, and by how much).
+The same facts make the first instant of each wall time increase with the wall
+time, which is how a result is known to be final before the next one is seen.
+
+Chained calls (``t = next_after(t)``) resume a cached enumeration keyed by the
+fire last returned: a pure cache, results never depend on it.
+
+Comparing: use ``Fire.utc`` (or ``local.astimezone(UTC)``); Python never treats a
+time inside a repeated hour as equal to one in another zone (PEP 495).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator
-from itertools import chain
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import chain
 from zoneinfo import ZoneInfo
 
 from clockd.core.cron import CronExpr
@@ -57,8 +65,10 @@ _SEARCH_YEARS = 50
 # Naive UTC ↔ aware UTC by arithmetic: several times cheaper than datetime.replace().
 _EPOCH = datetime(1970, 1, 1)  # noqa: DTZ001  naive UTC on purpose (internal arithmetic)
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
-# How many resumable chains (see next_after) one timeline keeps.
-_MAX_CURSORS = 256
+# How many resumable chains (see next_after) one timeline keeps. Chains that share a
+# timeline meet at the same instants, so a few slots serve many schedules; the bound
+# keeps memory small however many timelines are cached (~1 KB per slot).
+_MAX_CURSORS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +132,15 @@ class CronTimeline:
         if it is not None:
             # Resuming after a unique wall time: every later wall time maps to later
             # instants, so the first unique one is the answer.
+            zone = self.zone
             try:
                 wall = next(it)
+                off0 = zone.utcoffset(wall)
+                unique = off0 == zone.utcoffset(wall + _AHEAD)
             except (StopIteration, OverflowError):
                 return None
-            zone = self.zone
-            off0 = zone.utcoffset(wall)
-            if off0 == zone.utcoffset(wall + _AHEAD):
-                assert off0 is not None
+            if unique:
+                assert off0 is not None  # zoneinfo always knows the offset
                 result = _EPOCH_UTC + (wall - off0 - _EPOCH)
                 if len(cursors) >= _MAX_CURSORS:
                     cursors.clear()

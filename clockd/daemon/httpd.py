@@ -64,7 +64,5 @@ async def serve(addr: str, health: Health) -> asyncio.Server | None:
         )
         return None
     bound = server.sockets[0].getsockname() if server.sockets else addr
-    log.info(
-        "metrics on http://%s:%s/metrics", bound[0], bound[1], extra={"action": "metrics_listening"}
-    )
+    log.info("metrics on http://%s:%s/metrics", bound[0], bound[1], extra={"action": "metrics_listening"})
     return server

@@ -39,9 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="clockd",
         description="clockd: a cron replacement whose clockwork survives a machine dying.",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"clockd {__version__} (tzdata {tzdata_version()})"
-    )
+    parser.add_argument("--version", action="version", version=f"clockd {__version__} (tzdata {tzdata_version()})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -60,9 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
             choices=["auto", "text", "json", "journald"],
             help="log line format (default auto)",
         )
-        p.add_argument(
-            "--log-level", choices=["debug", "info", "warning", "error"], help="(default info)"
-        )
+        p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="(default info)")
 
     run = sub.add_parser("run", help="run the scheduler (every mode by default)")
     common(run)
@@ -77,12 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URLS",
         help="comma-separated etcd endpoints http://host:port (CLOCKD_ETCD)",
     )
-    run.add_argument(
-        "--cluster", metavar="NAME", help="cluster name, to share one etcd (default default)"
-    )
-    run.add_argument(
-        "--node-id", metavar="ID", help="this process's name among members (default hostname)"
-    )
+    run.add_argument("--cluster", metavar="NAME", help="cluster name, to share one etcd (default default)")
+    run.add_argument("--node-id", metavar="ID", help="this process's name among members (default hostname)")
     run.add_argument(
         "--queue",
         dest="queues",
@@ -102,9 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="logical shards (default 64; fixed for a cluster)",
     )
-    run.add_argument(
-        "--horizon", metavar="DURATION", help="how far ahead the materializer plans (default 2m)"
-    )
+    run.add_argument("--horizon", metavar="DURATION", help="how far ahead the materializer plans (default 2m)")
     run.add_argument(
         "--visibility-timeout",
         metavar="DURATION",
@@ -115,9 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how often a worker extends its leases (default 10s)",
     )
-    run.add_argument(
-        "--lease-ttl", metavar="DURATION", help="etcd lease TTL for leader and shards (default 10s)"
-    )
+    run.add_argument("--lease-ttl", metavar="DURATION", help="etcd lease TTL for leader and shards (default 10s)")
     run.add_argument(
         "--drain-grace",
         metavar="DURATION",
@@ -143,9 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     mig = sub.add_parser("migrate", help="apply database migrations")
     common(mig)
 
-    check = sub.add_parser(
-        "check-config", help="validate and print the effective config (secrets redacted)"
-    )
+    check = sub.add_parser("check-config", help="validate and print the effective config (secrets redacted)")
     common(check)
     return parser
 
@@ -177,9 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "migrate":
             applied = asyncio.run(_migrate(settings))
             sys.stderr.write(
-                f"applied {len(applied)} migration(s): {', '.join(applied)}\n"
-                if applied
-                else "schema is up to date\n"
+                f"applied {len(applied)} migration(s): {', '.join(applied)}\n" if applied else "schema is up to date\n"
             )
             return
         code = asyncio.run(_run(settings))
@@ -221,7 +205,10 @@ async def _run(settings: Settings) -> int:
         make_runner(),
         clock,
         leader=LeaderSettings(retention=settings.retention),
-        materializer=MaterializerSettings(horizon=settings.horizon),
+        materializer=MaterializerSettings(
+            horizon=settings.horizon,
+            hold_before_commit=float(os.environ.get("CLOCKD_FAULT_HOLD_BEFORE_COMMIT", "0") or 0),
+        ),
         relay=RelaySettings(lead=settings.relay_lead),
         worker=WorkerSettings(
             queues=settings.queues,
@@ -233,6 +220,7 @@ async def _run(settings: Settings) -> int:
             output_limit=settings.output_limit,
             worker_id=f"{settings.node_id}:{os.getpid()}",
         ),
+        max_clock_skew=settings.max_clock_skew,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

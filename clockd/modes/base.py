@@ -70,9 +70,7 @@ async def run_ticks(
                 return
             continue
         if failing:
-            log.info(
-                "%s: store reachable again", name, extra={"action": "store_reachable", "mode": name}
-            )
+            log.info("%s: store reachable again", name, extra={"action": "store_reachable", "mode": name})
             failing = False
         backoff.ok()
         if busy:

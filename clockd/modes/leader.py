@@ -21,6 +21,7 @@ from clockd.coord import Coordinator
 from clockd.core.clock import Clock
 from clockd.errors import FencedOut
 from clockd.modes.base import run_ticks
+from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
 from clockd.store import Fence, Store
 
@@ -43,7 +44,9 @@ class Leader:
         coord: Coordinator,
         clock: Clock,
         settings: LeaderSettings | None = None,
+        clock_watch: ClockWatch | None = None,
     ) -> None:
+        self.clock_watch = clock_watch
         self.store, self.coord, self.clock = store, coord, clock
         self.settings = settings or LeaderSettings()
         self._last_prune: float | None = None
@@ -54,6 +57,8 @@ class Leader:
 
     async def tick(self) -> bool:
         lease = self.coord.leader_lease()
+        if self.clock_watch is not None and not self.clock_watch.ok:
+            lease = None  # stepped down: our clock cannot be trusted to say what is due
         is_leader = lease is not None
         if is_leader != self._was_leader:
             self._was_leader = is_leader
@@ -74,9 +79,7 @@ class Leader:
             mono = self.clock.monotonic()
             if self._last_prune is None or mono - self._last_prune >= self.settings.prune_every:
                 self._last_prune = mono
-                pruned = await self.store.prune(
-                    fence, now - self.settings.retention, self.settings.prune_batch, now
-                )
+                pruned = await self.store.prune(fence, now - self.settings.retention, self.settings.prune_batch, now)
                 if pruned:
                     log.info(
                         "pruned %d occurrences",

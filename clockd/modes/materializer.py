@@ -29,6 +29,7 @@ from clockd.core.planning import plan_schedule
 from clockd.core.spec import compile_spec
 from clockd.errors import ClockdError, FencedOut
 from clockd.modes.base import run_ticks
+from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
 from clockd.store import CursorAdvance, Fence, NewOccurrence, Store
 
@@ -41,6 +42,10 @@ class MaterializerSettings:
     batch: int = 1000  # schedules per read
     instants_per_schedule: int = 500  # per schedule per tick; the cursor continues next tick
     interval: float = 0.5  # seconds between ticks when idle
+    # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_BEFORE_COMMIT): hold each
+    # batch this long between the lease check and the commit, as a GC pause or a VM
+    # migration would. Zero in production.
+    hold_before_commit: float = 0.0
 
 
 class Materializer:
@@ -50,7 +55,9 @@ class Materializer:
         coord: Coordinator,
         clock: Clock,
         settings: MaterializerSettings | None = None,
+        clock_watch: ClockWatch | None = None,
     ) -> None:
+        self.clock_watch = clock_watch
         self.store, self.coord, self.clock = store, coord, clock
         self.settings = settings or MaterializerSettings()
 
@@ -59,16 +66,14 @@ class Materializer:
 
     async def tick(self) -> bool:
         """One pass over the owned shards; True when a full batch was read (more waiting)."""
-        leases = {
-            lease.shard: lease for lease in self.coord.shard_leases() if lease.shard is not None
-        }
+        leases = {lease.shard: lease for lease in self.coord.shard_leases() if lease.shard is not None}
         metrics.shards_owned.set(len(leases))
+        if self.clock_watch is not None and not self.clock_watch.ok:
+            return False  # stepped down: our clock cannot be trusted to say what is due
         if not leases:
             return False
         now = self.clock.now()
-        due = await self.store.due_schedules(
-            sorted(leases), now + self.settings.horizon, self.settings.batch
-        )
+        due = await self.store.due_schedules(sorted(leases), now + self.settings.horizon, self.settings.batch)
         if not due:
             return False
         by_shard: dict[int, list[Schedule]] = defaultdict(list)
@@ -100,9 +105,7 @@ class Materializer:
                     extra={"action": "schedule_invalid", "schedule": d.name},
                 )
                 continue
-            plan = plan_schedule(
-                schedule, spec.next_after, until, now, self.settings.instants_per_schedule
-            )
+            plan = plan_schedule(schedule, spec.next_after, until, now, self.settings.instants_per_schedule)
             for p in plan.occurrences:
                 occurrences.append(
                     NewOccurrence(
@@ -118,24 +121,25 @@ class Materializer:
                         reason=p.reason,
                     )
                 )
-            cursors.append(
-                CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, plan.next_run_at)
-            )
+            cursors.append(CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, plan.next_run_at))
         # The deadline check comes last, right before the write: planning took time.
         if not lease.valid(self.clock.monotonic()):
             return
-        try:
-            result = await self.store.materialize(
-                Fence(lease.resource, lease.token), occurrences, cursors, now
+        if self.settings.hold_before_commit > 0:
+            log.warning(
+                "fault injection: holding a batch for %.1fs before commit",
+                self.settings.hold_before_commit,
+                extra={"action": "fault_hold", "shard": lease.shard},
             )
+            await asyncio.sleep(self.settings.hold_before_commit)
+        try:
+            result = await self.store.materialize(Fence(lease.resource, lease.token), occurrences, cursors, now)
         except FencedOut:
             metrics.fenced_writes_rejected.labels(resource_kind="shard").inc()
             self.coord.lost(lease)
             raise
         missed = sum(1 for o in occurrences if o.state is OccurrenceState.MISSED)
-        metrics.occurrences_materialized.labels(state="SCHEDULED").inc(
-            result.inserted - min(missed, result.inserted)
-        )
+        metrics.occurrences_materialized.labels(state="SCHEDULED").inc(result.inserted - min(missed, result.inserted))
         if missed:
             metrics.occurrences_materialized.labels(state="MISSED").inc(missed)
         if result.inserted:

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Protocol
 
 from clockd.coord import Coordinator
 from clockd.core.clock import Clock
+from clockd.modes.clockwatch import ClockWatch
 from clockd.modes.leader import Leader, LeaderSettings
 from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.modes.relay import Relay, RelaySettings
@@ -43,14 +45,18 @@ class Supervisor:
         materializer: MaterializerSettings | None = None,
         relay: RelaySettings | None = None,
         worker: WorkerSettings | None = None,
+        max_clock_skew: timedelta = timedelta(seconds=2),
     ) -> None:
         self.modes = tuple(modes)
         self.store, self.coord = store, coord
         self.services: dict[str, Service] = {}
+        self.clock_watch = ClockWatch(store, clock, max_clock_skew)
+        if "leader" in self.modes or "materializer" in self.modes:
+            self.services["clock-watch"] = self.clock_watch
         if "leader" in self.modes:
-            self.services["leader"] = Leader(store, coord, clock, leader)
+            self.services["leader"] = Leader(store, coord, clock, leader, self.clock_watch)
         if "materializer" in self.modes:
-            self.services["materializer"] = Materializer(store, coord, clock, materializer)
+            self.services["materializer"] = Materializer(store, coord, clock, materializer, self.clock_watch)
         if "relay" in self.modes:
             self.services["relay"] = Relay(store, clock, relay)
         if "worker" in self.modes:
@@ -67,13 +73,12 @@ class Supervisor:
             modes=self.modes,
         )
         tasks = {
-            asyncio.create_task(svc.run(stopping), name=f"clockd-{name}"): name
-            for name, svc in self.services.items()
+            asyncio.create_task(svc.run(stopping), name=f"clockd-{name}"): name for name, svc in self.services.items()
         }
         log.info(
             "clockd running: %s",
-            ", ".join(self.services),
-            extra={"action": "started", "modes": ",".join(self.services)},
+            ", ".join(self.modes),
+            extra={"action": "started", "modes": ",".join(self.modes)},
         )
         if on_ready is not None:
             result = on_ready()

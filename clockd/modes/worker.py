@@ -284,13 +284,9 @@ class Worker:
             if not tokens:
                 continue
             try:
-                held = await self.store.extend_leases(
-                    tokens, self.settings.lease_for, self.clock.now()
-                )
+                held = await self.store.extend_leases(tokens, self.settings.lease_for, self.clock.now())
             except StoreError as exc:
-                log.warning(
-                    "heartbeat failed: %s", exc.message, extra={"action": "heartbeat_failed"}
-                )
+                log.warning("heartbeat failed: %s", exc.message, extra={"action": "heartbeat_failed"})
                 continue
             for token in tokens:
                 entry = self.running.get(token)

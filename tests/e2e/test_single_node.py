@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -78,7 +79,7 @@ def test_failing_job_is_retried_with_backoff_then_dead(clockd: Clockd) -> None:
     assert [a["outcome"] for a in attempts] == ["failed", "failed", "failed"]
     assert attempts[0]["output"] == "failing\n"
     # Backoff: each retry starts after the previous attempt finished.
-    for before, after in zip(attempts, attempts[1:], strict=False):
+    for before, after in itertools.pairwise(attempts):
         assert parse(after["started_at"]) >= parse(before["finished_at"])
 
 
@@ -158,6 +159,7 @@ def test_pause_stops_new_occurrences_and_resume_does_not_replay(clockd: Clockd) 
     paused_doc = clockd.ctl_json("pause", "ticker")
     assert paused_doc["state"] == "paused"
     paused_at = datetime.now(UTC)
+
     # Runs that were already claimed may finish; nothing new is created once paused.
     def live() -> int:
         return len([r for r in clockd.runs("ticker") if r["state"] != "CANCELED"])

@@ -121,7 +121,6 @@ class EtcdServer:
             self._log = open(self.logfile, "ab")  # kept open for the process' whole life
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-            start_new_session=True,
         )
         track(self.proc.pid)
         self.frozen = False

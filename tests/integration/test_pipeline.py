@@ -128,9 +128,7 @@ async def test_every_instant_runs_exactly_once(node: Node) -> None:
 
 async def test_failed_attempt_is_retried_with_backoff_and_same_id(node: Node) -> None:
     node.runner.fail_attempts = {1}
-    await node.ops.add(
-        cron("retry", "0 * * * *", retry=RetryPolicy(retries=2, backoff=timedelta(seconds=20)))
-    )
+    await node.ops.add(cron("retry", "0 * * * *", retry=RetryPolicy(retries=2, backoff=timedelta(seconds=20))))
     await node.advance(timedelta(minutes=62), step=timedelta(seconds=10))
     occ = await node.store.list_occurrences(None, 10)
     assert len(occ) == 1 and occ[0].state is OccurrenceState.SUCCEEDED and occ[0].attempts == 2
@@ -165,3 +163,17 @@ async def test_pause_cancels_pending_and_resume_starts_from_now(node: Node) -> N
     paused_window = [o for o in ran if T0 + timedelta(minutes=4) < o.scheduled_for <= resumed_at]
     assert paused_window == []
     assert any(o.scheduled_for > resumed_at for o in ran)
+
+
+async def test_clock_skew_makes_leader_and_materializer_step_down(node: Node) -> None:
+    from clockd.modes.clockwatch import ClockWatch
+
+    # The manual clock says 2026-03-28; the store's clock (SQLite: this host's) says otherwise.
+    watch = ClockWatch(node.store, node.clock, timedelta(seconds=2))
+    offset = await watch.measure()
+    assert abs(offset) > 2 and watch.ok is False
+    node.materializer.clock_watch = watch
+    await node.ops.add(cron("skewed", "* * * * *"))
+    node.clock.advance(timedelta(minutes=5))
+    assert await node.materializer.tick() is False
+    assert await node.store.list_occurrences(None, 10, None) == []

@@ -16,7 +16,7 @@ Transitions used (tzdata 2026):
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from itertools import islice
+from itertools import islice, pairwise
 
 import pytest
 
@@ -275,7 +275,7 @@ def test_start_inside_a_repeated_hour_never_yields_earlier_or_equal(
             fires = list(islice(tl.fires_after(start), 6))
             assert fires, (expr, tz, start)
             assert all(f.utc > start for f in fires)
-            assert all(a.utc < b.utc for a, b in zip(fires, fires[1:]))
+            assert all(a.utc < b.utc for a, b in pairwise(fires))
             assert tl.next_after(start) == fires[0].utc
             if not tl.expr.is_interval:
                 walls = [f.local.replace(tzinfo=None) for f in fires]
@@ -346,3 +346,17 @@ def test_end_of_calendar_terminates() -> None:
 def test_naive_start_is_refused() -> None:
     with pytest.raises(ValueError):
         timeline("0 9 * * *", "UTC").next_after(datetime(2026, 1, 1))  # noqa: DTZ001  refused on purpose
+
+
+def test_interleaved_chains_on_one_timeline_stay_correct() -> None:
+    # Several schedules share one (cached) timeline; their chains resume cached cursors.
+    tl = timeline("*/10 * * * *", "Europe/Paris")
+    reference = timeline("*/10 * * * *", "Europe/Paris")
+    starts = [instant("2026-10-24T20:00:00Z") + timedelta(minutes=7 * k) for k in range(12)]
+    cursors: list[datetime | None] = list(starts)
+    for _ in range(60):
+        for i, t in enumerate(cursors):
+            assert t is not None
+            nxt = tl.next_after(t)
+            assert nxt == next(iter(reference.fires_after(t))).utc
+            cursors[i] = nxt

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from itertools import islice
+from itertools import islice, pairwise
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -56,7 +56,7 @@ def check(ref: Reference, tz: str, start: datetime) -> list[Fire]:
     fires = list(islice(tl.fires_after(start), FIRES))
     utcs = [f.utc for f in fires]
     assert all(t > start for t in utcs)
-    assert all(a < b for a, b in zip(utcs, utcs[1:]))
+    assert all(a < b for a, b in pairwise(utcs))
     for fire in fires:
         assert fire.utc.tzinfo is UTC and fire.local.tzinfo is zone
         wall = fire.local.replace(tzinfo=None)

@@ -132,7 +132,9 @@ def _plain(r: random.Random, low: int, high: int, names: list[str] | None, offse
     return f"{a}/{n}", set(range(a, high + 1, n)), False
 
 
-def _field(r: random.Random, low: int, high: int, names: list[str] | None, offset: int, star: float) -> tuple[str, set[int], bool]:
+def _field(
+    r: random.Random, low: int, high: int, names: list[str] | None, offset: int, star: float
+) -> tuple[str, set[int], bool]:
     if r.random() < star:
         return "*", set(range(low, high + 1)), True
     items = [_plain(r, low, high, names, offset) for _ in range(r.choice([1, 1, 1, 2, 3]))]
@@ -308,7 +310,11 @@ def _expand(text: str, low: int, high: int) -> set[int]:
     out: set[int] = set()
     for item in text.split(","):
         base, _, step = item.partition("/")
-        a, b = (low, high) if base == "*" else tuple(map(int, base.split("-"))) if "-" in base else (int(base), int(base))
+        if base == "*":
+            a, b = low, high
+        else:
+            first, _, last = base.partition("-")
+            a, b = int(first), int(last or first)
         out |= set(range(a, b + 1, int(step) if step else 1))
     return out
 

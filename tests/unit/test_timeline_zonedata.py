@@ -17,8 +17,7 @@ import importlib.resources
 import struct
 from datetime import UTC, datetime, timedelta
 from functools import cache
-
-import pytest
+from itertools import pairwise
 
 from clockd.core.zones import available_zones, get_zone
 
@@ -125,7 +124,7 @@ def test_zone_data_meets_the_timeline_assumptions() -> None:
         for when, before, after in changes:
             if abs(after - before) > MAX_SHIFT.total_seconds():
                 problems.append(f"{name}: shift at {datetime.fromtimestamp(when, UTC)}")
-        for (t1, b1, a1), (t2, b2, a2) in zip(changes, changes[1:]):
+        for (t1, b1, a1), (t2, b2, a2) in pairwise(changes):
             at = datetime.fromtimestamp(t1, UTC)
             if t2 - t1 <= AHEAD.total_seconds():
                 problems.append(f"{name}: changes at {at} too close in real time")

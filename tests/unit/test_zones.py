@@ -6,8 +6,8 @@ import zoneinfo
 from datetime import UTC, datetime
 
 import pytest
-
 import tzdata
+
 from clockd.core.zones import available_zones, get_zone, suggest_zones, tzdata_version
 from clockd.errors import InvalidInput, UnknownZone
 

@@ -12,19 +12,19 @@ from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
 from clockctl.render import attempt_doc, occurrence_doc, short
 
-Output = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
+Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("runs")
     @handle_errors
     def runs(
-        name: Annotated[str | None, typer.Argument(help="schedule name (default: all)")] = None,
-        limit: Annotated[int, typer.Option("--limit", "-n", help="how many, newest first")] = 20,
-        upcoming: Annotated[
-            bool, typer.Option("--upcoming", help="also list planned occurrences not yet due")
-        ] = False,
-        tenant: Annotated[str, typer.Option("--tenant")] = "default",
+        name: Annotated[
+            str | None, typer.Argument(metavar="NAME", help="schedule name (default: all)", show_default=False)
+        ] = None,
+        limit: Annotated[int, typer.Option("--limit", "-n", metavar="N", help="how many, newest first")] = 20,
+        upcoming: Annotated[bool, typer.Option("--upcoming", help="also list planned occurrences not yet due")] = False,
+        tenant: Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant of the schedule")] = "default",
         output: Output = OutputFormat.table,
     ) -> None:
         """List occurrences newest first: state, attempts, times, exit code."""
@@ -62,10 +62,10 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def logs(
         occurrence: Annotated[
-            str, typer.Argument(help="occurrence id (or a unique prefix of 6+ characters)")
+            str, typer.Argument(metavar="OCCURRENCE", help="occurrence id (or a unique prefix of 6+ characters)")
         ],
         attempt: Annotated[
-            int | None, typer.Option("--attempt", help="attempt number (default: the latest)")
+            int | None, typer.Option("--attempt", metavar="N", help="attempt number (default: the latest)")
         ] = None,
         output: Output = OutputFormat.table,
     ) -> None:

@@ -21,7 +21,7 @@ from clockctl.render import (
     when,
 )
 from clockd.core.durations import parse_duration
-from clockd.core.instants import parse_instant
+from clockd.core.instants import format_instant, parse_instant
 from clockd.core.model import (
     CommandTarget,
     NoopTarget,
@@ -36,9 +36,9 @@ from clockd.core.spec import compile_spec
 from clockd.errors import InvalidInput
 from clockd.ops import Change, Ops, next_runs, spec_of
 
-Output = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
-Tenant = Annotated[str, typer.Option("--tenant", help="tenant the schedule belongs to")]
-NameArg = Annotated[str, typer.Argument(help="schedule name")]
+Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
+Tenant = Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant the schedule belongs to")]
+NameArg = Annotated[str, typer.Argument(metavar="NAME", help="schedule name")]
 
 
 def build_definition(
@@ -62,7 +62,7 @@ def build_definition(
         raise InvalidInput("give one of a cron expression, --at or --every")
     if at:
         kind, expr, command = ScheduleKind.ONCE, "", args
-        expr = parse_instant(at, tz, datetime.now(UTC)).isoformat()
+        expr = format_instant(parse_instant(at, tz, datetime.now(UTC)))
     elif every:
         kind, expr, command = ScheduleKind.EVERY, every, args
     else:
@@ -76,9 +76,7 @@ def build_definition(
         target = NoopTarget()
     else:
         if not command:
-            raise InvalidInput(
-                "missing the command: put it after --, e.g. -- /usr/local/bin/report.sh"
-            )
+            raise InvalidInput("missing the command: put it after --, e.g. -- /usr/local/bin/report.sh")
         if shell:
             target = CommandTarget(argv=(" ".join(command),), shell=True, env=_env(env), cwd=cwd)
         else:
@@ -120,42 +118,35 @@ def register(app: typer.Typer) -> None:
     def add(
         args: Annotated[
             list[str] | None,
-            typer.Argument(help="cron expression (unless --at/--every), then -- COMMAND ARGS..."),
+            typer.Argument(
+                metavar="[EXPR] -- COMMAND [ARGS]...",
+                help="cron expression (unless --at/--every), then -- COMMAND ARGS...",
+            ),
         ] = None,
         at: Annotated[
-            str | None, typer.Option("--at", help="run once at INSTANT (ISO 8601, or now+2s)")
+            str | None, typer.Option("--at", metavar="INSTANT", help="run once at INSTANT (ISO 8601, or now+2s)")
         ] = None,
         every: Annotated[
-            str | None, typer.Option("--every", help="run at a fixed rate, e.g. 90m (ignores DST)")
+            str | None, typer.Option("--every", metavar="DURATION", help="run at a fixed rate, e.g. 90m (ignores DST)")
         ] = None,
-        tz: Annotated[str, typer.Option("--tz", help="IANA time zone of the expression")] = "UTC",
+        tz: Annotated[str, typer.Option("--tz", metavar="ZONE", help="IANA time zone of the expression")] = "UTC",
         name: Annotated[
-            str | None, typer.Option("--name", help="unique name (default: the command's basename)")
+            str | None, typer.Option("--name", metavar="NAME", help="unique name (default: the command's basename)")
         ] = None,
-        queue: Annotated[
-            str, typer.Option("--queue", help="queue whose workers run it")
-        ] = "default",
+        queue: Annotated[str, typer.Option("--queue", metavar="QUEUE", help="queue whose workers run it")] = "default",
         timeout: Annotated[
-            str | None, typer.Option("--timeout", help="kill an attempt after DURATION, e.g. 30m")
+            str | None, typer.Option("--timeout", metavar="DURATION", help="kill an attempt after DURATION, e.g. 30m")
         ] = None,
-        retries: Annotated[
-            int, typer.Option("--retries", help="retries after a failed attempt")
-        ] = 2,
+        retries: Annotated[int, typer.Option("--retries", metavar="N", help="retries after a failed attempt")] = 2,
         backoff: Annotated[
-            str, typer.Option("--backoff", help="first retry delay; doubles, with full jitter")
+            str, typer.Option("--backoff", metavar="DURATION", help="first retry delay; doubles, with full jitter")
         ] = "10s",
-        shell: Annotated[
-            bool, typer.Option("--shell", help="run the command string through /bin/sh -c")
-        ] = False,
+        shell: Annotated[bool, typer.Option("--shell", help="run the command string through /bin/sh -c")] = False,
         env: Annotated[
-            list[str] | None, typer.Option("--env", help="KEY=VALUE for the job (repeatable)")
+            list[str] | None, typer.Option("--env", metavar="KEY=VALUE", help="KEY=VALUE for the job (repeatable)")
         ] = None,
-        cwd: Annotated[
-            str | None, typer.Option("--cwd", help="working directory of the job")
-        ] = None,
-        noop: Annotated[
-            bool, typer.Option("--noop", help="a built-in target that does nothing (testing)")
-        ] = False,
+        cwd: Annotated[str | None, typer.Option("--cwd", metavar="DIR", help="working directory of the job")] = None,
+        noop: Annotated[bool, typer.Option("--noop", help="a built-in target that does nothing (testing)")] = False,
         tenant: Tenant = "default",
         output: Output = OutputFormat.table,
     ) -> None:
@@ -187,7 +178,7 @@ def register(app: typer.Typer) -> None:
     @app.command("list")
     @handle_errors
     def list_(
-        tenant: Annotated[str | None, typer.Option("--tenant", help="only this tenant")] = None,
+        tenant: Annotated[str | None, typer.Option("--tenant", metavar="TENANT", help="only this tenant")] = None,
         output: Output = OutputFormat.table,
     ) -> None:
         """List schedules."""
@@ -211,9 +202,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("show")
     @handle_errors
-    def show(
-        name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table
-    ) -> None:
+    def show(name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table) -> None:
         """Show a schedule: definition, next runs and recent occurrences."""
 
         async def go(ops: Ops) -> tuple[Schedule, list[Occurrence]]:
@@ -256,9 +245,7 @@ def register(app: typer.Typer) -> None:
             ("overlap", doc["overlap"]),
             (
                 "window",
-                "strict"
-                if schedule.definition.window == timedelta(0)
-                else dur(schedule.definition.window) or "",
+                "strict" if schedule.definition.window == timedelta(0) else dur(schedule.definition.window) or "",
             ),
         ]
         for key, value in rows:
@@ -282,9 +269,7 @@ def register(app: typer.Typer) -> None:
     def _change_command(verb: str, help_text: str) -> None:
         @app.command(verb, help=help_text)
         @handle_errors
-        def change(
-            name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table
-        ) -> None:
+        def change(name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table) -> None:
             async def go(ops: Ops) -> Change:
                 if verb == "pause":
                     return await ops.pause(name, tenant)
@@ -300,21 +285,15 @@ def register(app: typer.Typer) -> None:
             extra = f"; canceled {result.canceled} pending occurrence(s)" if result.canceled else ""
             console.print(f"{past} {result.schedule.name}{extra}")
             if verb == "resume" and result.schedule.next_run_at:
-                console.print(
-                    f"next run: {local(result.schedule.next_run_at, result.schedule.definition.tz)}"
-                )
+                console.print(f"next run: {local(result.schedule.next_run_at, result.schedule.definition.tz)}")
 
     _change_command("pause", "Pause a schedule: no new occurrences until resumed.")
-    _change_command(
-        "resume", "Resume a paused schedule from now on (the paused period is not replayed)."
-    )
+    _change_command("resume", "Resume a paused schedule from now on (the paused period is not replayed).")
     _change_command("rm", "Delete a schedule (its history stays until retention prunes it).")
 
     @app.command("run-now")
     @handle_errors
-    def run_now(
-        name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table
-    ) -> None:
+    def run_now(name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table) -> None:
         """Run a schedule once now, as an extra occurrence with its own id."""
         occ = with_ops(lambda ops: ops.run_now(name, tenant))
         if output is OutputFormat.json:

@@ -1,0 +1,14 @@
+-- Statements of the PostgreSQL store that have no SQLite counterpart: SQLite
+-- serializes every writer with its file lock, PostgreSQL needs an explicit lock for
+-- the migrator. Kept out of queries.sql so the parity test compares like with like.
+
+-- name: migration_lock
+-- Held until the end of the migration's transaction: concurrent `clockd migrate` runs
+-- (or two daemons' migrate calls) apply each migration once, one after the other.
+-- The key is 'clockd' in ASCII, a constant every release keeps.
+SELECT pg_advisory_xact_lock(109317376404324);
+
+-- name: server_time
+-- The server's clock for the clock-offset check (SQLite has no server: the local
+-- clock). clock_timestamp(), not now(): now() is the transaction's start.
+SELECT clock_timestamp();

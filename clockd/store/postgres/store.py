@@ -1,0 +1,1055 @@
+"""``PostgresStore``: the shared store (psycopg 3, asyncio, one connection pool).
+
+Connections: a ``psycopg_pool.AsyncConnectionPool`` (``min_size``..``max_size``), opened
+by ``open()`` and closed by ``close()``. Every connection starts with
+``plan_cache_mode = force_custom_plan`` (a statement prepared while the queue was
+empty kept a generic plan after a bulk load: 240 ms instead of 8 ms per claim),
+``jit = off`` (compiling costs more than these short statements) and ``TimeZone = UTC``
+(psycopg then hands back ``datetime.UTC`` instants), sent as startup ``options`` so
+they cost no round trip. Connections run in autocommit: a read is one statement, a
+write is one explicit transaction (``conn.transaction()``) that commits or rolls back
+entirely.
+
+Schema: ``open()`` only *checks* it (unlike SQLite it never migrates: several
+processes share the database, and an upgrade is an operator's decision) and raises
+``SchemaMismatch`` when it is behind (run ``clockd migrate``) or ahead (upgrade clockd).
+``migrate()`` works on an open or a closed store, takes an advisory lock per
+migration transaction, and applies each pending migration once.
+
+Errors: psycopg's are translated once, in ``_call``: connection failures →
+``StoreUnavailable`` (the pool then checks its idle connections, so the next call gets
+a live one after a server restart), deadlocks and lock timeouts → ``StoreLocked``,
+missing tables → ``SchemaMismatch``; unique violations are translated where they
+mean something (``Conflict``). The DSN's password never appears in a message.
+
+Concurrency: the hot paths pick rows with ``FOR UPDATE SKIP LOCKED`` inside
+``id = ANY(ARRAY(SELECT …))``, so several relays and workers share the tables without
+waiting on each other; a finishing worker locks its dispatch rows (``leases_held``)
+and the reaper skips locked rows, so a finish and a reap of one lease never both
+apply. The claim and the relay are one statement each (a chain of data-modifying
+CTEs); the materializer is fence + cursor ``UPDATE … FROM unnest`` + one
+``INSERT … ON CONFLICT DO NOTHING`` that also writes the outbox rows.
+
+ANALYZE: the store never runs it. Every statement is planned with its real
+parameters (``force_custom_plan``), the row estimates follow the table's physical
+size between ANALYZEs, and the hot statements are ordered index scans with a LIMIT
+(``dispatch_ready``, ``outbox_available``, ``schedules_due`` end in the tie-breaking
+id), which the planner picks whatever the statistics say. Autovacuum's ANALYZE
+(after 10 % of a table changed) keeps the rest honest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeAlias, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from clockd.config import redact_dsn
+from clockd.core.model import (
+    Attempt,
+    AttemptOutcome,
+    Occurrence,
+    OccurrenceState,
+    Schedule,
+    ScheduleDef,
+    ScheduleState,
+)
+from clockd.errors import (
+    Conflict,
+    FencedOut,
+    NotFound,
+    SchemaMismatch,
+    StoreLocked,
+    StoreUnavailable,
+)
+from clockd.store import (
+    Backlog,
+    Claim,
+    Completion,
+    CursorAdvance,
+    Fence,
+    MaterializeResult,
+    NewOccurrence,
+    Reaped,
+)
+from clockd.store.codec import definition_from_dict, definition_from_parts, definition_json, spec_json
+from clockd.store.sql import load_migrations, load_queries
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Conn: TypeAlias = psycopg.AsyncConnection[tuple[Any, ...]]
+Pool: TypeAlias = AsyncConnectionPool[Conn]
+
+_PACKAGE: Final = __package__ or "clockd.store.postgres"
+Q = load_queries(_PACKAGE)
+PG = load_queries(_PACKAGE, "postgres_only.sql")
+MIGRATIONS: Final = load_migrations(_PACKAGE)
+KNOWN_VERSION: Final = MIGRATIONS[-1].version if MIGRATIONS else 0
+
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+# Every connection of the store, set at connection start (no round trip).
+SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c TimeZone=UTC"
+
+_FINISH_STATES = frozenset({OccurrenceState.SUCCEEDED, OccurrenceState.DEAD, OccurrenceState.RETRY_WAIT})
+_PLANNED_STATES = frozenset({OccurrenceState.SCHEDULED}) | {s for s in OccurrenceState if s.terminal}
+_DEFINITION_CACHE_MAX = 8192
+_END_OF_TIME = datetime.max.replace(tzinfo=UTC)
+_LEASE_LOST = "lease expired (worker crashed, paused or partitioned)"
+
+
+class PostgresStore:
+    """The ``Store`` port on a PostgreSQL database. See the module docstring."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        self.dsn = dsn
+        self.min_size = min_size
+        self.max_size = max_size
+        self.connect_timeout = connect_timeout
+        # Writes refused by the fence (a zombie materializer or leader); a metric.
+        self.fenced_writes_rejected: int = 0
+        self.display = redact_dsn(dsn)
+        self._where, self._password = _describe(dsn)
+        self._pool: Pool | None = None
+        # (schedule_id, version) -> definition; versions never change once written.
+        self._definitions: dict[tuple[str, int], ScheduleDef] = {}
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.display!r})"
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of every connection: the session settings are appended to
+        whatever ``options`` the DSN already carries."""
+        given = conninfo_to_dict(self.dsn)
+        options = f"{given['options']} {SESSION_OPTIONS}" if given.get("options") else SESSION_OPTIONS
+        kwargs: dict[str, Any] = {"autocommit": True, "options": options}
+        if "connect_timeout" not in given:
+            kwargs["connect_timeout"] = max(1, round(self.connect_timeout))
+        return kwargs
+
+    async def _connect(self) -> Conn:
+        """One connection outside the pool (the schema check, ``migrate`` on a closed store)."""
+        try:
+            return await psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs())
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {self._where} ({self._message(exc)}): start it or fix --store"
+            ) from exc
+
+    async def _call(self, fn: Callable[[Conn], Awaitable[T]], *, write: bool) -> T:
+        """Run ``fn`` on a pooled connection: as one transaction (``write``), or as the
+        autocommit read it is."""
+        pool = self._pool
+        if pool is None:
+            raise StoreUnavailable(f"store {self.display} is not open")
+        try:
+            async with pool.connection(timeout=self.connect_timeout) as conn:
+                if not write:
+                    return await fn(conn)
+                async with conn.transaction():
+                    return await fn(conn)
+        except PoolTimeout as exc:
+            raise StoreUnavailable(
+                f"no connection to PostgreSQL at {self._where} within {self.connect_timeout:g} s "
+                f"({self._message(exc)}): is the server up and reachable?"
+            ) from exc
+        except psycopg.Error as exc:
+            translated = self._translate(exc)
+            if isinstance(translated, StoreUnavailable):
+                await self._check_pool(pool)
+            raise translated from exc
+
+    async def _check_pool(self, pool: Pool) -> None:
+        """After a connection failure, drop the pool's other dead connections (a server
+        restart kills them all), so the next call gets a fresh one instead of failing too."""
+        try:
+            await pool.check()
+        except Exception:  # best effort: the next call reports whatever is still wrong
+            log.debug("pool check failed", exc_info=True, extra={"action": "pg_pool_check_failed"})
+
+    def _message(self, exc: BaseException) -> str:
+        """The driver's message on one line, with the DSN's password (if any) hidden."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if self._password:
+            text = text.replace(self._password, "***")
+        return text
+
+    def _translate(self, exc: psycopg.Error) -> Exception:
+        """A driver error as a clockd error that says what happened and what to do."""
+        where = self._where
+        message = self._message(exc)
+        if isinstance(exc, (pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)):
+            return StoreLocked(f"PostgreSQL at {where}: {message}: nothing was committed; retry")
+        if isinstance(exc, pg_errors.SerializationFailure):
+            return StoreLocked(f"PostgreSQL at {where}: {message}: nothing was committed; retry")
+        if isinstance(exc, pg_errors.UndefinedTable):
+            return SchemaMismatch(
+                f"clockd's tables are missing in {self.display} ({message}): "
+                f"run `clockd migrate --store {self.display}`"
+            )
+        if isinstance(exc, pg_errors.DiskFull):
+            return StoreUnavailable(f"PostgreSQL at {where} is out of disk ({message}): nothing was written")
+        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            return StoreUnavailable(
+                f"PostgreSQL at {where} failed ({message}): the call did not complete; the next call reconnects"
+            )
+        # Integrity and programming errors are bugs, not outages: keep them visible.
+        return exc
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, check the schema, open the pool. Raises ``StoreUnavailable`` (server
+        unreachable, refused login) or ``SchemaMismatch`` (behind: run ``clockd migrate``;
+        ahead: upgrade clockd). Never migrates."""
+        if self._pool is not None:
+            return
+        conn = await self._connect()
+        try:
+            await self._check_schema(conn, apply=False)
+        except psycopg.Error as exc:
+            raise self._translate(exc) from exc
+        finally:
+            await conn.close()
+        pool: Pool = AsyncConnectionPool(
+            self.dsn,
+            kwargs=self._connect_kwargs(),
+            min_size=self.min_size,
+            max_size=self.max_size,
+            open=False,
+            timeout=self.connect_timeout,
+            name="clockd",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.connect_timeout)
+        except PoolTimeout as exc:
+            await pool.close()
+            raise StoreUnavailable(
+                f"cannot reach PostgreSQL at {self._where} (no connection within "
+                f"{self.connect_timeout:g} s): start it or fix --store"
+            ) from exc
+        self._pool = pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def migrate(self) -> list[str]:
+        """See the port. Works on a closed store too (``clockd migrate`` does not open)."""
+        pool = self._pool
+        try:
+            if pool is not None:
+                async with pool.connection(timeout=self.connect_timeout) as conn:
+                    return await self._migrate(conn)
+            conn = await self._connect()
+            try:
+                return await self._migrate(conn)
+            finally:
+                await conn.close()
+        except PoolTimeout as exc:
+            raise StoreUnavailable(f"no connection to PostgreSQL at {self._where}: {self._message(exc)}") from exc
+        except psycopg.Error as exc:
+            raise self._translate(exc) from exc
+
+    async def _check_schema(self, conn: Conn, *, apply: bool) -> set[int]:
+        """The applied versions. Raises ``SchemaMismatch`` on a schema newer than this
+        release, or (``apply`` false) on one older than it."""
+        exists = await (await conn.execute(Q["schema_migrations_exists"])).fetchone()
+        applied: set[int] = set()
+        if exists:
+            rows = await (await conn.execute(Q["schema_migrations_list"])).fetchall()
+            applied = {int(v) for v, _ in rows}
+        newest = max(applied, default=0)
+        if newest > KNOWN_VERSION:
+            raise SchemaMismatch(
+                f"database schema {newest:04d} of {self.display} is newer than this clockd "
+                f"(knows {KNOWN_VERSION:04d}): upgrade clockd"
+            )
+        missing = [m for m in MIGRATIONS if m.version not in applied]
+        if missing and not apply:
+            raise SchemaMismatch(
+                f"database schema is at {newest:04d}, this clockd needs {KNOWN_VERSION:04d}: "
+                f"run `clockd migrate --store {self.display}`"
+            )
+        return applied
+
+    async def _migrate(self, conn: Conn) -> list[str]:
+        """Apply pending migrations, each in its own transaction with its record, under
+        the migration lock; what is applied is re-read under the lock, so two migrators
+        at once apply each migration once."""
+        done: list[str] = []
+        for migration in MIGRATIONS:
+            async with conn.transaction():
+                await conn.execute(PG["migration_lock"])
+                await conn.execute(Q["schema_migrations_create"])
+                applied = await self._check_schema(conn, apply=True)
+                if migration.version in applied:
+                    continue
+                await conn.execute(migration.sql)  # a script: several statements, no parameters
+                await conn.execute(
+                    Q["schema_migration_record"],
+                    {"version": migration.version, "name": migration.name, "applied_at": datetime.now(UTC)},
+                )
+                done.append(migration.label)
+        for label in done:
+            log.info(
+                "applied migration %s to %s",
+                label,
+                self.display,
+                extra={"action": "store_migrated", "migration": label},
+            )
+        return done
+
+    # -- fence -----------------------------------------------------------------------------
+
+    async def _advance_fence(self, conn: Conn, fence: Fence) -> None:
+        """Move ``fences(resource)`` to our token unless a larger one is stored; if it is
+        larger, raise ``FencedOut`` (the caller's transaction rolls back: nothing commits).
+        The row lock taken here makes writers of one resource wait for each other."""
+        cur = await conn.execute(Q["fence_advance"], {"resource": fence.resource, "token": fence.token})
+        row = await cur.fetchone()
+        if row is not None and row[0] == fence.token:
+            return
+        stored = await (await conn.execute(Q["fence_get"], {"resource": fence.resource})).fetchone()
+        self.fenced_writes_rejected += 1  # one event loop: no lock needed
+        log.warning(
+            "fenced out of %s: token %d, stored %s",
+            fence.resource,
+            fence.token,
+            stored[0] if stored else None,
+            extra={"action": "store_fenced_out", "resource": fence.resource},
+        )
+        raise FencedOut(
+            f"fenced out of {fence.resource}: our token {fence.token} is older than "
+            f"{stored[0] if stored else '?'}; nothing was committed"
+        )
+
+    async def next_token(self, resource: str) -> int:
+        async def run(conn: Conn) -> int:
+            row = await (await conn.execute(Q["counter_next"], {"name": resource})).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return await self._call(run, write=True)
+
+    # -- schedules -------------------------------------------------------------------------
+
+    async def create_schedule(
+        self,
+        schedule_id: str,
+        definition: ScheduleDef,
+        shard: int,
+        next_run_at: datetime | None,
+        now: datetime,
+    ) -> Schedule:
+        params = {
+            "id": schedule_id,
+            "tenant": definition.tenant,
+            "name": definition.name,
+            "kind": definition.kind.value,
+            "expr": definition.expr,
+            "tz": definition.tz,
+            "queue": definition.queue,
+            "next_run_at": _opt_utc(next_run_at),
+            "shard": shard,
+            "now": _utc(now),
+            "spec": spec_json(definition),
+        }
+
+        async def run(conn: Conn) -> None:
+            try:
+                await conn.execute(Q["schedule_insert"], params)
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name == "schedules_live_name":
+                    raise Conflict(
+                        f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}"
+                    ) from exc
+                if exc.diag.constraint_name == "schedules_pkey":
+                    raise Conflict(f"schedule id {schedule_id} already exists") from exc
+                raise
+            await conn.execute(
+                Q["schedule_version_insert"],
+                {
+                    "schedule_id": schedule_id,
+                    "version": 1,
+                    "state": ScheduleState.ACTIVE.value,
+                    "now": params["now"],
+                    "definition": definition_json(definition),
+                    "reason": "created",
+                },
+            )
+
+        await self._call(run, write=True)
+        stamp = _utc(now)
+        return Schedule(
+            id=schedule_id,
+            version=1,
+            state=ScheduleState.ACTIVE,
+            definition=definition,
+            next_run_at=_opt_utc(next_run_at),
+            shard=shard,
+            created_at=stamp,
+            updated_at=stamp,
+        )
+
+    async def get_schedule(self, tenant: str, name: str) -> Schedule | None:
+        async def run(conn: Conn) -> Schedule | None:
+            cur = await conn.execute(Q["schedule_get_by_name"], {"tenant": tenant, "name": name})
+            row = await cur.fetchone()
+            return None if row is None else _schedule(row)
+
+        return await self._call(run, write=False)
+
+    async def get_schedule_by_id(self, schedule_id: str) -> Schedule | None:
+        """Any state, deleted included (callers check ``state``)."""
+
+        async def run(conn: Conn) -> Schedule | None:
+            row = await (await conn.execute(Q["schedule_get"], {"id": schedule_id})).fetchone()
+            return None if row is None else _schedule(row)
+
+        return await self._call(run, write=False)
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        async def run(conn: Conn) -> list[Schedule]:
+            rows = await (await conn.execute(Q["schedules_list"], {"tenant": tenant})).fetchall()
+            return [_schedule(row) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def change_schedule(
+        self,
+        schedule_id: str,
+        expected_version: int,
+        definition: ScheduleDef,
+        state: ScheduleState,
+        next_run_at: datetime | None,
+        now: datetime,
+        reason: str,
+    ) -> tuple[Schedule, int]:
+        """See the port. A deleted (or unknown) schedule raises ``NotFound``."""
+        stamp = _utc(now)
+        params = {
+            "id": schedule_id,
+            "expected_version": expected_version,
+            "tenant": definition.tenant,
+            "name": definition.name,
+            "kind": definition.kind.value,
+            "expr": definition.expr,
+            "tz": definition.tz,
+            "queue": definition.queue,
+            "state": state.value,
+            "next_run_at": _opt_utc(next_run_at),
+            "now": stamp,
+            "spec": spec_json(definition),
+        }
+
+        async def run(conn: Conn) -> tuple[Schedule, int]:
+            try:
+                row = await (await conn.execute(Q["schedule_update"], params)).fetchone()
+            except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != "schedules_live_name":
+                    raise
+                raise Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}") from exc
+            if row is None:
+                current = await (await conn.execute(Q["schedule_get"], {"id": schedule_id})).fetchone()
+                if current is None:
+                    raise NotFound(f"no schedule with id {schedule_id}")
+                found = _schedule(current)
+                if found.state is ScheduleState.DELETED:
+                    raise NotFound(f"schedule {found.name!r} ({schedule_id}) was deleted")
+                raise Conflict(
+                    f"schedule {found.name!r} was changed meanwhile: it is at version "
+                    f"{found.version}, not {expected_version}; read it again and retry"
+                )
+            schedule = _schedule(row)
+            await conn.execute(Q["schedule_version_close"], {"schedule_id": schedule_id, "now": stamp})
+            await conn.execute(
+                Q["schedule_version_insert"],
+                {
+                    "schedule_id": schedule_id,
+                    "version": schedule.version,
+                    "state": state.value,
+                    "now": stamp,
+                    "definition": definition_json(definition),
+                    "reason": reason,
+                },
+            )
+            cancel = {
+                "schedule_id": schedule_id,
+                "version": schedule.version,
+                "include_manual": state is ScheduleState.DELETED,
+                "reason": reason,
+                "now": stamp,
+            }
+            await conn.execute(Q["cancel_outbox"], cancel)
+            await conn.execute(Q["cancel_dispatch"], cancel)
+            canceled = (await conn.execute(Q["cancel_occurrences"], cancel)).rowcount
+            return schedule, canceled
+
+        return await self._call(run, write=True)
+
+    async def schedule_versions(
+        self, schedule_id: str
+    ) -> list[tuple[int, datetime, datetime | None, ScheduleDef, ScheduleState]]:
+        async def run(
+            conn: Conn,
+        ) -> list[tuple[int, datetime, datetime | None, ScheduleDef, ScheduleState]]:
+            cur = await conn.execute(Q["schedule_versions_list"], {"schedule_id": schedule_id})
+            return [
+                (
+                    int(version),
+                    _utc(valid_from),
+                    _opt_utc(valid_to),
+                    definition_from_dict(definition),
+                    ScheduleState(state),
+                )
+                for version, valid_from, valid_to, definition, state in await cur.fetchall()
+            ]
+
+        return await self._call(run, write=False)
+
+    # -- occurrences (clockctl) ------------------------------------------------------------
+
+    async def add_manual_occurrence(
+        self, schedule: Schedule, occurrence_id: str, max_attempts: int, now: datetime
+    ) -> Occurrence:
+        stamp = _utc(now)
+
+        async def run(conn: Conn) -> None:
+            try:
+                await conn.execute(
+                    Q["occurrence_insert_manual"],
+                    {
+                        "id": occurrence_id,
+                        "schedule_id": schedule.id,
+                        "version": schedule.version,
+                        "tenant": schedule.definition.tenant,
+                        "queue": schedule.definition.queue,
+                        "now": stamp,
+                        "max_attempts": max_attempts,
+                    },
+                )
+            except pg_errors.ForeignKeyViolation as exc:
+                raise NotFound(f"no schedule with id {schedule.id}") from exc
+            except pg_errors.UniqueViolation as exc:
+                raise Conflict(f"occurrence {occurrence_id} already exists") from exc
+            await conn.execute(Q["outbox_insert"], {"ids": [occurrence_id]})
+
+        await self._call(run, write=True)
+        return Occurrence(
+            id=occurrence_id,
+            schedule_id=schedule.id,
+            schedule_name=schedule.name,
+            version=schedule.version,
+            scheduled_for=stamp,
+            available_at=stamp,
+            state=OccurrenceState.SCHEDULED,
+            attempts=0,
+            queue=schedule.definition.queue,
+            manual=True,
+        )
+
+    async def list_occurrences(
+        self, schedule_id: str | None = None, limit: int = 50, before: datetime | None = None
+    ) -> list[Occurrence]:
+        bound = _END_OF_TIME if before is None else _utc(before)
+
+        async def run(conn: Conn) -> list[Occurrence]:
+            if schedule_id is None:
+                cur = await conn.execute(Q["occurrences_list"], {"limit": limit, "before": bound})
+            else:
+                cur = await conn.execute(
+                    Q["occurrences_list_by_schedule"],
+                    {"schedule_id": schedule_id, "limit": limit, "before": bound},
+                )
+            return [_occurrence(row) for row in await cur.fetchall()]
+
+        return await self._call(run, write=False)
+
+    async def get_occurrence(self, id_or_prefix: str) -> Occurrence | None:
+        key = id_or_prefix.strip().lower()
+
+        async def run(conn: Conn) -> Occurrence | None:
+            row = await (await conn.execute(Q["occurrence_get"], {"id": key})).fetchone()
+            if row is not None:
+                return _occurrence(row)
+            if len(key) < 6:
+                return None
+            cur = await conn.execute(Q["occurrence_by_prefix"], {"prefix": key, "prefix_end": key + "\U0010ffff"})
+            rows = await cur.fetchall()
+            if len(rows) > 1:
+                raise Conflict(
+                    f"occurrence prefix {key!r} is ambiguous ({rows[0][0]}, {rows[1][0]}, …): give more characters"
+                )
+            return _occurrence(rows[0]) if rows else None
+
+        return await self._call(run, write=False)
+
+    async def list_attempts(self, occurrence_id: str) -> list[Attempt]:
+        async def run(conn: Conn) -> list[Attempt]:
+            cur = await conn.execute(Q["attempts_list"], {"occurrence_id": occurrence_id})
+            return [
+                Attempt(
+                    occurrence_id=occ,
+                    number=number,
+                    lease_token=token,
+                    worker_id=worker,
+                    started_at=_utc(started),
+                    outcome=AttemptOutcome(outcome),
+                    finished_at=_opt_utc(finished),
+                    exit_code=exit_code,
+                    signal=signal,
+                    output=output,
+                    error=error,
+                )
+                for occ, number, token, worker, started, outcome, finished, exit_code, signal, output, error in (
+                    await cur.fetchall()
+                )
+            ]
+
+        return await self._call(run, write=False)
+
+    # -- materializer ----------------------------------------------------------------------
+
+    async def due_schedules(self, shards: Sequence[int], until: datetime, limit: int) -> list[Schedule]:
+        if not shards or limit <= 0:
+            return []
+        params = {"shards": list(dict.fromkeys(shards)), "until": _utc(until), "limit": limit}
+
+        async def run(conn: Conn) -> list[Schedule]:
+            return [_schedule(row) for row in await (await conn.execute(Q["due_schedules"], params)).fetchall()]
+
+        return await self._call(run, write=False)
+
+    async def materialize(
+        self,
+        fence: Fence,
+        occurrences: Sequence[NewOccurrence],
+        cursors: Sequence[CursorAdvance],
+        now: datetime,
+    ) -> MaterializeResult:
+        stamp = _utc(now)
+        advance = _columns(
+            [(c.schedule_id, c.version, _opt_utc(c.expected), _opt_utc(c.next_run_at)) for c in cursors], 4
+        )
+        for o in occurrences:
+            if o.state not in _PLANNED_STATES:
+                raise ValueError(f"cannot materialize occurrence {o.id} as {o.state}")
+        planned = [
+            (
+                (o.schedule_id, o.version),
+                (
+                    o.id, o.schedule_id, o.version, o.tenant, o.queue, _utc(o.scheduled_for),
+                    _utc(o.available_at), o.state.value, o.max_attempts, o.reason,
+                    None if o.state is OccurrenceState.SCHEDULED else stamp,
+                ),
+            )
+            for o in occurrences
+        ]  # fmt: skip
+
+        async def run(conn: Conn) -> MaterializeResult:
+            await self._advance_fence(conn, fence)
+            moved: set[tuple[str, int]] = set()
+            if cursors:
+                cur = await conn.execute(
+                    Q["materialize_advance"],
+                    {"ids": advance[0], "versions": advance[1], "expected": advance[2], "next_run_at": advance[3]},
+                )
+                moved = {(sid, int(version)) for sid, version in await cur.fetchall()}
+            rows = [row for key, row in planned if key in moved]
+            inserted = 0
+            if rows:
+                (ids, schedule_ids, versions, tenants, queues, scheduled_for, available_at, states,
+                 max_attempts, reasons, finished_at) = _columns(rows, 11)  # fmt: skip
+                cur = await conn.execute(
+                    Q["materialize_insert"],
+                    {
+                        "ids": ids,
+                        "schedule_ids": schedule_ids,
+                        "versions": versions,
+                        "tenants": tenants,
+                        "queues": queues,
+                        "scheduled_for": scheduled_for,
+                        "available_at": available_at,
+                        "states": states,
+                        "max_attempts": max_attempts,
+                        "reasons": reasons,
+                        "finished_at": finished_at,
+                    },
+                )
+                inserted = len(await cur.fetchall())
+            return MaterializeResult(inserted=inserted, advanced=len(moved), stale=len(cursors) - len(moved))
+
+        return await self._call(run, write=True)
+
+    # -- relay -----------------------------------------------------------------------------
+
+    async def relay(self, until: datetime, limit: int, now: datetime) -> int:
+        if limit <= 0:
+            return 0
+        params = {"until": _utc(until), "limit": limit, "now": _utc(now)}
+
+        async def run(conn: Conn) -> int:
+            return (await conn.execute(Q["relay_dispatch"], params)).rowcount
+
+        return await self._call(run, write=True)
+
+    # -- worker ----------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        queues: Sequence[str],
+        worker_id: str,
+        limit: int,
+        lease_for: timedelta,
+        now: datetime,
+    ) -> list[Claim]:
+        if limit <= 0 or not queues:
+            return []
+        stamp = _utc(now)
+        lease_until = stamp + lease_for
+        params = {
+            "queues": list(dict.fromkeys(queues)),
+            "worker_id": worker_id,
+            "limit": limit,
+            "now": stamp,
+            "lease_until": lease_until,
+        }
+
+        async def run(conn: Conn) -> list[Claim]:
+            rows = await (await conn.execute(Q["claim_lease"], params)).fetchall()
+            if not rows:
+                return []
+            definitions = await self._definitions_for(conn, {(row[3], int(row[4])) for row in rows})
+            claims: list[Claim] = []
+            for occ, token, attempt, schedule_id, version, scheduled_for, max_attempts in rows:
+                definition = definitions[(schedule_id, int(version))]
+                retry = definition.retry
+                claims.append(
+                    Claim(
+                        occurrence_id=occ,
+                        lease_token=token,
+                        attempt=int(attempt),
+                        schedule_id=schedule_id,
+                        schedule_name=definition.name,
+                        version=int(version),
+                        scheduled_for=_utc(scheduled_for),
+                        target=definition.target,
+                        timeout=definition.timeout,
+                        max_attempts=int(max_attempts),
+                        retry_backoff=retry.backoff,
+                        retry_backoff_max=retry.backoff_max,
+                        permanent_exit_codes=retry.permanent_exit_codes,
+                        lease_until=lease_until,
+                    )
+                )
+            return claims
+
+        return await self._call(run, write=True)
+
+    async def _definitions_for(self, conn: Conn, keys: set[tuple[str, int]]) -> dict[tuple[str, int], ScheduleDef]:
+        cache = self._definitions
+        missing = [key for key in keys if key not in cache]
+        if missing:
+            if len(cache) + len(missing) > _DEFINITION_CACHE_MAX:
+                cache.clear()
+            cur = await conn.execute(
+                Q["schedule_definitions"],
+                {"schedule_ids": [k[0] for k in missing], "versions": [k[1] for k in missing]},
+            )
+            for schedule_id, version, document in await cur.fetchall():
+                cache[(schedule_id, int(version))] = definition_from_dict(document)
+        return {key: cache[key] for key in keys}
+
+    async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:
+        if not tokens:
+            return set()
+        params = {"tokens": list(dict.fromkeys(tokens)), "lease_until": _utc(now) + lease_for}
+
+        async def run(conn: Conn) -> set[str]:
+            return {row[0] for row in await (await conn.execute(Q["leases_extend"], params)).fetchall()}
+
+        return await self._call(run, write=True)
+
+    async def finish(self, completions: Sequence[Completion], now: datetime) -> set[str]:
+        if not completions:
+            return set()
+        by_token: dict[str, Completion] = {}
+        for c in completions:
+            if c.next_state not in _FINISH_STATES:
+                raise ValueError(f"a completion cannot lead to {c.next_state}")
+            if c.outcome is AttemptOutcome.RUNNING:
+                raise ValueError("a completion's outcome cannot be 'running'")
+            by_token.setdefault(c.lease_token, c)
+        stamp = _utc(now)
+        tokens = list(by_token)
+
+        async def run(conn: Conn) -> set[str]:
+            held = await (await conn.execute(Q["leases_held"], {"tokens": tokens})).fetchall()
+            if not held:
+                return set()
+            rows: list[tuple[Any, ...]] = []
+            done: list[int] = []
+            retry: list[tuple[int, datetime]] = []
+            for dispatch_id, occ, token, attempt in held:
+                c = by_token[token]
+                reason = None
+                if c.next_state is OccurrenceState.DEAD:
+                    reason = c.error or f"attempt {attempt} {c.outcome.value}" + (
+                        f" (exit code {c.exit_code})" if c.exit_code is not None else ""
+                    )
+                rows.append(
+                    (occ, attempt, c.outcome.value, c.exit_code, c.signal, _text(c.output), _opt_text(c.error),
+                     c.next_state.value, _opt_text(reason))
+                )  # fmt: skip
+                if c.next_state is OccurrenceState.RETRY_WAIT:
+                    retry.append((dispatch_id, stamp if c.retry_at is None else _utc(c.retry_at)))
+                else:
+                    done.append(dispatch_id)
+            occ_ids, attempts, outcomes, exit_codes, signals, outputs, errors, next_states, reasons = _columns(rows, 9)
+            # Four independent writes: one pipeline, one round trip.
+            async with conn.pipeline():
+                await conn.execute(
+                    Q["finish_attempts"],
+                    {
+                        "now": stamp,
+                        "occurrence_ids": occ_ids,
+                        "attempts": attempts,
+                        "outcomes": outcomes,
+                        "exit_codes": exit_codes,
+                        "signals": signals,
+                        "outputs": outputs,
+                        "errors": errors,
+                    },
+                )
+                await conn.execute(
+                    Q["finish_occurrences"],
+                    {
+                        "now": stamp,
+                        "occurrence_ids": occ_ids,
+                        "exit_codes": exit_codes,
+                        "errors": errors,
+                        "next_states": next_states,
+                        "reasons": reasons,
+                    },
+                )
+                if done:
+                    await conn.execute(Q["dispatch_delete"], {"ids": done})
+                if retry:
+                    retry_ids, visible_at = _columns(retry, 2)
+                    await conn.execute(Q["dispatch_retry"], {"ids": retry_ids, "visible_at": visible_at})
+            return {row[2] for row in held}
+
+        return await self._call(run, write=True)
+
+    async def release(self, tokens: Sequence[str], now: datetime) -> int:
+        """See the port. ``visible_at`` is left as it was (already due)."""
+        if not tokens:
+            return 0
+        params = {"tokens": list(dict.fromkeys(tokens))}
+
+        async def run(conn: Conn) -> int:
+            held = await (await conn.execute(Q["leases_held"], params)).fetchall()
+            if not held:
+                return 0
+            async with conn.pipeline():
+                await conn.execute(
+                    Q["release_attempts"],
+                    {"occurrence_ids": [row[1] for row in held], "attempts": [row[3] for row in held]},
+                )
+                await conn.execute(Q["release_occurrences"], {"ids": [row[1] for row in held]})
+                await conn.execute(Q["dispatch_unlease"], {"ids": [row[0] for row in held], "visible_at": None})
+            return len(held)
+
+        return await self._call(run, write=True)
+
+    # -- leader ----------------------------------------------------------------------------
+
+    async def reap_expired(self, fence: Fence, limit: int, now: datetime) -> list[Reaped]:
+        stamp = _utc(now)
+
+        async def run(conn: Conn) -> list[Reaped]:
+            await self._advance_fence(conn, fence)
+            picked = await (await conn.execute(Q["reap_pick"], {"now": stamp, "limit": limit})).fetchall()
+            if not picked:
+                return []
+            again = [row for row in picked if row[2] < row[3]]
+            dead = [row for row in picked if row[2] >= row[3]]
+            async with conn.pipeline():
+                await conn.execute(
+                    Q["reap_attempts"],
+                    {
+                        "occurrence_ids": [row[1] for row in picked],
+                        "attempts": [row[2] for row in picked],
+                        "now": stamp,
+                        "error": _LEASE_LOST,
+                    },
+                )
+                if again:
+                    await conn.execute(Q["dispatch_unlease"], {"ids": [row[0] for row in again], "visible_at": stamp})
+                    await conn.execute(Q["reap_retry"], {"ids": [row[1] for row in again]})
+                if dead:
+                    await conn.execute(Q["dispatch_delete"], {"ids": [row[0] for row in dead]})
+                    await conn.execute(Q["reap_dead"], {"ids": [row[1] for row in dead], "now": stamp})
+            return [
+                Reaped(
+                    occurrence_id=occ,
+                    attempt=int(attempt),
+                    next_state=OccurrenceState.RETRY_WAIT if attempt < max_attempts else OccurrenceState.DEAD,
+                )
+                for _, occ, attempt, max_attempts in picked
+            ]
+
+        return await self._call(run, write=True)
+
+    async def prune(self, fence: Fence, before: datetime, limit: int, now: datetime) -> int:
+        params = {"before": _utc(before), "limit": limit}
+
+        async def run(conn: Conn) -> int:
+            await self._advance_fence(conn, fence)
+            return (await conn.execute(Q["prune"], params)).rowcount
+
+        return await self._call(run, write=True)
+
+    # -- observation -----------------------------------------------------------------------
+
+    async def backlog(self, now: datetime) -> Backlog:
+        params = {"now": _utc(now)}
+
+        async def run(conn: Conn) -> Backlog:
+            row = await (await conn.execute(Q["backlog"], params)).fetchone()
+            assert row is not None
+            due, outbox, queued, running, oldest = row
+            return Backlog(
+                due_schedules=int(due),
+                outbox=int(outbox),
+                queued=int(queued),
+                running=int(running),
+                oldest_queued_at=_opt_utc(oldest),
+            )
+
+        return await self._call(run, write=False)
+
+    async def server_time(self) -> datetime:
+        """The server's clock now (``clock_timestamp()``, not the transaction's start)."""
+
+        async def run(conn: Conn) -> datetime:
+            row = await (await conn.execute(PG["server_time"])).fetchone()
+            assert row is not None
+            return _utc(row[0])
+
+        return await self._call(run, write=False)
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def _utc(instant: datetime) -> datetime:
+    """``instant`` in UTC. Naive datetimes are refused, never guessed (as codec.to_us)."""
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ValueError(f"naive datetime {instant.isoformat()} given to the store: pass aware UTC")
+    return instant if instant.tzinfo is UTC else instant.astimezone(UTC)
+
+
+def _opt_utc(instant: datetime | None) -> datetime | None:
+    return None if instant is None else _utc(instant)
+
+
+def _text(text: str) -> str:
+    """PostgreSQL text cannot hold NUL; a job's output may. Stored as U+FFFD, the
+    character the runner already uses for bytes that are not UTF-8."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def _opt_text(text: str | None) -> str | None:
+    return None if text is None else _text(text)
+
+
+def _columns(rows: Iterable[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Rows → one list per column (each becomes one array parameter for unnest)."""
+    columns: list[list[Any]] = [[] for _ in range(width)]
+    for row in rows:
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    return columns
+
+
+def _describe(dsn: str) -> tuple[str, str | None]:
+    """``host:port/dbname`` for messages, and the password to scrub from driver messages."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return redact_dsn(dsn), None
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or "5432")
+    dbname = str(params.get("dbname") or params.get("user") or "postgres")
+    password = params.get("password")
+    return f"{host}:{port}/{dbname}", str(password) if password else None
+
+
+# -- row decoding ----------------------------------------------------------------------------
+
+
+def _schedule(row: Sequence[Any]) -> Schedule:
+    (sid, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+     created_at, updated_at, paused_at, spec) = row  # fmt: skip
+    return Schedule(
+        id=sid,
+        version=int(version),
+        state=ScheduleState(state),
+        definition=definition_from_parts(
+            name=name,
+            kind=kind,
+            expr=expr,
+            tz=tz,
+            queue=queue,
+            tenant=tenant,
+            spec=spec,
+        ),
+        next_run_at=_opt_utc(next_run_at),
+        shard=int(shard),
+        created_at=_utc(created_at),
+        updated_at=_utc(updated_at),
+        paused_at=_opt_utc(paused_at),
+    )
+
+
+def _occurrence(row: Sequence[Any]) -> Occurrence:
+    (oid, schedule_id, name, version, scheduled_for, available_at, state, attempts, queue,
+     manual, enqueued_at, started_at, finished_at, exit_code, reason) = row  # fmt: skip
+    return Occurrence(
+        id=oid,
+        schedule_id=schedule_id,
+        schedule_name=name,
+        version=int(version),
+        scheduled_for=_utc(scheduled_for),
+        available_at=_utc(available_at),
+        state=OccurrenceState(state),
+        attempts=int(attempts),
+        queue=queue,
+        manual=bool(manual),
+        enqueued_at=_opt_utc(enqueued_at),
+        started_at=_opt_utc(started_at),
+        finished_at=_opt_utc(finished_at),
+        exit_code=exit_code,
+        reason=reason,
+    )
+
+
+__all__ = ["KNOWN_VERSION", "MIGRATIONS", "PostgresStore"]

@@ -1,0 +1,215 @@
+"""Failure drills (DESIGN.md §8): real clockd processes, real PostgreSQL, real etcd.
+
+Each drill injects one failure under load and ends with a reconciliation: every
+instant each schedule should have fired is accounted for exactly once, and ran.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cluster import Cluster, now
+from tests.e2e.conftest import wait_for
+from tests.harness import EtcdServer, PostgresServer
+
+pytestmark = pytest.mark.e2e
+PY = sys.executable
+TTL = 3.0
+
+
+@pytest.fixture
+def cluster(pg_server: PostgresServer, etcd_server: EtcdServer, tmp_path: Path) -> Iterator[Cluster]:
+    name = f"drill_{uuid.uuid4().hex[:10]}"
+    dsn = pg_server.create_database(name)
+    c = Cluster(dsn, etcd_server.endpoints, tmp_path)
+    c.migrate()
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        pg_server.drop_database(name)
+
+
+def add_load(c: Cluster) -> None:
+    c.ctl("add", "--every", "1s", "--name", "tick-1s", "--noop")
+    c.ctl("add", "--every", "2s", "--name", "tick-2s", "--noop")
+    c.ctl("add", "*/1 * * * *", "--name", "minutely", "--noop")
+
+
+def succeeded(c: Cluster) -> int:
+    return int(c.rows("SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'")[0][0])
+
+
+def settle_and_reconcile(c: Cluster, start_at: object, timeout: float = 60) -> dict[str, int]:
+    end = now() - timedelta(seconds=2)
+
+    def ok() -> dict[str, int] | None:
+        try:
+            return c.reconcile(start_at, end)  # type: ignore[arg-type]  # datetime
+        except AssertionError:
+            return None
+
+    result = wait_for("every expected instant to be accounted for", ok, timeout, 0.5)
+    return result if result else c.reconcile(start_at, end)  # type: ignore[arg-type]
+
+
+def test_drill_1_sigkill_leader_standby_takes_over(cluster: Cluster) -> None:
+    cluster.start("n1", "leader,relay,worker")
+    cluster.start("n2", "leader,relay,worker")
+    cluster.start("m1", "materializer")
+    add_load(cluster)
+    start_at = now() + timedelta(seconds=1)
+    leader = wait_for("a leader", cluster.leader, 15)
+    wait_for("runs", lambda: succeeded(cluster) >= 3, 20)
+    leader.popen.kill()
+    killed = time.monotonic()
+    successor = wait_for("a new leader", lambda: (p := cluster.leader()) and p is not leader and p, TTL + 5 + 2)
+    assert time.monotonic() - killed <= TTL + 5 + 1
+    assert successor.name != leader.name
+    before = succeeded(cluster)
+    wait_for("runs under the new leader", lambda: succeeded(cluster) >= before + 5, 20)
+    report = settle_and_reconcile(cluster, start_at)
+    assert report["expected"] >= 10
+
+
+def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
+    cluster.start("n1", "leader,relay,worker")
+    zombie = cluster.start("m1", "materializer", env={"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": "1.5"})
+    add_load(cluster)
+    start_at = now() + timedelta(seconds=1)
+    # Freeze the materializer inside its commit window (after its lease check).
+    wait_for("m1 to hold a batch", lambda: zombie.actions("fault_hold"), 20)
+    os.kill(zombie.pid, signal.SIGSTOP)
+    cursor_before = cluster.rows("SELECT id, next_run_at FROM schedules")
+    successor = cluster.start("m2", "materializer")
+    wait_for("m2 to own all shards", lambda: len(successor.actions("shard_acquired")) >= 64, TTL + 15)
+    rows_before = len(cluster.rows("SELECT id FROM occurrences"))
+    wait_for("m2 to materialize", lambda: len(cluster.rows("SELECT id FROM occurrences")) > rows_before, 20)
+    os.kill(zombie.pid, signal.SIGCONT)
+    fenced = wait_for("the zombie's write to bounce off the fence", lambda: zombie.actions("fenced_out"), 15)
+    assert fenced
+    # No cursor moved backwards.
+    after = dict(cluster.rows("SELECT id, next_run_at FROM schedules"))
+    for sid, before in cursor_before:
+        if before is not None and after.get(sid) is not None:
+            assert after[sid] >= before
+    settle_and_reconcile(cluster, start_at)
+
+
+def _job_script(marks: Path, first_sleep: int) -> list[str]:
+    script = (
+        "import os,sys,time; d=sys.argv[1]; n=os.environ['CLOCKD_ATTEMPT']; "
+        "open(os.path.join(d, n), 'w').write(str(os.getpid())); "
+        f"time.sleep({first_sleep} if n == '1' else 0)"
+    )
+    return [PY, "-c", script, str(marks)]
+
+
+def _worker_of_attempt(cluster: Cluster, attempt: int) -> str:
+    rows = cluster.rows("SELECT worker_id FROM attempts WHERE attempt = %s", attempt)
+    return str(rows[0][0]) if rows else ""
+
+
+def test_drill_3_sigkill_worker_mid_job_redelivers(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.start("n1", "leader,relay,materializer")
+    cluster.start("w1", "worker")
+    cluster.start("w2", "worker")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    cluster.ctl("add", "--at", "now+2s", "--name", "job", "--", *_job_script(marks, 300))
+    wait_for("attempt 1", lambda: (marks / "1").exists(), 20)
+    first_pid = int(wait_for("pid", lambda: (marks / "1").read_text()))
+    owner = wait_for("attempt 1's worker", lambda: _worker_of_attempt(cluster, 1))
+    victim = cluster.procs[owner.split(":")[0]]
+    victim.popen.kill()
+    try:
+        wait_for(
+            "attempt 2 to succeed",
+            lambda: cluster.rows("SELECT 1 FROM occurrences WHERE state = 'SUCCEEDED' AND attempts = 2"),
+            30,
+        )
+        rows = cluster.rows("SELECT id FROM occurrences")
+        assert len(rows) == 1  # one occurrence, same id, two attempts
+        outcomes = cluster.rows("SELECT attempt, outcome FROM attempts ORDER BY attempt")
+        assert outcomes == [(1, "lost"), (2, "succeeded")]
+    finally:
+        if os.path.exists(f"/proc/{first_pid}"):
+            os.kill(first_pid, signal.SIGKILL)
+
+
+def test_drill_4_stale_worker_completion_is_rejected(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.start("n1", "leader,relay,materializer")
+    cluster.start("w1", "worker")
+    cluster.start("w2", "worker")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    cluster.ctl("add", "--at", "now+2s", "--name", "job", "--", *_job_script(marks, 2))
+    wait_for("attempt 1", lambda: (marks / "1").exists(), 20)
+    owner = wait_for("attempt 1's worker", lambda: _worker_of_attempt(cluster, 1))
+    stale = cluster.procs[owner.split(":")[0]]
+    os.kill(stale.pid, signal.SIGSTOP)
+    try:
+        wait_for(
+            "attempt 2 to succeed elsewhere",
+            lambda: cluster.rows("SELECT 1 FROM occurrences WHERE state = 'SUCCEEDED' AND attempts = 2"),
+            30,
+        )
+    finally:
+        os.kill(stale.pid, signal.SIGCONT)
+    wait_for("the stale completion to be rejected", lambda: stale.actions("stale_completion"), 20)
+    outcomes = cluster.rows("SELECT attempt, outcome FROM attempts ORDER BY attempt")
+    assert outcomes == [(1, "lost"), (2, "succeeded")]
+    assert cluster.rows("SELECT state, attempts FROM occurrences") == [("SUCCEEDED", 2)]
+
+
+def test_drill_5_postgres_restart_under_load(cluster: Cluster, pg_server: PostgresServer) -> None:
+    cluster.start("n1", "leader,materializer,relay,worker")
+    cluster.start("n2", "leader,materializer,relay,worker")
+    add_load(cluster)
+    start_at = now() + timedelta(seconds=1)
+    wait_for("runs", lambda: succeeded(cluster) >= 5, 20)
+    pg_server.restart()
+    before = succeeded(cluster)
+    wait_for("runs after the restart", lambda: succeeded(cluster) >= before + 5, 30, 0.5)
+    for proc in cluster.procs.values():
+        assert proc.alive(), f"{proc.name} died when PostgreSQL restarted"
+    settle_and_reconcile(cluster, start_at)
+
+
+def test_drill_6_etcd_outage_stops_materialization_then_drains(pg_server: PostgresServer, tmp_path: Path) -> None:
+    etcd = EtcdServer().start()
+    name = f"drill_{uuid.uuid4().hex[:10]}"
+    dsn = pg_server.create_database(name)
+    cluster = Cluster(dsn, etcd.endpoints, tmp_path)
+    try:
+        cluster.migrate()
+        cluster.start("n1", "leader,relay,worker")
+        cluster.start("m1", "materializer")
+        add_load(cluster)
+        start_at = now() + timedelta(seconds=1)
+        wait_for("runs", lambda: succeeded(cluster) >= 3, 20)
+        etcd.kill()
+        down_at = time.monotonic()
+        # Once every lease has passed its deadline, nothing new may be materialized.
+        time.sleep(TTL + 1)  # the deadline itself is what is being waited for
+        frozen_rows = len(cluster.rows("SELECT id FROM occurrences"))
+        while time.monotonic() - down_at < 30:
+            assert len(cluster.rows("SELECT id FROM occurrences")) == frozen_rows
+            time.sleep(1)
+        etcd.restart()
+        settle_and_reconcile(cluster, start_at, timeout=60)
+        for proc in cluster.procs.values():
+            assert proc.alive()
+    finally:
+        cluster.stop_all()
+        etcd.stop()
+        pg_server.drop_database(name)

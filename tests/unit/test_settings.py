@@ -1,0 +1,73 @@
+"""Daemon settings: precedence, validation, and the shipped example covering every key."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from clockd.config import Settings, load_settings, redact_dsn, resolve_store
+from clockd.errors import InvalidInput
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "clockd.yaml"
+
+
+def test_example_config_documents_every_key() -> None:
+    text = EXAMPLE.read_text()
+    documented = set(re.findall(r"^#?\s?([a-z_]+):", text, flags=re.M))
+    keys = {f.name for f in dataclasses.fields(Settings)}
+    assert keys - documented == set()
+    assert documented - keys == set()
+
+
+def test_example_config_loads_and_matches_defaults() -> None:
+    loaded = load_settings(config_path=str(EXAMPLE), env={})
+    defaults = Settings()
+    for f in dataclasses.fields(Settings):
+        if f.name in ("node_id", "concurrency"):
+            continue
+        assert getattr(loaded, f.name) == getattr(defaults, f.name), f.name
+
+
+def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "clockd.yaml"
+    cfg.write_text("cluster: from-file\nconcurrency: 3\nhorizon: 5m\n")
+    env = {"CLOCKD_CLUSTER": "from-env", "CLOCKD_CONCURRENCY": "4"}
+    s = load_settings({"cluster": "from-flag"}, str(cfg), env)
+    assert (s.cluster, s.concurrency, s.horizon.total_seconds()) == ("from-flag", 4, 300)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("concurrency: lots\n", "concurrency"),
+        ("horizon: soon\n", "horizon"),
+        ("modes: [leader, sorcerer]\n", "sorcerer"),
+        ("colour: blue\n", "unknown setting 'colour'"),
+        ("cluster: [unclosed\n", ":2"),
+    ],
+)
+def test_bad_config_names_file_and_key(tmp_path: Path, text: str, needle: str) -> None:
+    cfg = tmp_path / "clockd.yaml"
+    cfg.write_text(text)
+    with pytest.raises(InvalidInput) as err:
+        load_settings(config_path=str(cfg), env={})
+    assert needle in err.value.message
+    assert str(cfg) in err.value.message or "flag" in err.value.message
+
+
+def test_store_locations() -> None:
+    assert resolve_store("sqlite:///", {"CLOCKD_HOME": "/h"}).target == "/h/clockd.db"
+    assert resolve_store(None, {"CLOCKD_HOME": "/h"}).target == "/h/clockd.db"
+    assert resolve_store("sqlite:///var/x.db", {}).target == "/var/x.db"
+    assert resolve_store(None, {"CLOCKD_STORE": "postgresql://u:pw@h/db"}).kind == "postgresql"
+    with pytest.raises(InvalidInput):
+        resolve_store("mysql://x", {})
+
+
+def test_passwords_are_redacted() -> None:
+    assert "s3cret" not in redact_dsn("postgresql://clockd:s3cret@db:5432/clockd")
+    assert "s3cret" not in redact_dsn("host=db password=s3cret dbname=clockd")
+    assert "s3cret" not in redact_dsn("postgresql://db/clockd?password=s3cret")
