@@ -22,8 +22,10 @@ What a job gets, and why:
 * **Its own session and process group** (``start_new_session=True``): timeout,
   ``stop`` and cancellation signal the whole group with ``killpg``, so grandchildren
   die too. Termination is SIGTERM to the group, up to ``kill_grace`` for the main
-  process *and* the rest of the group to go, then SIGKILL to the group. A process
-  that leaves the group on purpose (``setsid``) escapes; only a cgroup catches that.
+  process *and* the rest of the group to go (zombies awaiting their reaper do not
+  count), then SIGKILL to whatever is left. A process that leaves the group on
+  purpose (``setsid``) escapes; only a cgroup catches that. If ``stop`` is already
+  set when ``run()`` is called, nothing is started (``STOPPED``).
 * **The main process's exit ends the run.** Processes it leaves behind in the
   background are *not* killed (cron semantics); their output is read for at most
   ``drain_timeout`` after the exit, then the pipe is closed. The same bound applies
@@ -32,8 +34,9 @@ What a job gets, and why:
   permission denied, bad argument): outcome ``ERROR``; ``permanent`` unless the
   cause is a passing shortage (``EAGAIN``, ``ENOMEM``, ``EMFILE``, ``ENFILE``,
   ``ETXTBSY``), which a retry may fix.
-* **Cancelling** ``run()`` SIGKILLs the process group, then lets ``CancelledError``
-  propagate: an abandoned run must not leave a job running unaccounted for.
+* **Cancelling** ``run()`` (even while the process is being started) SIGKILLs the
+  process group and waits (bounded) for the reap before ``CancelledError``
+  propagates: an abandoned run must not leave a job running unaccounted for.
 
 Mechanism: ``loop.subprocess_exec`` with a small ``SubprocessProtocol`` — the same
 machinery as ``asyncio.create_subprocess_exec``, without its ``StreamReader``. Two
@@ -113,7 +116,7 @@ class ProcessRunner:
         try:
             # Shielded: cancelled mid-start, asyncio would kill only the leader and
             # leave whatever it had already started running.
-            transport, _ = await spawn
+            transport, _ = await asyncio.shield(spawn)
         except asyncio.CancelledError:
             await _abandon_start(spawn, capture)
             raise
