@@ -50,6 +50,19 @@ bench: install servers ## Run the benchmarks and compare them with the issues' g
 bench-quick: install servers ## The benchmarks at reduced scale (under 2 minutes)
 	$(BIN)/python -m bench --quick
 
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
+.PHONY: install-systemd
+install-systemd: ## Install systemd units, sysusers and tmpfiles snippets (PREFIX=/usr/local, BINDIR, UNITDIR, DESTDIR)
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/lib/sysusers.d $(DESTDIR)$(PREFIX)/lib/tmpfiles.d
+	for u in clockd.service clockd@.service clockd.target; do \
+	  sed 's#/usr/local/bin/clockd#$(BINDIR)/clockd#' systemd/$$u > $(DESTDIR)$(UNITDIR)/$$u; \
+	  chmod 644 $(DESTDIR)$(UNITDIR)/$$u; done
+	install -m 644 systemd/clockd.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/clockd.conf
+	install -m 644 systemd/clockd.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/clockd.conf
+
 .PHONY: clean
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
