@@ -2,7 +2,7 @@
 
 * ``pg_server`` (session) — a ``harness.PostgresServer``.
 * ``pg_template`` (session) — name of a template database, built once per session:
-  created empty, then every ``clockd_pg_template(dsn)`` hook implementation runs on it
+  created empty, then every ``pytest_clockd_pg_template(dsn)`` hook implementation runs on it
   (a conftest registers migrations that way), then it is marked a template.
 * ``pg_dsn`` (function) — DSN of a fresh database copied from ``pg_template``,
   dropped after the test.
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness import EtcdCluster, EtcdServer, PostgresServer, require_binary
+from tests.harness import EtcdCluster, EtcdServer, PostgresServer, require_binary, teardown_on_sigterm
 from tests.harness import hooks as harness_hooks
 
 __all__ = ["require_binary"]
@@ -38,6 +38,11 @@ _ETCD_FIXTURES = {"etcd_server", "etcd_cluster"}
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(harness_hooks)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # A SIGTERM (a CI timeout, `timeout 600 pytest`) still tears the servers down.
+    teardown_on_sigterm()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -64,7 +69,7 @@ def pg_server() -> Iterator[PostgresServer]:
 def pg_template(pg_server: PostgresServer, pytestconfig: pytest.Config) -> str:
     pg_server.drop_database(PG_TEMPLATE)
     dsn = pg_server.create_database(PG_TEMPLATE)
-    pytestconfig.hook.clockd_pg_template(dsn=dsn)
+    pytestconfig.hook.pytest_clockd_pg_template(dsn=dsn)
     with pg_server.connect() as conn:
         conn.execute(f'ALTER DATABASE "{PG_TEMPLATE}" WITH IS_TEMPLATE true')
     return PG_TEMPLATE

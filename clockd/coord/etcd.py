@@ -237,7 +237,8 @@ class _Watch:
 
     async def cancel(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._raw.cancel(), REVOKE_TIMEOUT)
+            async with asyncio.timeout(REVOKE_TIMEOUT):
+                await self._raw.cancel()
 
 
 class _Etcd:
@@ -263,7 +264,8 @@ class _Etcd:
 
     async def _call(self, aw: Awaitable[Any], budget: float) -> Any:
         try:
-            result = await asyncio.wait_for(aw, timeout=max(budget, 0.05))
+            async with asyncio.timeout(max(budget, 0.05)):
+                result = await aw
         except (aetcd.ClientError, *_UNREACHABLE) as exc:
             raise self._translate(exc) from exc
         self._on_reachable(True, "")
@@ -336,17 +338,23 @@ class _Etcd:
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._client.close(), REVOKE_TIMEOUT)
+            async with asyncio.timeout(REVOKE_TIMEOUT):
+                await self._client.close()
 
 
 # -- the coordinator ---------------------------------------------------------------------
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:
-    """Wait until ``event`` is set or ``seconds`` pass, then clear it."""
+    """Wait until ``event`` is set or ``seconds`` pass, then clear it.
+
+    ``asyncio.timeout`` rather than ``wait_for``: on Python 3.11 ``wait_for`` swallows a
+    cancellation that arrives as the awaited event fires, and ``stop()`` does exactly
+    that (it sets the wake events, then cancels)."""
     if seconds > 0 and not event.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await event.wait()
     event.clear()
 
 
@@ -387,6 +395,8 @@ class EtcdCoordinator:
                 raise CoordError(f"{what} {value!r}: must be non-empty and contain no '/'")
         if shard_count < 1:
             raise CoordError("shard_count must be at least 1")
+        if isinstance(endpoints, str):  # "http://a:2379,http://b:2379" from a flag or env
+            endpoints = [e for e in endpoints.split(",") if e.strip()]
         self.endpoints = tuple(endpoints)
         self.cluster = cluster
         self.node_id = node_id
@@ -447,24 +457,25 @@ class EtcdCoordinator:
         self._modes = tuple(mode_list)
 
         etcd = self._client()
-        deadline = self._now() + self.connect_timeout
+        # Waiting for I/O is measured on the loop's clock; the injected clock is for lease
+        # deadlines (a manual clock in a test must not make this loop spin forever).
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
         while True:
-            left = deadline - self._now()
             try:
-                await etcd.get(self._k_leader, min(RPC_TIMEOUT, max(left, 0.05)))
-                await self._register(budget=min(RPC_TIMEOUT, max(deadline - self._now(), 0.5)))
+                await etcd.get(self._k_leader, min(RPC_TIMEOUT, max(deadline - loop.time(), 0.05)))
+                await self._register(min(RPC_TIMEOUT, max(deadline - loop.time(), 0.5)))
                 break
             except CoordError as exc:
-                if self._now() >= deadline:
+                if loop.time() >= deadline:
                     await self._close_client()
                     raise CoordError(
                         f"etcd unreachable at {', '.join(self.endpoints)}: start etcd or pass "
                         f"--etcd ({exc})"
                     ) from exc
-                await asyncio.sleep(min(0.2, max(deadline - self._now(), 0.0)))
+                await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0.0)))
 
         self._running = True
-        loop = asyncio.get_running_loop()
         names = {"session": self._session_loop(), "watch": self._watch_loop()}
         if lead:
             names["leader"] = self._leader_loop()
@@ -627,7 +638,7 @@ class EtcdCoordinator:
 
     async def _leader_loop(self) -> None:
         backoff = _Backoff()
-        while True:
+        while self._running:
             if self._leader_token is not None:
                 await self._hold_leader()
                 continue
@@ -729,7 +740,7 @@ class EtcdCoordinator:
 
     async def _session_loop(self) -> None:
         backoff = _Backoff()
-        while True:
+        while self._running:
             lease_id = self._session_id
             if lease_id is None:
                 await self._revoke_orphans()
@@ -762,7 +773,7 @@ class EtcdCoordinator:
     async def _watch_loop(self) -> None:
         backoff = _Backoff()
         etcd = self._client()
-        while True:
+        while self._running:
             try:
                 watch = await etcd.watch_prefix(self._prefix, RPC_TIMEOUT)
             except CoordError:
@@ -809,7 +820,7 @@ class EtcdCoordinator:
                 self._shard_wake.set()
 
     async def _shard_loop(self) -> None:
-        while True:
+        while self._running:
             await _wait(self._shard_wake, POLL_INTERVAL)
             with contextlib.suppress(CoordError):
                 await self._rebalance()

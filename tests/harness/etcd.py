@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from .procs import find_binary, free_port, tail, track, untrack
+from .procs import find_binary, free_port, tail, track, track_dir, untrack, untrack_dir
 
 _START_ATTEMPTS = 3
 _HEALTH_TIMEOUT = 20.0
@@ -44,7 +45,7 @@ class EtcdServer:
 
     def __init__(
         self,
-        name: str = "n0",
+        name: str | None = None,
         *,
         binary: str | None = None,
         client_port: int | None = None,
@@ -56,7 +57,9 @@ class EtcdServer:
         if path is None:
             raise EtcdError("etcd not found on PATH (run: make servers)")
         self.binary = path
-        self.name = name
+        # A unique member name lets healthy() tell our process from another etcd that
+        # grabbed the port while ours was down (ports are free only at probe time).
+        self.name = name or f"n0-{secrets.token_hex(4)}"
         self.client_port = client_port or free_port()
         self.peer_port = peer_port or free_port()
         self._fixed_ports = client_port is not None
@@ -101,6 +104,7 @@ class EtcdServer:
         """Start the process without waiting for health (a cluster spawns all members first)."""
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix=f"clockd-etcd-{self.name}-"))
+            track_dir(self.root)
         if self.proc is not None and self.proc.poll() is None:
             raise EtcdError(f"etcd {self.name} already running")
         cluster = self.initial_cluster or f"{self.name}={self.peer_url}"
@@ -126,11 +130,24 @@ class EtcdServer:
         self.frozen = False
 
     def healthy(self) -> bool:
+        """Our member answers on the client port and reports {"health":"true"}."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
         try:
+            listing = _http_json(f"{self.endpoint}/v3/cluster/member/list", body=b"{}",
+                                 timeout=0.5)
             body = _http_json(f"{self.endpoint}/health", timeout=0.5)
         except (OSError, ValueError, urllib.error.URLError):
             return False
-        return isinstance(body, dict) and body.get("health") == "true"
+        if not isinstance(listing, dict) or not isinstance(body, dict):
+            return False
+        header = listing.get("header")
+        me = header.get("member_id") if isinstance(header, dict) else None
+        members = listing.get("members")
+        names = {
+            m.get("ID"): m.get("name") for m in members if isinstance(m, dict)
+        } if isinstance(members, list) else {}
+        return names.get(me) == self.name and body.get("health") == "true"
 
     def wait_healthy(self, timeout: float = _HEALTH_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
@@ -231,6 +248,7 @@ class EtcdServer:
     def _remove_root(self) -> None:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
+            untrack_dir(self.root)
             self.root = None
 
 
@@ -253,11 +271,12 @@ class EtcdCluster:
         last: Exception | None = None
         for _ in range(_START_ATTEMPTS):
             ports = [(free_port(), free_port()) for _ in range(self.size)]
-            names = [f"c{i + 1}" for i in range(self.size)]
+            suffix = secrets.token_hex(4)
+            names = [f"c{i + 1}-{suffix}" for i in range(self.size)]
             initial = ",".join(
                 f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True)
             )
-            token = f"clockd-test-{os.getpid()}-{time.monotonic_ns()}"
+            token = f"clockd-test-{suffix}"
             self.members = [
                 EtcdServer(
                     n, binary=self.binary, client_port=c, peer_port=p,

@@ -22,7 +22,17 @@ from types import TracebackType
 import psycopg
 from psycopg import sql
 
-from .procs import children_of, find_binary, free_port, pid_alive, tail, track, untrack
+from .procs import (
+    children_of,
+    find_binary,
+    free_port,
+    pid_alive,
+    tail,
+    track,
+    track_dir,
+    untrack,
+    untrack_dir,
+)
 
 _START_ATTEMPTS = 3
 
@@ -89,6 +99,7 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         """initdb into a fresh temporary directory and start on a free port (waits until ready)."""
         self.root = Path(tempfile.mkdtemp(prefix="clockd-pg-"))
+        track_dir(self.root)
         if self._uid is not None and self._gid is not None:
             os.chown(self.root, self._uid, self._gid)
         try:
@@ -249,4 +260,5 @@ class PostgresServer:
     def _remove_root(self) -> None:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
+            untrack_dir(self.root)
             self.root = None

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
+_DEFAULT_PORTS = frozenset({5432, 2379, 2380})  # a system PostgreSQL or etcd may own these
 _live_pids: set[int] = set()
+_live_dirs: set[Path] = set()
 
 
 def track(pid: int) -> None:
@@ -32,6 +34,14 @@ def untrack(pid: int) -> None:
     _live_pids.discard(pid)
 
 
+def track_dir(path: Path) -> None:
+    _live_dirs.add(path)
+
+
+def untrack_dir(path: Path) -> None:
+    _live_dirs.discard(path)
+
+
 @atexit.register
 def _kill_leftovers() -> None:
     for pid in list(_live_pids):
@@ -39,6 +49,23 @@ def _kill_leftovers() -> None:
             os.kill(pid, signal.SIGCONT)  # a frozen process must not outlive us either
             os.kill(pid, signal.SIGKILL)
     _live_pids.clear()
+    for path in list(_live_dirs):
+        shutil.rmtree(path, ignore_errors=True)
+    _live_dirs.clear()
+
+
+def teardown_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so that pytest still runs fixture teardown
+    (which stops the servers) and the atexit hook above, instead of dying on the spot
+    and orphaning them. Leaves a handler someone else installed alone."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills outright
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _raise)
 
 
 def free_port() -> int:
@@ -47,10 +74,12 @@ def free_port() -> int:
     Another process may take it before the server binds it; the harness classes retry
     their start with fresh ports when that happens.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _DEFAULT_PORTS:
+            return port
 
 
 def _version_key(path: str) -> tuple[int, ...]:
