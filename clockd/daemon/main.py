@@ -198,11 +198,12 @@ async def _run(settings: Settings) -> int:
     await store.open()
     metrics.tzdata_info.labels(version=tzdata_version()).set(1)
     clock = SystemClock()
+    runner = make_runner(settings)
     supervisor = Supervisor(
         settings.modes,
         store,
         coord,
-        make_runner(),
+        runner,
         clock,
         leader=LeaderSettings(retention=settings.retention),
         materializer=MaterializerSettings(
@@ -280,6 +281,7 @@ async def _run(settings: Settings) -> int:
             pinger.cancel()
         if server is not None:
             server.close()
+        await runner.aclose()
         with contextlib.suppress(ClockdError):
             await store.close()
     log.info("clockd stopped", extra={"action": "stopped"})

@@ -76,9 +76,9 @@ def test_drill_1_sigkill_leader_standby_takes_over(cluster: Cluster) -> None:
     assert time.monotonic() - killed <= TTL + 5 + 1
     assert successor.name != leader.name
     before = succeeded(cluster)
-    wait_for("runs under the new leader", lambda: succeeded(cluster) >= before + 5, 20)
+    wait_for("runs under the new leader", lambda: succeeded(cluster) >= before + 8, 30)
     report = settle_and_reconcile(cluster, start_at)
-    assert report["expected"] >= 10
+    assert report["expected"] >= 8
 
 
 def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
