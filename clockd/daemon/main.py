@@ -178,8 +178,13 @@ def main(argv: list[str] | None = None) -> None:
 async def _migrate(settings: Settings) -> list[str]:
     from clockd.wiring import make_store
 
-    store = make_store(resolve_store(settings.store))
+    location = resolve_store(settings.store)
+    store = make_store(location)
     try:
+        if location.kind == "sqlite":
+            # The embedded store applies its migrations when it opens (zero setup);
+            # opening it here is the migration, and it logs each one it applies.
+            await store.open()
         return await store.migrate()
     finally:
         await store.close()

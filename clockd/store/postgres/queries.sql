@@ -5,7 +5,9 @@
 -- Parameters are psycopg's %(name)s, and every one is cast where PostgreSQL could not
 -- infer its type (NULLs, empty arrays). Sets travel as one array parameter per column
 -- and are read with unnest(...) (SQLite: one JSON array read with json_each), so every
--- batch is one statement instead of a round trip per row.
+-- batch is one statement instead of a round trip per row. Array parameters are sent
+-- in binary (%(name)b): psycopg's text format quotes element by element, 6-20 times
+-- slower for a batch of 1000.
 --
 -- Where SQLite needs several statements because it has no data-modifying CTEs, the
 -- PostgreSQL store runs one statement chain (claim_lease, relay_dispatch). The steps
@@ -106,7 +108,7 @@ FROM schedule_versions WHERE schedule_id = %(schedule_id)s ORDER BY version;
 -- name: schedule_definitions
 -- Definitions by (schedule_id, version), for claims (immutable: safe to cache).
 SELECT v.schedule_id, v.version, v.definition
-FROM unnest(%(schedule_ids)s::text[], %(versions)s::integer[]) AS k(schedule_id, version)
+FROM unnest(%(schedule_ids)b::text[], %(versions)b::integer[]) AS k(schedule_id, version)
 JOIN schedule_versions AS v ON v.schedule_id = k.schedule_id AND v.version = k.version;
 
 -- The three statements below share one predicate: unclaimed occurrences of older
@@ -185,7 +187,7 @@ FROM attempts WHERE occurrence_id = %(occurrence_id)s ORDER BY attempt;
 -- ORDER BY next_run_at would read every due row of every shard and sort them.
 SELECT s.id, s.tenant, s.name, s.kind, s.expr, s.tz, s.queue, s.state, s.version,
        s.next_run_at, s.shard, s.created_at, s.updated_at, s.paused_at, s.spec
-FROM unnest(%(shards)s::integer[]) AS k(shard)
+FROM unnest(%(shards)b::integer[]) AS k(shard)
 CROSS JOIN LATERAL (
     SELECT * FROM schedules
     WHERE schedules.state = 'active' AND schedules.shard = k.shard
@@ -197,8 +199,8 @@ ORDER BY s.next_run_at, s.id LIMIT %(limit)s;
 -- name: materialize_advance
 -- Moves a cursor only if the schedule is still active at that version with that cursor.
 UPDATE schedules AS s SET next_run_at = c.next_run_at
-FROM unnest(%(ids)s::text[], %(versions)s::integer[], %(expected)s::timestamptz[],
-            %(next_run_at)s::timestamptz[]) AS c(id, version, expected, next_run_at)
+FROM unnest(%(ids)b::text[], %(versions)b::integer[], %(expected)b::timestamptz[],
+            %(next_run_at)b::timestamptz[]) AS c(id, version, expected, next_run_at)
 WHERE s.id = c.id AND s.version = c.version AND s.state = 'active'
   AND s.next_run_at IS NOT DISTINCT FROM c.expected
 RETURNING s.id, s.version;
@@ -210,11 +212,11 @@ RETURNING s.id, s.version;
 WITH inserted AS (
     INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
                              available_at, state, max_attempts, reason, finished_at)
-    SELECT * FROM unnest(%(ids)s::text[], %(schedule_ids)s::text[], %(versions)s::integer[],
-                         %(tenants)s::text[], %(queues)s::text[], %(scheduled_for)s::timestamptz[],
-                         %(available_at)s::timestamptz[], %(states)s::text[],
-                         %(max_attempts)s::integer[], %(reasons)s::text[],
-                         %(finished_at)s::timestamptz[])
+    SELECT * FROM unnest(%(ids)b::text[], %(schedule_ids)b::text[], %(versions)b::integer[],
+                         %(tenants)b::text[], %(queues)b::text[], %(scheduled_for)b::timestamptz[],
+                         %(available_at)b::timestamptz[], %(states)b::text[],
+                         %(max_attempts)b::integer[], %(reasons)b::text[],
+                         %(finished_at)b::timestamptz[])
     ON CONFLICT DO NOTHING
     RETURNING id, state, queue, tenant, available_at
 ), queued AS (
@@ -228,7 +230,7 @@ SELECT id, state FROM inserted;
 -- name: outbox_insert
 INSERT INTO outbox (occurrence_id, queue, tenant, available_at)
 SELECT id, queue, tenant, available_at FROM occurrences
-WHERE id = ANY(%(ids)s::text[]) AND state = 'SCHEDULED'
+WHERE id = ANY(%(ids)b::text[]) AND state = 'SCHEDULED'
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- ------------------------------------------------------------------ relay
@@ -244,7 +246,7 @@ RETURNING occurrence_id;
 -- name: relay_enqueue
 -- Step 2 of relay_dispatch on its own (not called by the store).
 UPDATE occurrences SET state = 'ENQUEUED', enqueued_at = %(now)s
-WHERE id = ANY(%(ids)s::text[]) AND state = 'SCHEDULED'
+WHERE id = ANY(%(ids)b::text[]) AND state = 'SCHEDULED'
 RETURNING id;
 
 -- name: relay_dispatch
@@ -274,7 +276,7 @@ ON CONFLICT (occurrence_id) DO NOTHING;
 -- scan of dispatch_ready that stops at :limit, skipping rows other claimers hold; then
 -- the oldest :limit of those across the queues.
 SELECT d.visible_at, d.id, d.occurrence_id
-FROM unnest(%(queues)s::text[]) AS q(queue)
+FROM unnest(%(queues)b::text[]) AS q(queue)
 CROSS JOIN LATERAL (
     SELECT dispatch.visible_at, dispatch.id, dispatch.occurrence_id FROM dispatch
     WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
@@ -297,7 +299,7 @@ WITH leased AS (
         worker_id = %(worker_id)s
     WHERE dispatch.id = ANY(ARRAY(
         SELECT d.id
-        FROM unnest(%(queues)s::text[]) AS q(queue)
+        FROM unnest(%(queues)b::text[]) AS q(queue)
         CROSS JOIN LATERAL (
             SELECT dispatch.visible_at, dispatch.id FROM dispatch
             WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
@@ -329,7 +331,7 @@ ORDER BY leased.visible_at, leased.id;
 -- Step 2 of claim_lease on its own (not called by the store).
 UPDATE occurrences SET state = 'RUNNING', attempts = attempts + 1,
                        started_at = coalesce(started_at, %(now)s)
-WHERE id = ANY(%(ids)s::text[]) AND state IN ('ENQUEUED', 'RETRY_WAIT')
+WHERE id = ANY(%(ids)b::text[]) AND state IN ('ENQUEUED', 'RETRY_WAIT')
 RETURNING id, attempts, schedule_id, schedule_version, scheduled_for, max_attempts;
 
 -- name: claim_attempts
@@ -337,11 +339,11 @@ RETURNING id, attempts, schedule_id, schedule_version, scheduled_for, max_attemp
 INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome)
 SELECT d.occurrence_id, o.attempts, d.lease_token, d.worker_id, %(now)s, 'running'
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.id = ANY(%(dispatch_ids)s::bigint[]);
+WHERE d.id = ANY(%(dispatch_ids)b::bigint[]);
 
 -- name: leases_extend
 UPDATE dispatch SET lease_until = %(lease_until)s
-WHERE lease_token = ANY(%(tokens)s::text[])
+WHERE lease_token = ANY(%(tokens)b::text[])
 RETURNING lease_token;
 
 -- name: leases_held
@@ -350,46 +352,46 @@ RETURNING lease_token;
 -- one that comes later skips them.
 SELECT d.id, d.occurrence_id, d.lease_token, o.attempts
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.lease_token = ANY(%(tokens)s::text[]) AND o.state = 'RUNNING'
+WHERE d.lease_token = ANY(%(tokens)b::text[]) AND o.state = 'RUNNING'
 FOR UPDATE OF d;
 
 -- name: finish_attempts
 UPDATE attempts AS a
 SET finished_at = %(now)s, outcome = c.outcome, exit_code = c.exit_code, signal = c.signal,
     output = c.output, error = c.error
-FROM unnest(%(occurrence_ids)s::text[], %(attempts)s::integer[], %(outcomes)s::text[],
-            %(exit_codes)s::integer[], %(signals)s::integer[], %(outputs)s::text[],
-            %(errors)s::text[]) AS c(occurrence_id, attempt, outcome, exit_code, signal, output, error)
+FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(outcomes)b::text[],
+            %(exit_codes)b::integer[], %(signals)b::integer[], %(outputs)b::text[],
+            %(errors)b::text[]) AS c(occurrence_id, attempt, outcome, exit_code, signal, output, error)
 WHERE a.occurrence_id = c.occurrence_id AND a.attempt = c.attempt;
 
 -- name: finish_occurrences
 UPDATE occurrences AS o
 SET state = c.next_state,
-    finished_at = CASE WHEN c.next_state = 'RETRY_WAIT' THEN NULL ELSE %(now)s END,
+    finished_at = CASE WHEN c.next_state = 'RETRY_WAIT' THEN NULL ELSE %(now)s::timestamptz END,
     exit_code = c.exit_code, last_error = c.error, reason = c.reason
-FROM unnest(%(occurrence_ids)s::text[], %(exit_codes)s::integer[], %(errors)s::text[],
-            %(next_states)s::text[], %(reasons)s::text[])
+FROM unnest(%(occurrence_ids)b::text[], %(exit_codes)b::integer[], %(errors)b::text[],
+            %(next_states)b::text[], %(reasons)b::text[])
      AS c(occurrence_id, exit_code, error, next_state, reason)
 WHERE o.id = c.occurrence_id AND o.state = 'RUNNING';
 
 -- name: dispatch_delete
-DELETE FROM dispatch WHERE id = ANY(%(ids)s::bigint[]);
+DELETE FROM dispatch WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: dispatch_retry
 UPDATE dispatch AS d SET lease_token = NULL, lease_until = NULL, worker_id = NULL,
                          visible_at = c.visible_at
-FROM unnest(%(ids)s::bigint[], %(visible_at)s::timestamptz[]) AS c(id, visible_at)
+FROM unnest(%(ids)b::bigint[], %(visible_at)b::timestamptz[]) AS c(id, visible_at)
 WHERE d.id = c.id;
 
 -- name: dispatch_unlease
 -- visible_at NULL keeps the row's visible_at.
 UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL,
                     visible_at = coalesce(%(visible_at)s::timestamptz, visible_at)
-WHERE id = ANY(%(ids)s::bigint[]);
+WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: release_attempts
 DELETE FROM attempts AS a
-USING unnest(%(occurrence_ids)s::text[], %(attempts)s::integer[]) AS k(occurrence_id, attempt)
+USING unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[]) AS k(occurrence_id, attempt)
 WHERE a.occurrence_id = k.occurrence_id AND a.attempt = k.attempt;
 
 -- name: release_occurrences
@@ -397,7 +399,7 @@ UPDATE occurrences
 SET attempts = attempts - 1,
     state = CASE WHEN attempts - 1 = 0 THEN 'ENQUEUED' ELSE 'RETRY_WAIT' END,
     started_at = CASE WHEN attempts - 1 = 0 THEN NULL ELSE started_at END
-WHERE id = ANY(%(ids)s::text[]) AND state = 'RUNNING';
+WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 
 -- ------------------------------------------------------------------ leader
 
@@ -411,19 +413,19 @@ FOR UPDATE OF d SKIP LOCKED;
 
 -- name: reap_attempts
 UPDATE attempts AS a SET outcome = 'lost', finished_at = %(now)s, error = %(error)s
-FROM unnest(%(occurrence_ids)s::text[], %(attempts)s::integer[]) AS k(occurrence_id, attempt)
+FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[]) AS k(occurrence_id, attempt)
 WHERE a.occurrence_id = k.occurrence_id AND a.attempt = k.attempt AND a.outcome = 'running';
 
 -- name: reap_retry
 UPDATE occurrences SET state = 'RETRY_WAIT'
-WHERE id = ANY(%(ids)s::text[]) AND state = 'RUNNING';
+WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 
 -- name: reap_dead
 UPDATE occurrences
 SET state = 'DEAD', finished_at = %(now)s,
     reason = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
              || ' (worker crashed, paused or partitioned)'
-WHERE id = ANY(%(ids)s::text[]) AND state = 'RUNNING';
+WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 
 -- name: prune
 -- Attempts, outbox and dispatch rows go with their occurrence (ON DELETE CASCADE).

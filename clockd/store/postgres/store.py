@@ -30,12 +30,17 @@ apply. The claim and the relay are one statement each (a chain of data-modifying
 CTEs); the materializer is fence + cursor ``UPDATE … FROM unnest`` + one
 ``INSERT … ON CONFLICT DO NOTHING`` that also writes the outbox rows.
 
-ANALYZE: the store never runs it. Every statement is planned with its real
-parameters (``force_custom_plan``), the row estimates follow the table's physical
-size between ANALYZEs, and the hot statements are ordered index scans with a LIMIT
-(``dispatch_ready``, ``outbox_available``, ``schedules_due`` end in the tie-breaking
-id), which the planner picks whatever the statistics say. Autovacuum's ANALYZE
-(after 10 % of a table changed) keeps the rest honest.
+ANALYZE: the store never runs it, not even after a large relay batch. Every statement
+is planned with its real parameters (``force_custom_plan``), the planner scales row
+estimates by the table's current size between ANALYZEs, and the hot picks are
+ordered index scans that stop at a LIMIT (``dispatch_ready``, ``outbox_available``,
+``schedules_due`` end in the tie-breaking id), a plan that does not hinge on fresh
+statistics (``test_postgres_only`` checks the claim's plan right after a bulk load,
+before any ANALYZE). An ANALYZE in the relay would add tens of milliseconds to the
+very batch that must be fast; autovacuum's (after 10 % of a table changed) suffices.
+
+Round trips: a write is BEGIN, its statements, COMMIT. Statements whose results the
+next one does not need (finish, release, reap) go out together in one pipeline.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from clockd.config import redact_dsn
 from clockd.core.model import (
@@ -69,6 +74,7 @@ from clockd.errors import (
     StoreUnavailable,
 )
 from clockd.store import (
+    AppliedSchedules,
     Backlog,
     Claim,
     Completion,
@@ -76,7 +82,9 @@ from clockd.store import (
     Fence,
     MaterializeResult,
     NewOccurrence,
+    NewSchedule,
     Reaped,
+    ScheduleChange,
 )
 from clockd.store.codec import definition_from_dict, definition_from_parts, definition_json, spec_json
 from clockd.store.sql import load_migrations, load_queries
@@ -163,6 +171,8 @@ class PostgresStore:
                     return await fn(conn)
                 async with conn.transaction():
                     return await fn(conn)
+        except PoolClosed as exc:
+            raise StoreUnavailable(f"store {self.display} is not open") from exc
         except PoolTimeout as exc:
             raise StoreUnavailable(
                 f"no connection to PostgreSQL at {self._where} within {self.connect_timeout:g} s "
@@ -193,9 +203,7 @@ class PostgresStore:
         """A driver error as a clockd error that says what happened and what to do."""
         where = self._where
         message = self._message(exc)
-        if isinstance(exc, (pg_errors.DeadlockDetected, pg_errors.LockNotAvailable)):
-            return StoreLocked(f"PostgreSQL at {where}: {message}: nothing was committed; retry")
-        if isinstance(exc, pg_errors.SerializationFailure):
+        if isinstance(exc, (pg_errors.DeadlockDetected, pg_errors.LockNotAvailable, pg_errors.SerializationFailure)):
             return StoreLocked(f"PostgreSQL at {where}: {message}: nothing was committed; retry")
         if isinstance(exc, pg_errors.UndefinedTable):
             return SchemaMismatch(
@@ -205,9 +213,7 @@ class PostgresStore:
         if isinstance(exc, pg_errors.DiskFull):
             return StoreUnavailable(f"PostgreSQL at {where} is out of disk ({message}): nothing was written")
         if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
-            return StoreUnavailable(
-                f"PostgreSQL at {where} failed ({message}): the call did not complete; the next call reconnects"
-            )
+            return StoreUnavailable(f"PostgreSQL at {where} failed ({message}): the next call reconnects")
         # Integrity and programming errors are bugs, not outages: keep them visible.
         return exc
 
@@ -358,55 +364,9 @@ class PostgresStore:
         next_run_at: datetime | None,
         now: datetime,
     ) -> Schedule:
-        params = {
-            "id": schedule_id,
-            "tenant": definition.tenant,
-            "name": definition.name,
-            "kind": definition.kind.value,
-            "expr": definition.expr,
-            "tz": definition.tz,
-            "queue": definition.queue,
-            "next_run_at": _opt_utc(next_run_at),
-            "shard": shard,
-            "now": _utc(now),
-            "spec": spec_json(definition),
-        }
-
-        async def run(conn: Conn) -> None:
-            try:
-                await conn.execute(Q["schedule_insert"], params)
-            except pg_errors.UniqueViolation as exc:
-                if exc.diag.constraint_name == "schedules_live_name":
-                    raise Conflict(
-                        f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}"
-                    ) from exc
-                if exc.diag.constraint_name == "schedules_pkey":
-                    raise Conflict(f"schedule id {schedule_id} already exists") from exc
-                raise
-            await conn.execute(
-                Q["schedule_version_insert"],
-                {
-                    "schedule_id": schedule_id,
-                    "version": 1,
-                    "state": ScheduleState.ACTIVE.value,
-                    "now": params["now"],
-                    "definition": definition_json(definition),
-                    "reason": "created",
-                },
-            )
-
-        await self._call(run, write=True)
+        new = NewSchedule(schedule_id, definition, shard, next_run_at)
         stamp = _utc(now)
-        return Schedule(
-            id=schedule_id,
-            version=1,
-            state=ScheduleState.ACTIVE,
-            definition=definition,
-            next_run_at=_opt_utc(next_run_at),
-            shard=shard,
-            created_at=stamp,
-            updated_at=stamp,
-        )
+        return await self._call(lambda conn: _insert_schedule(conn, new, stamp), write=True)
 
     async def get_schedule(self, tenant: str, name: str) -> Schedule | None:
         async def run(conn: Conn) -> Schedule | None:
@@ -443,64 +403,35 @@ class PostgresStore:
         reason: str,
     ) -> tuple[Schedule, int]:
         """See the port. A deleted (or unknown) schedule raises ``NotFound``."""
+        change = ScheduleChange(schedule_id, expected_version, definition, state, next_run_at, reason)
         stamp = _utc(now)
-        params = {
-            "id": schedule_id,
-            "expected_version": expected_version,
-            "tenant": definition.tenant,
-            "name": definition.name,
-            "kind": definition.kind.value,
-            "expr": definition.expr,
-            "tz": definition.tz,
-            "queue": definition.queue,
-            "state": state.value,
-            "next_run_at": _opt_utc(next_run_at),
-            "now": stamp,
-            "spec": spec_json(definition),
-        }
+        return await self._call(lambda conn: _change_schedule(conn, change, stamp), write=True)
 
-        async def run(conn: Conn) -> tuple[Schedule, int]:
-            try:
-                row = await (await conn.execute(Q["schedule_update"], params)).fetchone()
-            except pg_errors.UniqueViolation as exc:
-                if exc.diag.constraint_name != "schedules_live_name":
-                    raise
-                raise Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}") from exc
-            if row is None:
-                current = await (await conn.execute(Q["schedule_get"], {"id": schedule_id})).fetchone()
-                if current is None:
-                    raise NotFound(f"no schedule with id {schedule_id}")
-                found = _schedule(current)
-                if found.state is ScheduleState.DELETED:
-                    raise NotFound(f"schedule {found.name!r} ({schedule_id}) was deleted")
-                raise Conflict(
-                    f"schedule {found.name!r} was changed meanwhile: it is at version "
-                    f"{found.version}, not {expected_version}; read it again and retry"
-                )
-            schedule = _schedule(row)
-            await conn.execute(Q["schedule_version_close"], {"schedule_id": schedule_id, "now": stamp})
-            await conn.execute(
-                Q["schedule_version_insert"],
-                {
-                    "schedule_id": schedule_id,
-                    "version": schedule.version,
-                    "state": state.value,
-                    "now": stamp,
-                    "definition": definition_json(definition),
-                    "reason": reason,
-                },
-            )
-            cancel = {
-                "schedule_id": schedule_id,
-                "version": schedule.version,
-                "include_manual": state is ScheduleState.DELETED,
-                "reason": reason,
-                "now": stamp,
-            }
-            await conn.execute(Q["cancel_outbox"], cancel)
-            await conn.execute(Q["cancel_dispatch"], cancel)
-            canceled = (await conn.execute(Q["cancel_occurrences"], cancel)).rowcount
-            return schedule, canceled
+    async def apply_schedules(
+        self,
+        creates: Sequence[NewSchedule],
+        changes: Sequence[ScheduleChange],
+        now: datetime,
+    ) -> AppliedSchedules:
+        """See the port: the statements of ``change_schedule`` and ``create_schedule``,
+        row by row, inside one transaction (``clockctl apply`` is not a hot path, and row
+        by row every conflict names its schedule)."""
+        if not creates and not changes:
+            return AppliedSchedules(created=[], changed=[], canceled=0)
+        stamp = _utc(now)
+
+        async def run(conn: Conn) -> AppliedSchedules:
+            changed: list[Schedule] = []
+            canceled = 0
+            for change in changes:
+                try:
+                    schedule, count = await _change_schedule(conn, change, stamp)
+                except NotFound as exc:
+                    raise Conflict(f"{exc.message}; nothing was applied") from exc
+                changed.append(schedule)
+                canceled += count
+            created = [await _insert_schedule(conn, new, stamp) for new in creates]
+            return AppliedSchedules(created=created, changed=changed, canceled=canceled)
 
         return await self._call(run, write=True)
 
@@ -1001,6 +932,122 @@ def _describe(dsn: str) -> tuple[str, str | None]:
     dbname = str(params.get("dbname") or params.get("user") or "postgres")
     password = params.get("password")
     return f"{host}:{port}/{dbname}", str(password) if password else None
+
+
+# -- schedule writes (one connection, inside the caller's transaction) -------------------------
+
+
+async def _insert_schedule(conn: Conn, new: NewSchedule, stamp: datetime) -> Schedule:
+    """``create_schedule``'s statements: the schedule row at version 1 and its first
+    ``schedule_versions`` row. ``Conflict`` when the live name (or the id) is taken."""
+    definition = new.definition
+    next_run_at = _opt_utc(new.next_run_at)
+    try:
+        await conn.execute(
+            Q["schedule_insert"],
+            {
+                "id": new.schedule_id,
+                "tenant": definition.tenant,
+                "name": definition.name,
+                "kind": definition.kind.value,
+                "expr": definition.expr,
+                "tz": definition.tz,
+                "queue": definition.queue,
+                "next_run_at": next_run_at,
+                "shard": new.shard,
+                "now": stamp,
+                "spec": spec_json(definition),
+            },
+        )
+    except pg_errors.UniqueViolation as exc:
+        if exc.diag.constraint_name == "schedules_live_name":
+            raise Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}") from exc
+        if exc.diag.constraint_name == "schedules_pkey":
+            raise Conflict(f"schedule id {new.schedule_id} already exists") from exc
+        raise
+    await conn.execute(
+        Q["schedule_version_insert"],
+        {
+            "schedule_id": new.schedule_id,
+            "version": 1,
+            "state": ScheduleState.ACTIVE.value,
+            "now": stamp,
+            "definition": definition_json(definition),
+            "reason": "created",
+        },
+    )
+    return Schedule(
+        id=new.schedule_id,
+        version=1,
+        state=ScheduleState.ACTIVE,
+        definition=definition,
+        next_run_at=next_run_at,
+        shard=new.shard,
+        created_at=stamp,
+        updated_at=stamp,
+    )
+
+
+async def _change_schedule(conn: Conn, change: ScheduleChange, stamp: datetime) -> tuple[Schedule, int]:
+    """``change_schedule``'s statements: the conditional version bump, the versions rows,
+    the cancellation of unclaimed older-version occurrences. Returns the schedule and the
+    number canceled; ``Conflict`` (version moved, name taken) or ``NotFound`` (deleted)."""
+    definition, schedule_id = change.definition, change.schedule_id
+    params = {
+        "id": schedule_id,
+        "expected_version": change.expected_version,
+        "tenant": definition.tenant,
+        "name": definition.name,
+        "kind": definition.kind.value,
+        "expr": definition.expr,
+        "tz": definition.tz,
+        "queue": definition.queue,
+        "state": change.state.value,
+        "next_run_at": _opt_utc(change.next_run_at),
+        "now": stamp,
+        "spec": spec_json(definition),
+    }
+    try:
+        row = await (await conn.execute(Q["schedule_update"], params)).fetchone()
+    except pg_errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != "schedules_live_name":
+            raise
+        raise Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}") from exc
+    if row is None:
+        current = await (await conn.execute(Q["schedule_get"], {"id": schedule_id})).fetchone()
+        if current is None:
+            raise NotFound(f"no schedule with id {schedule_id}")
+        found = _schedule(current)
+        if found.state is ScheduleState.DELETED:
+            raise NotFound(f"schedule {found.name!r} ({schedule_id}) was deleted")
+        raise Conflict(
+            f"schedule {found.name!r} was changed meanwhile: it is at version "
+            f"{found.version}, not {change.expected_version}; read it again and retry"
+        )
+    schedule = _schedule(row)
+    await conn.execute(Q["schedule_version_close"], {"schedule_id": schedule_id, "now": stamp})
+    await conn.execute(
+        Q["schedule_version_insert"],
+        {
+            "schedule_id": schedule_id,
+            "version": schedule.version,
+            "state": change.state.value,
+            "now": stamp,
+            "definition": definition_json(definition),
+            "reason": change.reason,
+        },
+    )
+    cancel = {
+        "schedule_id": schedule_id,
+        "version": schedule.version,
+        "include_manual": change.state is ScheduleState.DELETED,
+        "reason": change.reason,
+        "now": stamp,
+    }
+    await conn.execute(Q["cancel_outbox"], cancel)
+    await conn.execute(Q["cancel_dispatch"], cancel)
+    canceled = (await conn.execute(Q["cancel_occurrences"], cancel)).rowcount
+    return schedule, canceled
 
 
 # -- row decoding ----------------------------------------------------------------------------

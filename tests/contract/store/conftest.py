@@ -4,10 +4,10 @@ Adding a backend: write an ``async def _make_<kind>(tmp_path, request) -> Backen
 and register it in ``STORE_FACTORIES``; every contract test then runs against it.
 
 * ``sqlite``: a fresh file under ``tmp_path``.
-* ``postgres``: a fresh database per test (``pg_store_dsn``), ``CREATE DATABASE …
-  TEMPLATE`` of a database migrated once per session (``pg_store_template``), on the
-  session's server (``pg_server`` in tests/conftest.py). A missing server binary
-  skips these tests, except under ``CI=true`` where it fails them.
+* ``postgres``: a fresh database per test (``pg_dsn`` in tests/conftest.py, a
+  ``CREATE DATABASE … TEMPLATE`` copy of the session's template, which
+  ``pytest_clockd_pg_template`` below migrates once per session). A missing server
+  binary skips these tests, except under ``CI=true`` where it fails them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ import pytest
 from clockd.store import Store
 from clockd.store.postgres import PostgresStore
 from clockd.store.sqlite import SqliteStore
-from tests.harness import PostgresServer
 
 from .support import Backend
 
@@ -66,7 +64,7 @@ async def _make_sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> Backen
 
 
 async def _make_postgres(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
-    return PostgresBackend(request.getfixturevalue("pg_store_dsn"))
+    return PostgresBackend(request.getfixturevalue("pg_dsn"))
 
 
 STORE_FACTORIES: dict[str, Callable[[Path, pytest.FixtureRequest], Awaitable[Backend]]] = {
@@ -75,12 +73,11 @@ STORE_FACTORIES: dict[str, Callable[[Path, pytest.FixtureRequest], Awaitable[Bac
 }
 # Marks per backend, so `-m "not postgres"` deselects the server-backed half.
 _MARKS = {"postgres": [pytest.mark.postgres]}
-PG_STORE_TEMPLATE = "clockd_store_template"
 
 
 def _run_async(make: Callable[[], Coroutine[Any, Any, object]]) -> None:
-    """Run a coroutine to completion on its own thread and loop: session fixtures may
-    be set up while the test's event loop runs (``getfixturevalue`` from an async one)."""
+    """Run a coroutine to completion on its own thread and loop: the template is built
+    while the test's event loop runs (``backend`` asks for ``pg_dsn`` lazily)."""
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -96,29 +93,10 @@ def _run_async(make: Callable[[], Coroutine[Any, Any, object]]) -> None:
         raise failure[0]
 
 
-@pytest.fixture(scope="session")
-def pg_store_template(pg_server: PostgresServer) -> str:
-    """A database migrated once per session by ``PostgresStore.migrate()``, then marked a
-    template. (tests/conftest.py's ``pg_template`` would be prepared by the
-    ``clockd_pg_template`` hook, but pytest 9 registers no hook implementation whose
-    name lacks the ``pytest_`` prefix, so the suite builds its own template.)"""
-    pg_server.drop_database(PG_STORE_TEMPLATE)
-    dsn = pg_server.create_database(PG_STORE_TEMPLATE)
+def pytest_clockd_pg_template(dsn: str) -> None:
+    """Migrate the session's template database once (tests/conftest.py's ``pg_template``
+    then copies it for every ``pg_dsn``), with the store's own ``migrate()``."""
     _run_async(lambda: PostgresStore(dsn).migrate())
-    with pg_server.connect() as conn:
-        conn.execute(f'ALTER DATABASE "{PG_STORE_TEMPLATE}" WITH IS_TEMPLATE true')
-    return PG_STORE_TEMPLATE
-
-
-@pytest.fixture
-def pg_store_dsn(pg_server: PostgresServer, pg_store_template: str) -> Iterator[str]:
-    """A fresh migrated database for one test (a template copy), dropped afterwards."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    dsn = pg_server.create_database(name, template=pg_store_template)
-    try:
-        yield dsn
-    finally:
-        pg_server.drop_database(name)
 
 
 async def make_backend(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Backend:

@@ -1,0 +1,307 @@
+"""What only the PostgreSQL adapter does: concurrency between processes (several stores
+on one database), the schema check and the migrator, connection failures, the session
+settings, and the SQL itself (every named statement prepares; the claim's plan)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from clockd.core.model import AttemptOutcome, OccurrenceState
+from clockd.errors import SchemaMismatch, StoreUnavailable
+from clockd.store import Completion, CursorAdvance
+from clockd.store.postgres import PostgresStore
+from clockd.store.postgres.store import KNOWN_VERSION, PG, Q
+from tests.harness import PostgresServer, free_port
+
+from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, planned, running
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+
+US = timedelta(microseconds=1)
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def stores(pg_dsn: str) -> AsyncIterator[list[PostgresStore]]:
+    """Two open stores on one fresh migrated database: two clockd processes."""
+    made = [PostgresStore(pg_dsn, max_size=8) for _ in range(2)]
+    for store in made:
+        await store.open()
+    try:
+        yield made
+    finally:
+        for store in made:
+            await store.close()
+
+
+@pytest.fixture
+def empty_dsn(pg_server: PostgresServer) -> Iterator[str]:
+    """A fresh database that was never migrated."""
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    dsn = pg_server.create_database(name)
+    try:
+        yield dsn
+    finally:
+        pg_server.drop_database(name)
+
+
+async def fill_queue(store: PostgresStore, count: int) -> None:
+    """``count`` visible dispatch rows of one schedule, written in one batch."""
+    schedule = await add_schedule(store, "bulk", next_run_at=T0)
+    occurrences = [planned(schedule, T0 + i * US) for i in range(count)]
+    cursor = CursorAdvance(schedule.id, 1, T0, T0 + count * US)
+    result = await store.materialize(FENCE, occurrences, [cursor], T0 - MIN)
+    assert result.inserted == count
+    assert await store.relay(T0 + MIN, count, T0 - MIN) == count
+
+
+async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        row = await (await conn.execute(query, params)).fetchone()  # type: ignore[arg-type]
+        assert row is not None
+        return row[0]
+
+
+# -- several processes on one database -------------------------------------------------------
+
+
+async def test_concurrent_claimers_never_receive_the_same_occurrence(stores: list[PostgresStore], pg_dsn: str) -> None:
+    await fill_queue(stores[0], 1000)
+    seen: list[str] = []
+    tokens: list[str] = []
+    rounds = 0
+    while True:
+        batches = await asyncio.gather(
+            *(store.claim(["default"], f"w{n}-{i}", 37, LEASE, T0 + MIN) for n, store in enumerate(stores)
+              for i in range(8))
+        )  # fmt: skip
+        rounds += 1
+        claimed = [c for batch in batches for c in batch]
+        if not claimed:
+            break
+        seen += [c.occurrence_id for c in claimed]
+        tokens += [c.lease_token for c in claimed]
+    assert len(seen) == 1000
+    assert len(set(seen)) == 1000, "an occurrence was handed to two claimers"
+    assert len(set(tokens)) == 1000
+    assert rounds <= 5  # 16 claims of 37 per round: the claimers really ran side by side
+    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts WHERE attempt = 1") == 1000
+    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts WHERE attempt > 1") == 0
+
+
+async def test_claim_and_finish_from_two_stores_account_for_every_occurrence(stores: list[PostgresStore]) -> None:
+    first, second = stores
+    await fill_queue(first, 300)
+
+    async def worker(store: PostgresStore, name: str) -> int:
+        done = 0
+        while claims := await store.claim(["default"], name, 20, LEASE, T0 + MIN):
+            succeeded = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
+            assert await store.finish(succeeded, T0 + MIN + SEC) == {c.lease_token for c in claims}
+            done += len(claims)
+        return done
+
+    counts = await asyncio.gather(*(worker(store, f"w{i}") for i, store in enumerate(stores * 3)))
+    assert sum(counts) == 300
+    backlog = await first.backlog(T0 + MIN)
+    assert (backlog.queued, backlog.running) == (0, 0)
+    occurrences = await second.list_occurrences(limit=1000)
+    assert {o.state for o in occurrences} == {OccurrenceState.SUCCEEDED}
+
+
+async def test_the_reaper_skips_a_lease_its_worker_is_finishing(stores: list[PostgresStore], pg_dsn: str) -> None:
+    worker, leader = stores
+    _, claim = await running(worker)
+    # A finishing worker holds the dispatch row (leases_held locks it) ...
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as holder:
+        await holder.execute("SELECT id FROM dispatch WHERE lease_token = %s FOR UPDATE", (claim.lease_token,))
+        # ... so the reaper passes it by instead of waiting or fighting over it.
+        assert await asyncio.wait_for(leader.reap_expired(FENCE, 100, T0 + LEASE + SEC), 5) == []
+        await holder.rollback()
+    done = Completion(claim.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
+    assert await worker.finish([done], T0 + LEASE + 2 * SEC) == {claim.lease_token}
+    assert await leader.reap_expired(FENCE, 100, T0 + LEASE + 3 * SEC) == []
+
+
+# -- schema: check on open, migrate ------------------------------------------------------------
+
+
+async def test_open_on_an_unmigrated_database_says_run_clockd_migrate(empty_dsn: str) -> None:
+    store = PostgresStore(empty_dsn)
+    with pytest.raises(
+        SchemaMismatch, match=r"schema is at 0000, this clockd needs \d{4}: run `clockd migrate --store"
+    ):
+        await store.open()
+    # open() never migrates: nothing was created.
+    assert await scalar(empty_dsn, "SELECT to_regclass('schema_migrations') IS NULL") is True
+    with pytest.raises(StoreUnavailable, match="not open"):
+        await store.list_schedules()
+
+
+async def test_migrate_works_on_a_store_that_is_not_open(empty_dsn: str) -> None:
+    store = PostgresStore(empty_dsn)
+    assert await store.migrate() == [f"{KNOWN_VERSION:04d}_init"]
+    assert await store.migrate() == []
+    await store.open()
+    try:
+        assert await store.list_schedules() == []
+        assert await store.migrate() == []
+    finally:
+        await store.close()
+
+
+async def test_concurrent_migrators_apply_each_migration_once(empty_dsn: str) -> None:
+    migrators = [PostgresStore(empty_dsn) for _ in range(4)]
+    results = await asyncio.gather(*(m.migrate() for m in migrators))
+    assert sorted(results) == [[], [], [], [f"{KNOWN_VERSION:04d}_init"]]
+    assert await scalar(empty_dsn, "SELECT count(*) FROM schema_migrations") == KNOWN_VERSION
+
+
+# -- connection failures -----------------------------------------------------------------------
+
+
+async def test_an_unreachable_server_is_unavailable_quickly_and_the_password_is_hidden() -> None:
+    port = free_port()  # nothing listens there
+    dsn = f"postgresql://clockd:s3cret-pw@127.0.0.1:{port}/clockd"
+    store = PostgresStore(dsn)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.open()
+    assert time.monotonic() - started < 5
+    message = str(caught.value)
+    assert f"cannot reach PostgreSQL at 127.0.0.1:{port}/clockd" in message
+    assert "start it or fix --store" in message
+    assert "s3cret-pw" not in message
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.migrate()
+    assert "s3cret-pw" not in str(caught.value)
+    assert "s3cret-pw" not in repr(store)
+
+
+async def test_after_a_server_restart_the_next_call_succeeds(pg_server: PostgresServer, pg_dsn: str) -> None:
+    store = PostgresStore(pg_dsn, min_size=3, max_size=3)
+    await store.open()
+    try:
+        await add_schedule(store, "kept")
+        await asyncio.gather(*(store.list_schedules() for _ in range(6)))  # every pooled connection used
+        await asyncio.to_thread(pg_server.restart)  # every connection in the pool is now dead
+        failures = 0
+        try:
+            await store.list_schedules()
+        except StoreUnavailable as exc:
+            failures += 1
+            assert "PostgreSQL at 127.0.0.1" in str(exc)
+        # The failure made the pool drop its other dead connections: the next call works.
+        assert [s.name for s in await store.list_schedules()] == ["kept"]
+        assert await store.server_time()
+        assert failures <= 1
+    finally:
+        await store.close()
+
+
+# -- session settings and stored values ----------------------------------------------------------
+
+
+async def test_every_connection_runs_with_the_session_settings(pg_dsn: str) -> None:
+    dsn = f"{pg_dsn}?options=-c%20statement_timeout%3D12345"  # the DSN's own options are kept
+    store = PostgresStore(dsn)
+    await store.open()
+    try:
+
+        async def settings(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> list[str]:
+            names = ("plan_cache_mode", "jit", "TimeZone", "statement_timeout")
+            return [(await (await conn.execute(f"SHOW {name}")).fetchone())[0] for name in names]  # type: ignore[index]
+
+        assert await store._call(settings, write=False) == ["force_custom_plan", "off", "UTC", "12345ms"]
+    finally:
+        await store.close()
+
+
+async def test_job_output_with_nul_bytes_is_stored(stores: list[PostgresStore]) -> None:
+    store = stores[0]
+    _, claim = await running(store)
+    done = Completion(
+        claim.lease_token, AttemptOutcome.FAILED, OccurrenceState.DEAD, output="a\x00b", error="bad\x00byte"
+    )
+    assert await store.finish([done], T0 + SEC) == {claim.lease_token}
+    [attempt] = await store.list_attempts(claim.occurrence_id)
+    assert attempt.output == "a\ufffdb"
+    assert attempt.error == "bad\ufffdbyte"
+
+
+async def test_instants_are_timestamptz_and_documents_jsonb(stores: list[PostgresStore], pg_dsn: str) -> None:
+    created = await add_schedule(stores[0], "a", next_run_at=T0)
+    types = await scalar(
+        pg_dsn,
+        "SELECT array[pg_typeof(next_run_at)::text, pg_typeof(spec)::text] FROM schedules WHERE id = %s",
+        (created.id,),
+    )
+    assert types == ["timestamp with time zone", "jsonb"]
+    spec = await scalar(pg_dsn, "SELECT spec->'target' FROM schedules WHERE id = %s", (created.id,))
+    assert spec == json.loads(json.dumps(created.definition.target.to_json()))
+
+
+# -- the SQL itself ------------------------------------------------------------------------------
+
+
+def _numbered(query: str) -> str:
+    """psycopg's %(name)s / %(name)b placeholders as $1, $2, … (one number per name)."""
+    numbers: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${numbers.setdefault(match.group(1), len(numbers) + 1)}"
+
+    return re.sub(r"%\((\w+)\)[sb]", number, query)
+
+
+async def test_every_named_statement_prepares_against_the_schema(stores: list[PostgresStore], pg_dsn: str) -> None:
+    """Including the steps of claim_lease and relay_dispatch kept for parity, which the
+    store does not run: they must stay true to the schema. (DDL cannot be prepared;
+    schema_migrations_create runs in every migrate.)"""
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        for i, (name, query) in enumerate([*Q.items(), *PG.items()]):
+            code = "\n".join(line for line in query.splitlines() if not line.lstrip().startswith("--"))
+            if code.lstrip().upper().startswith("CREATE "):
+                continue
+            try:
+                await conn.execute(f"PREPARE q{i} AS {_numbered(query)}")  # type: ignore[arg-type]
+            except psycopg.Error as exc:
+                pytest.fail(f"{name} does not prepare: {exc}")
+
+
+async def test_the_claim_reads_the_ready_index_in_order_without_statistics(
+    stores: list[PostgresStore], pg_dsn: str
+) -> None:
+    """The shape the notes warn about: no scan of the queue, no sort of every visible row,
+    even right after a bulk load (no ANALYZE has run)."""
+    await fill_queue(stores[0], 2000)
+    params = {
+        "queues": ["default", "other"],
+        "worker_id": "w",
+        "limit": 100,
+        "now": T0 + MIN,
+        "lease_until": T0 + 2 * MIN,
+    }
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await conn.execute("SET plan_cache_mode = force_custom_plan")
+        cur = await conn.execute("EXPLAIN " + Q["claim_lease"], params)  # type: ignore[operator]
+        plan = "\n".join(row[0] for row in await cur.fetchall())
+    assert "Index Scan using dispatch_ready on dispatch" in plan, plan
+    assert not re.search(r"Seq Scan on dispatch\s+\(", plan), (
+        plan
+    )  # the pick (the UPDATE's own scan may seq-scan a small table)
+    assert "Seq Scan on occurrences" not in plan, plan
+    claims = await stores[1].claim(["default", "other"], "w", 100, LEASE, T0 + MIN)
+    assert [c.scheduled_for for c in claims] == [T0 + i * US for i in range(100)]
