@@ -30,6 +30,14 @@ servers: ## Install PostgreSQL and etcd server binaries (apt) when missing
 run: install ## Run clockd with every mode on the embedded SQLite store
 	$(BIN)/clockd run
 
+.PHONY: cluster
+cluster: install servers ## Start PostgreSQL, etcd and two clockd processes of each mode on 127.0.0.1 (scripts/cluster.sh)
+	scripts/cluster.sh start
+
+.PHONY: cluster-stop
+cluster-stop: ## Stop everything `make cluster` started
+	scripts/cluster.sh stop
+
 .PHONY: lint
 lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
 	$(BIN)/ruff check clockd cli tests bench
