@@ -71,6 +71,10 @@ install-systemd: ## Install systemd units, sysusers and tmpfiles snippets (PREFI
 	install -m 644 systemd/clockd.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/clockd.conf
 	install -m 644 systemd/clockd.tmpfiles $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/clockd.conf
 
+.PHONY: schema
+schema: install ## Regenerate config/schedules.schema.json from the schedule-file model
+	$(BIN)/python -m clockd.schedfile --schema > config/schedules.schema.json
+
 .PHONY: clean
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -8,15 +8,22 @@ front end (CLI, YAML apply) get the same rules:
 * a new or resumed schedule's cursor is the first instant strictly after
   ``now`` — resuming never replays the paused period;
 * pause, resume, update and delete bump the version in one transaction that
-  cancels the not-yet-claimed occurrences of older versions.
+  cancels the not-yet-claimed occurrences of older versions;
+* ``apply`` (declarative files) plans creates, updates and deletes against what
+  is stored and writes them all in one store transaction; an update moves the
+  cursor exactly as :meth:`Ops.update` does (:func:`cursor_after_update`), and
+  only schedules carrying the ``clockd.managed-by=apply`` label are ever
+  updated or pruned by it — a schedule added by hand is never taken over.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from clockd.core.clock import Clock
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, shard_of
@@ -28,8 +35,9 @@ from clockd.core.model import (
     ScheduleState,
 )
 from clockd.core.spec import Spec, compile_spec, validate_definition
-from clockd.errors import InvalidInput, NeverFires, NotFound
-from clockd.store import Store
+from clockd.errors import Conflict, InvalidInput, NeverFires, NotFound
+from clockd.store import NewSchedule, ScheduleChange, Store
+from clockd.targets import check_strings, validate_target
 
 DEFAULT_SHARD_COUNT = 64
 _EPSILON = timedelta(microseconds=1)
@@ -45,6 +53,7 @@ def normalize(definition: ScheduleDef) -> ScheduleDef:
     """Validate a definition and return it with its expression in canonical form."""
     if not definition.name or len(definition.name) > 200:
         raise InvalidInput("name: must be 1 to 200 characters")
+    check_strings(definition)  # NUL anywhere: refused with the field's name
     if any(ord(c) < 32 for c in definition.name):
         raise InvalidInput("name: control characters are not allowed")
     expr = validate_definition(definition.kind, definition.expr, definition.tz)
@@ -52,7 +61,35 @@ def normalize(definition: ScheduleDef) -> ScheduleDef:
         raise InvalidInput("retries: must be 0 or more")
     if definition.timeout is not None and definition.timeout.total_seconds() <= 0:
         raise InvalidInput("timeout: must be positive")
-    return dataclasses.replace(definition, expr=expr)
+    target = validate_target(definition.target)  # users, limits, HTTP, secret references
+    return dataclasses.replace(definition, expr=expr, target=target)
+
+
+def first_run(definition: ScheduleDef, now: datetime) -> datetime:
+    """The cursor of a schedule created at ``now`` (its ``every`` anchor): the first fire
+    strictly after ``now``. ``NeverFires`` if there is none."""
+    spec = compile_spec(definition.kind, definition.expr, definition.tz, now)
+    first = spec.next_after(now)
+    if first is None:
+        raise NeverFires(f"{definition.expr}: never fires after {now.isoformat(timespec='seconds')}")
+    return first
+
+
+def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: datetime) -> datetime | None:
+    """The cursor of ``schedule`` once its definition becomes ``definition`` (normalized).
+
+    The cursor never goes back: instants before it were materialized for the old
+    version (and are canceled by the update unless claimed); the new version starts at
+    it. ``NeverFires`` when an active schedule would never fire again.
+    """
+    after = now
+    if schedule.next_run_at is not None and schedule.next_run_at - _EPSILON > now:
+        after = schedule.next_run_at - _EPSILON
+    spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
+    nxt = spec.next_after(after)
+    if nxt is None and schedule.state is ScheduleState.ACTIVE:
+        raise NeverFires(f"{definition.expr}: never fires after {after.isoformat(timespec='seconds')}")
+    return nxt
 
 
 def spec_of(schedule: Schedule) -> Spec:
@@ -70,6 +107,88 @@ def next_runs(spec: Spec, after: datetime, count: int) -> list[datetime]:
     return out
 
 
+# ``apply`` marks what it creates with this label, and only ever updates or prunes
+# schedules that carry it: a schedule added by hand (``clockctl add``) is never taken over.
+MANAGED_BY = "clockd.managed-by"
+MANAGED_BY_APPLY = "apply"
+
+
+def is_managed(definition: ScheduleDef) -> bool:
+    """Whether ``apply`` created (and so owns) a schedule with this definition."""
+    return (MANAGED_BY, MANAGED_BY_APPLY) in definition.labels
+
+
+def mark_managed(definition: ScheduleDef) -> ScheduleDef:
+    """The definition with the apply label, labels sorted (a stable, comparable form)."""
+    labels = {pair for pair in definition.labels if pair[0] != MANAGED_BY}
+    labels.add((MANAGED_BY, MANAGED_BY_APPLY))
+    return dataclasses.replace(definition, labels=tuple(sorted(labels)))
+
+
+class PlanAction(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanItem:
+    """One line of an apply plan.
+
+    ``desired`` is the normalized definition to write (None for a delete), ``current``
+    the stored schedule (None for a create), ``next_run_at`` the cursor after the apply
+    (the stored one when unchanged), ``index`` the position in the desired list (None
+    for a delete). Creates carry their new ``schedule_id`` and ``shard``.
+    """
+
+    action: PlanAction
+    name: str
+    index: int | None
+    desired: ScheduleDef | None
+    current: Schedule | None
+    next_run_at: datetime | None
+    schedule_id: str = ""
+    shard: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyProblem:
+    """Why desired definition ``index`` cannot be applied (exit code 2 bad input, 1 conflict)."""
+
+    index: int
+    message: str
+    exit_code: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyPlan:
+    """What ``apply`` would write for ``tenant``, computed at ``now`` (whole seconds: the
+    anchor of created ``every`` schedules). Apply it only when ``problems`` is empty."""
+
+    tenant: str
+    now: datetime
+    items: list[PlanItem]
+    problems: list[ApplyProblem]
+    # Apply-managed schedules the desired list no longer names, kept (no prune).
+    not_listed: list[str] = field(default_factory=list)
+
+    @property
+    def changes(self) -> list[PlanItem]:
+        return [item for item in self.items if item.action is not PlanAction.UNCHANGED]
+
+    def count(self, action: PlanAction) -> int:
+        return sum(1 for item in self.items if item.action is action)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    created: list[Schedule]
+    updated: list[Schedule]
+    deleted: list[Schedule]
+    canceled: int
+
+
 class Ops:
     def __init__(self, store: Store, clock: Clock, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
         self.store, self.clock, self.shard_count = store, clock, shard_count
@@ -80,10 +199,7 @@ class Ops:
         # should fire at :SS, not :SS.123456.
         now = self.clock.now().replace(microsecond=0)
         schedule_id = new_schedule_id()
-        spec = compile_spec(definition.kind, definition.expr, definition.tz, now)
-        first = spec.next_after(now)
-        if first is None:
-            raise NeverFires(f"{definition.expr}: never fires after {now.isoformat(timespec='seconds')}")
+        first = first_run(definition, now)
         return await self.store.create_schedule(
             schedule_id, definition, shard_of(schedule_id, self.shard_count), first, now
         )
@@ -120,16 +236,7 @@ class Ops:
     async def update(self, name: str, definition: ScheduleDef, tenant: str = "default") -> Change:
         schedule = await self.get(name, tenant)
         definition = normalize(definition)
-        now = self.clock.now()
-        # The cursor never goes back: instants before it were materialized for the old
-        # version (and are canceled now unless claimed); the new version starts at it.
-        after = now
-        if schedule.next_run_at is not None and schedule.next_run_at - _EPSILON > now:
-            after = schedule.next_run_at - _EPSILON
-        spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
-        nxt = spec.next_after(after)
-        if nxt is None and schedule.state is ScheduleState.ACTIVE:
-            raise NeverFires(f"{definition.expr}: never fires after {after.isoformat(timespec='seconds')}")
+        nxt = cursor_after_update(schedule, definition, self.clock.now())
         return await self._change(schedule, definition, schedule.state, nxt, "schedule updated")
 
     async def remove(self, name: str, tenant: str = "default") -> Change:
@@ -167,6 +274,130 @@ class Ops:
             if a.number == number:
                 return occ, a
         raise NotFound(f"occurrence {occ.id} has no attempt {number} (it has {len(attempts)})")
+
+    async def plan_apply(
+        self,
+        desired: Sequence[ScheduleDef],
+        tenant: str = "default",
+        *,
+        prune: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> ApplyPlan:
+        """Compare ``desired`` (the whole wanted set of ``tenant``) with the store.
+
+        Each definition is put in ``tenant``, marked managed and normalized, then it is a
+        create (no live schedule of that name), an update (a managed schedule whose
+        definition differs; cursor by :func:`cursor_after_update`), or unchanged. A live
+        schedule of that name *without* the apply label is a problem (``Conflict``): apply
+        never takes over a schedule added by hand. With ``prune``, managed schedules of the
+        tenant that ``desired`` does not name become deletes; without it they are listed
+        in ``not_listed``. Nothing is written; ``progress(n)`` is called as items are done.
+        """
+        now = self.clock.now().replace(microsecond=0)
+        stored = {s.name: s for s in await self.store.list_schedules(tenant)}
+        items: list[PlanItem] = []
+        problems: list[ApplyProblem] = []
+        seen: dict[str, int] = {}
+        for index, raw in enumerate(desired):
+            if progress is not None:
+                progress(1)
+            if raw.name in seen:
+                problems.append(
+                    ApplyProblem(index, f"name: {raw.name!r} is also defined by entry {seen[raw.name] + 1}")
+                )
+                continue
+            seen[raw.name] = index
+            try:
+                definition = normalize(mark_managed(dataclasses.replace(raw, tenant=tenant)))
+                current = stored.get(definition.name)
+                if current is None:
+                    schedule_id = new_schedule_id()
+                    items.append(
+                        PlanItem(
+                            PlanAction.CREATE,
+                            definition.name,
+                            index,
+                            definition,
+                            None,
+                            first_run(definition, now),
+                            schedule_id,
+                            shard_of(schedule_id, self.shard_count),
+                        )
+                    )
+                elif not is_managed(current.definition):
+                    raise Conflict(
+                        f"name: schedule {definition.name!r} already exists and was not created by apply "
+                        f"(added with clockctl add?); apply does not take it over: rename the entry, or "
+                        f"remove the schedule first (clockctl rm {definition.name}"
+                        + (f" --tenant {tenant}" if tenant != "default" else "")
+                        + ")"
+                    )
+                elif current.definition == definition:
+                    items.append(
+                        PlanItem(PlanAction.UNCHANGED, definition.name, index, definition, current, current.next_run_at)
+                    )
+                else:
+                    nxt = cursor_after_update(current, definition, self.clock.now())
+                    items.append(PlanItem(PlanAction.UPDATE, definition.name, index, definition, current, nxt))
+            except (InvalidInput, Conflict) as exc:
+                problems.append(ApplyProblem(index, exc.message, exc.exit_code))
+        not_listed: list[str] = []
+        for name, schedule in sorted(stored.items()):
+            if name in seen or not is_managed(schedule.definition):
+                continue
+            if prune:
+                items.append(PlanItem(PlanAction.DELETE, name, None, None, schedule, None))
+            else:
+                not_listed.append(name)
+        return ApplyPlan(tenant, now, items, problems, not_listed)
+
+    async def apply_plan(self, plan: ApplyPlan) -> ApplyResult:
+        """Write a plan's creates, updates and deletes in one store transaction (all or
+        nothing: ``Conflict`` if anything moved since the plan was made)."""
+        if plan.problems:
+            raise InvalidInput(f"the plan has {len(plan.problems)} problem(s); nothing was applied")
+        creates: list[NewSchedule] = []
+        changes: list[ScheduleChange] = []
+        kinds: list[PlanAction] = []
+        for item in plan.items:
+            if item.action is PlanAction.CREATE:
+                assert item.desired is not None
+                creates.append(NewSchedule(item.schedule_id, item.desired, item.shard, item.next_run_at))
+            elif item.action is PlanAction.UPDATE:
+                assert item.desired is not None and item.current is not None
+                current = item.current
+                changes.append(
+                    ScheduleChange(
+                        current.id,
+                        current.version,
+                        item.desired,
+                        current.state,
+                        item.next_run_at,
+                        "schedule updated by apply",
+                    )
+                )
+                kinds.append(PlanAction.UPDATE)
+            elif item.action is PlanAction.DELETE:
+                assert item.current is not None
+                current = item.current
+                changes.append(
+                    ScheduleChange(
+                        current.id,
+                        current.version,
+                        current.definition,
+                        ScheduleState.DELETED,
+                        None,
+                        "schedule deleted by apply --prune",
+                    )
+                )
+                kinds.append(PlanAction.DELETE)
+        written = await self.store.apply_schedules(creates, changes, plan.now)
+        return ApplyResult(
+            created=written.created,
+            updated=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.UPDATE],
+            deleted=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.DELETE],
+            canceled=written.canceled,
+        )
 
     async def _change(
         self,

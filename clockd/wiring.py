@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clockd.config import Settings, StoreLocation, resolve_store
 from clockd.coord import Coordinator
-from clockd.runner import Runner
 from clockd.store import Store
+
+if TYPE_CHECKING:
+    from clockd.runner.dispatch import DispatchRunner
 
 
 def make_store(location: StoreLocation | str | None) -> Store:
@@ -37,8 +40,7 @@ def make_coordinator(settings: Settings, store: Store, location: StoreLocation) 
         from clockd.errors import InvalidInput
 
         raise InvalidInput(
-            "a PostgreSQL store is shared by several processes: pass --etcd (or CLOCKD_ETCD) "
-            "so they coordinate"
+            "a PostgreSQL store is shared by several processes: pass --etcd (or CLOCKD_ETCD) so they coordinate"
         )
     from clockd.coord.local import LocalCoordinator
 
@@ -50,7 +52,12 @@ def make_coordinator(settings: Settings, store: Store, location: StoreLocation) 
     )
 
 
-def make_runner() -> Runner:
+def make_runner(settings: Settings | None = None) -> DispatchRunner:
+    """Commands, HTTP requests and no-ops, with the daemon's ``allowed_users`` policy."""
+    from clockd.runner.dispatch import DispatchRunner
+    from clockd.runner.http import HttpRunner
+    from clockd.runner.identity import UserPolicy
     from clockd.runner.process import ProcessRunner
 
-    return ProcessRunner()
+    policy = UserPolicy((settings or Settings()).allowed_users)
+    return DispatchRunner(ProcessRunner(policy=policy), HttpRunner(policy=policy))

@@ -1,13 +1,84 @@
-"""Model values as JSON documents (a stable interface) and as short human strings."""
+"""Model values as JSON documents (a stable interface) and as short human strings.
+
+Secrets: a target's documents show secret *references* (``${file:/etc/x}``) as
+they are — resolving them is the worker's business, never the CLI's. A literal
+value stored under a secret-looking name (``Authorization``, ``*TOKEN*``,
+``*PASSWORD*``, …) is shown as ``***``, and so is a URL's password or secret-looking
+query value: ``show`` and ``list`` output ends up in tickets and screenshots.
+"""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from clockd import secrets
 from clockd.core.durations import format_duration
-from clockd.core.model import Attempt, Occurrence, Schedule, ScheduleKind
+from clockd.core.model import (
+    Attempt,
+    CommandTarget,
+    HttpTarget,
+    Occurrence,
+    Schedule,
+    ScheduleKind,
+    Target,
+    redact_url,
+)
+from clockd.runner.limits import format_size
+
+REDACTED = "***"
+_SENSITIVE = re.compile(r"(?i)pass|secret|token|key|auth|cookie|credential|session|signature|private")
+
+
+def redact_value(name: str, value: str) -> str:
+    """``value`` for display: kept if it references secrets or its name looks harmless."""
+    if secrets.has_references(value) or not _SENSITIVE.search(name):
+        return value
+    return REDACTED if value else value
+
+
+def target_doc(target: Target) -> dict[str, Any]:
+    """The target's JSON document with literal secrets masked (see the module docstring)."""
+    doc = target.to_json()
+    if isinstance(target, CommandTarget):
+        doc["env"] = {k: redact_value(k, v) for k, v in target.env}
+    elif isinstance(target, HttpTarget):
+        doc["url"] = redact_url(target.url)
+        doc["headers"] = [[k, redact_value(k, v)] for k, v in target.headers]
+    return doc
+
+
+def target_rows(target: Target) -> list[tuple[str, str]]:
+    """Extra ``show`` rows for what a target runs with (user, env, limits, headers)."""
+    rows: list[tuple[str, str]] = []
+    if isinstance(target, CommandTarget):
+        if target.user:
+            rows.append(("user", target.user + (f" (group {target.group})" if target.group else "")))
+        if target.cwd:
+            rows.append(("cwd", target.cwd))
+        for key, value in target.env:
+            rows.append(("env", f"{key}={redact_value(key, value)}"))
+        if target.env_from_file:
+            rows.append(("env file", target.env_from_file))
+        limits = []
+        if target.memory_limit is not None:
+            limits.append(f"memory {format_size(target.memory_limit)}")
+        if target.cpu_limit is not None:
+            limits.append(f"cpu {target.cpu_limit}s")
+        if target.nproc_limit is not None:
+            limits.append(f"nproc {target.nproc_limit}")
+        if limits:
+            rows.append(("limits", ", ".join(limits)))
+    elif isinstance(target, HttpTarget):
+        for key, value in target.headers:
+            rows.append(("header", f"{key}: {redact_value(key, value)}"))
+        if target.body is not None:
+            rows.append(("body", f"{len(target.body.encode())} bytes"))
+        rows.append(("expect", ", ".join(str(s) for s in target.expect_status) or "2xx"))
+        rows.append(("tls", "NOT verified (--insecure)" if target.insecure else "verified"))
+    return rows
 
 
 def iso(dt: datetime | None) -> str | None:
@@ -58,7 +129,7 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
         "version": s.version,
         "next_run_at": iso(s.next_run_at),
         "queue": d.queue,
-        "target": d.target.to_json(),
+        "target": target_doc(d.target),
         "timeout": dur(d.timeout),
         "retries": d.retry.retries,
         "backoff": dur(d.retry.backoff),

@@ -25,6 +25,9 @@ from clockd.core.durations import format_duration, parse_duration
 from clockd.errors import InvalidInput
 
 ALL_MODES = ("leader", "materializer", "relay", "worker")
+# Tenant → user names its jobs may run as ("*": any non-root user; root only by
+# name). See clockd.runner.identity for the rule and why this is the default.
+DEFAULT_ALLOWED_USERS: dict[str, tuple[str, ...]] = {"default": ("*", "root")}
 
 
 def clockd_home(env: Mapping[str, str] | None = None) -> Path:
@@ -106,6 +109,7 @@ class Settings:
     metrics_addr: str = "127.0.0.1:9464"
     log_format: str = "auto"
     log_level: str = "info"
+    allowed_users: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ALLOWED_USERS))
 
     def with_values(self, values: Mapping[str, Any], source: str) -> Settings:
         return dataclasses.replace(self, **{k: coerce(k, v, source) for k, v in values.items()})
@@ -119,6 +123,8 @@ class Settings:
                 value = format_duration(value)
             elif isinstance(value, tuple):
                 value = list(value)
+            elif isinstance(value, dict):
+                value = {k: list(v) for k, v in value.items()}
             if f.name == "store":
                 value = resolve_store(value).display if value else resolve_store(None).display
             out[f.name] = value
@@ -142,6 +148,8 @@ def coerce(key: str, value: Any, source: str) -> Any:
                 return parse_duration(str(value))
             except InvalidInput as exc:
                 raise InvalidInput(f"{source}: {key}: {exc.message}") from None
+        if isinstance(default, dict):
+            return _allowed_users(value, source, key)
         if isinstance(default, bool):
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
         if isinstance(default, int):
@@ -163,8 +171,52 @@ def coerce(key: str, value: Any, source: str) -> Any:
         return str(value)
     except InvalidInput:
         raise
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidInput(f"{source}: {key}: {value!r} is not a valid {type(default).__name__}") from None
+
+
+_NAME = re.compile(r"[^\s:,;=\x00-\x1f\x7f]+")
+
+
+def _allowed_users(value: Any, source: str, key: str) -> dict[str, tuple[str, ...]]:
+    """A mapping tenant → user names, from YAML, or from a string: JSON, or
+    ``tenant=user,user;tenant=user`` (environment and flags)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("{"):
+            import json
+
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise InvalidInput(f"{source}: {key}: not a valid JSON object") from None
+        else:
+            parsed: dict[str, Any] = {}
+            for part in filter(None, (p.strip() for p in text.split(";"))):
+                tenant, sep, users = part.partition("=")
+                if not sep:
+                    raise InvalidInput(f"{source}: {key}: expected TENANT=USER,USER;…, got {part!r}")
+                parsed[tenant.strip()] = users
+            value = parsed
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{source}: {key}: expected a mapping of tenant to a list of user names")
+    out: dict[str, tuple[str, ...]] = {}
+    for tenant, users in value.items():
+        if not isinstance(tenant, str) or not _NAME.fullmatch(tenant):
+            raise InvalidInput(f"{source}: {key}: {tenant!r} is not a valid tenant name")
+        if users is None:
+            items: list[Any] = []
+        elif isinstance(users, str):
+            items = [u.strip() for u in users.split(",") if u.strip()]
+        elif isinstance(users, (list, tuple)):
+            items = list(users)
+        else:
+            raise InvalidInput(f"{source}: {key}: {tenant}: expected a list of user names")
+        for user in items:
+            if not isinstance(user, str) or not _NAME.fullmatch(user):
+                raise InvalidInput(f"{source}: {key}: {tenant}: {user!r} is not a valid user name (or *)")
+        out[tenant] = tuple(items)
+    return out
 
 
 def env_values(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -181,18 +233,53 @@ def file_values(path: Path) -> dict[str, Any]:
     import yaml
 
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read config: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path}: config is not UTF-8 text (byte {exc.start})") from None
+    if len(text) > _MAX_CONFIG_BYTES:
+        raise InvalidInput(f"{path}: config file larger than {_MAX_CONFIG_BYTES} bytes")
+    if _flow_depth(text) > _MAX_NESTING:
+        # PyYAML recurses per level: refuse early rather than after a slow RecursionError.
+        raise InvalidInput(f"{path}: invalid YAML: nested more than {_MAX_NESTING} levels deep")
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise InvalidInput(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: invalid YAML: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. a !!timestamp that is no date
+        raise InvalidInput(f"{path}: invalid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidInput(f"{path}: expected a mapping of settings")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+_MAX_CONFIG_BYTES = 1024 * 1024
+_MAX_NESTING = 64
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of YAML flow collections ([…], {…}) outside quotes (roughly)."""
+    depth = deepest = 0
+    quote = ""
+    for c in text:
+        if quote:
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        elif c == "\n":
+            quote = ""
+    return deepest
 
 
 def load_settings(

@@ -69,6 +69,19 @@ _DAY_NAMES = {name: i for i, name in enumerate(_DAYS)}
 _MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 _NUMBER = re.compile(r"[0-9]+")
+# Past this many significant digits every cron range is exceeded anyway; and int()
+# refuses digit strings over 4300 characters (a ValueError, not an InvalidCron).
+_MAX_DIGITS = 9
+
+
+def _int(text: str) -> int:
+    """``int`` of a digit string, saturating at 10**9 instead of failing on huge input."""
+    digits = text.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MAX_DIGITS else 10**_MAX_DIGITS
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 20 else text[:20] + "…"
 _W_ITEM = re.compile(r"([0-9]+)W")
 
 # The fixed naive start of the parse-time "does it ever fire" enumeration.
@@ -96,15 +109,15 @@ class _Field:
             if self.names is not None and text.isalpha():
                 raise InvalidCron(f"{self.name}: unknown name {text!r}")
             raise InvalidCron(f"{self.name}: {text!r} is not a number")
-        number = int(text)
+        number = _int(text)
         if not self.low <= number <= self.high:
-            raise InvalidCron(f"{self.name}: {number} is out of range {self.low}-{self.high}")
+            raise InvalidCron(f"{self.name}: {_shown(text.lstrip('0') or '0')} is out of range {self.low}-{self.high}")
         return number
 
     def step(self, text: str) -> int:
         if not _NUMBER.fullmatch(text):
             raise InvalidCron(f"{self.name}: step {text!r} is not a number")
-        number = int(text)
+        number = _int(text)
         if number == 0:
             raise InvalidCron(f"{self.name}: step 0 is not allowed")
         return number
@@ -154,9 +167,9 @@ def _parse_item(spec: _Field, item: str) -> tuple[str, set[int], str | None, int
             day = spec.value(day_text) % 7
             if not _NUMBER.fullmatch(nth_text):
                 raise InvalidCron(f"{spec.name}: {item!r} is not valid (use d#n, e.g. MON#2)")
-            nth = int(nth_text)
+            nth = _int(nth_text)
             if not 1 <= nth <= 5:
-                raise InvalidCron(f"{spec.name}: occurrence {nth} in {item!r} is out of range 1-5")
+                raise InvalidCron(f"{spec.name}: occurrence {_shown(nth_text)} in {_shown(item)!r} is out of range 1-5")
             return f"{day}#{nth}", set(), "#", None
         if upper.endswith("L") and upper not in _DAY_NAMES:
             if upper == "L":

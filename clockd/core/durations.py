@@ -54,7 +54,10 @@ def parse_duration(text: str) -> timedelta:
         if match is None:
             rest = cleaned[position:].strip()
             raise InvalidInput(f"duration {source!r}: cannot read {rest!r} ({_EXAMPLES})")
-        number, unit = int(match.group(1)), match.group(2)
+        digits, unit = match.group(1).lstrip("0") or "0", match.group(2)
+        if len(digits) > 24:  # longer than any timedelta; int() refuses over 4300 digits
+            raise InvalidInput(f"duration {source[:40]!r}… is too long")
+        number = int(digits)
         rank = _RANK[unit]
         if rank <= last_rank:
             raise InvalidInput(

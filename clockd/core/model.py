@@ -14,6 +14,7 @@ the states and carries the values.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -83,28 +84,94 @@ class OverlapPolicy(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CommandTarget:
-    """Run a process. ``argv`` is never re-split; ``shell`` runs ``argv[0]`` via ``/bin/sh -c``."""
+    """Run a process. ``argv`` is never re-split; ``shell`` runs ``argv[0]`` via ``/bin/sh -c``.
+
+    ``env`` values may hold secret references (``${file:/path}``, ``${env:NAME}``)
+    and ``env_from_file`` names a ``KEY=VALUE`` file: both are resolved by the
+    worker at run time (``clockd.secrets``), never stored resolved. ``user`` /
+    ``group``: the identity the job runs as (a root worker switches to it; the
+    daemon's ``allowed_users`` decides which tenant may use which user).
+    Limits are per process, applied with ``setrlimit`` before ``exec``:
+    ``memory_limit`` (bytes of address space, RLIMIT_AS), ``cpu_limit`` (CPU
+    seconds, RLIMIT_CPU), ``nproc_limit`` (processes of the job's user, RLIMIT_NPROC).
+
+    JSON: the original keys always; each newer key only when it is set, so a
+    target written without them reads back (and re-encodes) unchanged.
+    """
 
     argv: tuple[str, ...]
     shell: bool = False
     env: tuple[tuple[str, str], ...] = ()
     cwd: str | None = None
+    user: str | None = None
+    group: str | None = None
+    env_from_file: str | None = None
+    memory_limit: int | None = None
+    cpu_limit: int | None = None
+    nproc_limit: int | None = None
 
     kind = "command"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "type": "command",
             "argv": list(self.argv),
             "shell": self.shell,
             "env": dict(self.env),
             "cwd": self.cwd,
         }
+        for key in _COMMAND_OPTIONAL:
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        return data
 
     def describe(self) -> str:
         if self.shell:
-            return f"sh -c {json.dumps(self.argv[0])}"
-        return " ".join(_quote(a) for a in self.argv)
+            text = f"sh -c {json.dumps(self.argv[0])}"
+        else:
+            text = " ".join(_quote(a) for a in self.argv)
+        if self.user:
+            text += f" (as {self.user}{':' + self.group if self.group else ''})"
+        return text
+
+
+_COMMAND_OPTIONAL = ("user", "group", "env_from_file", "memory_limit", "cpu_limit", "nproc_limit")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpTarget:
+    """Send one HTTP request. Success: a status in ``expect_status`` (default: any 2xx).
+
+    Every request carries ``Idempotency-Key: <occurrence id>`` (the same on every
+    attempt) and ``X-Clockd-Scheduled-For``. ``headers`` keep their order and
+    duplicates; their values may hold secret references, resolved by the worker.
+    ``body`` is sent as given (UTF-8). ``insecure`` turns TLS verification off.
+    The schedule's ``timeout`` bounds the whole exchange.
+    """
+
+    method: str
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+    body: str | None = None
+    expect_status: tuple[int, ...] = ()
+    insecure: bool = False
+
+    kind = "http"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "method": self.method,
+            "url": self.url,
+            "headers": [[k, v] for k, v in self.headers],
+            "body": self.body,
+            "expect_status": list(self.expect_status),
+            "insecure": self.insecure,
+        }
+
+    def describe(self) -> str:
+        return f"{self.method} {redact_url(self.url)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +187,10 @@ class NoopTarget:
         return "(noop)"
 
 
-Target = CommandTarget | NoopTarget
+Target = CommandTarget | HttpTarget | NoopTarget
+
+# Headers every HTTP request gets from clockd; a target cannot set them.
+RESERVED_HEADERS = frozenset({"idempotency-key", "x-clockd-scheduled-for", "x-clockd-attempt"})
 
 
 def target_from_json(data: dict[str, Any]) -> Target:
@@ -131,10 +201,44 @@ def target_from_json(data: dict[str, Any]) -> Target:
             shell=bool(data.get("shell", False)),
             env=tuple(sorted((str(k), str(v)) for k, v in (data.get("env") or {}).items())),
             cwd=data.get("cwd"),
+            user=_opt_str(data.get("user")),
+            group=_opt_str(data.get("group")),
+            env_from_file=_opt_str(data.get("env_from_file")),
+            memory_limit=_opt_int(data.get("memory_limit")),
+            cpu_limit=_opt_int(data.get("cpu_limit")),
+            nproc_limit=_opt_int(data.get("nproc_limit")),
+        )
+    if kind == "http":
+        body = data.get("body")
+        return HttpTarget(
+            method=str(data["method"]),
+            url=str(data["url"]),
+            headers=tuple((str(k), str(v)) for k, v in data.get("headers") or ()),
+            body=None if body is None else str(body),
+            expect_status=tuple(int(c) for c in data.get("expect_status") or ()),
+            insecure=bool(data.get("insecure", False)),
         )
     if kind == "noop":
         return NoopTarget()
     raise ValueError(f"unknown target type {kind!r}")
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#@]*@")
+_SENSITIVE_QUERY = re.compile(r"(?i)([?&][^=&#]*(?:pass|secret|token|key|auth|sig|credential)[^=&#]*=)[^&#]*")
+
+
+def redact_url(url: str) -> str:
+    """The URL with a userinfo password and secret-looking query values replaced by ``***``."""
+    url = _USERINFO_PASSWORD.sub(r"\1:***@", url)
+    return _SENSITIVE_QUERY.sub(r"\1***", url)
 
 
 def _quote(arg: str) -> str:

@@ -13,6 +13,11 @@ written (database down, disk full) stays buffered and is retried with backoff;
 its lease keeps being extended meanwhile, so nothing is redelivered while the
 worker still knows the outcome.
 
+Each run carries its schedule's tenant (looked up once per schedule version and
+cached; only for targets whose runner checks ``allowed_users``), so the runner
+can decide what the job may run as. A result's ``retry_after`` (an HTTP
+``Retry-After``) pushes the next attempt to at least that far away.
+
 Shutdown (``stopping`` set): no new claims; running jobs get ``drain_grace``
 to finish, then are stopped (SIGTERM, then SIGKILL after ``kill_grace``) and
 recorded as STOPPED and retried; the buffer is flushed.
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from clockd.core.clock import Clock
-from clockd.core.model import AttemptOutcome, OccurrenceState, RetryPolicy
+from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, RetryPolicy
 from clockd.core.planning import after_attempt
 from clockd.errors import StoreError
 from clockd.modes.base import Backoff, wait_or_stop
@@ -87,6 +92,7 @@ class Worker:
         self._flush_now = asyncio.Event()
         self._slot_free = asyncio.Event()
         self.completed = 0
+        self._tenants: dict[tuple[str, int], str] = {}
 
     # -- the loops -------------------------------------------------------------------
 
@@ -149,8 +155,32 @@ class Worker:
         metrics.schedule_lag.labels(step="started").observe(max(0.0, lag))
         entry.task = asyncio.create_task(self._run_one(entry))
 
+    async def _tenant(self, claim: Claim) -> str | RunResult:
+        """The tenant of the claim's schedule, or the result to record if it is unknown."""
+        key = (claim.schedule_id, claim.version)
+        tenant = self._tenants.get(key)
+        if tenant is not None:
+            return tenant
+        try:
+            schedule = await self.store.get_schedule_by_id(claim.schedule_id)
+        except StoreError as exc:
+            return RunResult(AttemptOutcome.ERROR, error=f"cannot look up the schedule's tenant: {exc.message}")
+        if schedule is None:
+            return RunResult(AttemptOutcome.ERROR, error="the schedule no longer exists", permanent=True)
+        if len(self._tenants) >= 10_000:
+            self._tenants.clear()
+        self._tenants[key] = schedule.definition.tenant
+        return schedule.definition.tenant
+
     async def _run_one(self, entry: _Running) -> None:
         claim = entry.claim
+        tenant = "default"
+        if not isinstance(claim.target, NoopTarget):
+            found = await self._tenant(claim)
+            if isinstance(found, RunResult):
+                self._complete(entry, found)
+                return
+            tenant = found
         request = RunRequest(
             occurrence_id=claim.occurrence_id,
             schedule_name=claim.schedule_name,
@@ -160,6 +190,7 @@ class Worker:
             timeout=claim.timeout.total_seconds() if claim.timeout else None,
             kill_grace=self.settings.kill_grace,
             output_limit=self.settings.output_limit,
+            tenant=tenant,
         )
         try:
             result = await self.runner.run(request, entry.stop)
@@ -199,6 +230,8 @@ class Worker:
                 decision.retry_at,
                 decision.reason,
             )
+            if retry_at is not None and result.retry_after is not None:
+                retry_at = max(retry_at, now + timedelta(seconds=result.retry_after))
         error = result.error
         if reason and decision_state is OccurrenceState.DEAD:
             error = f"{error}; {reason}" if error else reason

@@ -3,6 +3,11 @@
 The worker owns leases, heartbeats and the store; a runner only runs. It never
 raises for a job's failure: every outcome (success, exit code, signal, timeout,
 could-not-start, stopped) comes back as a ``RunResult``.
+
+Adapters: ``process`` (``CommandTarget``), ``http`` (``HttpTarget``), and
+``dispatch``, which routes a request to one of them by target type (``NoopTarget``
+succeeds at once). ``identity`` and ``limits`` hold what a command runs as and
+with which resource limits; ``clockd.secrets`` resolves secret references.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ class RunRequest:
     timeout: float | None = None  # seconds; None = no limit
     kill_grace: float = 10.0  # seconds between SIGTERM and SIGKILL
     output_limit: int = 64 * 1024  # bytes of combined stdout/stderr kept (the tail)
+    tenant: str = "default"  # the schedule's tenant: allowed_users is checked against it
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,7 @@ class RunResult:
     error: str | None = None
     duration: float = 0.0
     permanent: bool = False  # retrying cannot help (e.g. executable not found)
+    retry_after: float | None = None  # seconds the target asked to wait (HTTP Retry-After)
 
 
 class Runner(Protocol):
@@ -43,3 +50,4 @@ class Runner(Protocol):
         """Run ``request.target``. When ``stop`` is set, terminate it (SIGTERM to the
         process group, SIGKILL after ``kill_grace``) and return ``STOPPED``."""
         ...
+

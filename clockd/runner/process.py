@@ -1,4 +1,4 @@
-"""Process runner: runs a ``CommandTarget`` as a local process (the ``Runner`` port's adapter).
+r"""Process runner: runs a ``CommandTarget`` as a local process (the ``Runner`` port's adapter).
 
 What a job gets, and why:
 
@@ -6,13 +6,28 @@ What a job gets, and why:
   ``shell=True`` runs ``/bin/sh -c argv[0]``; any further items become the shell's
   ``$0``, ``$1``, … (what ``subprocess`` does with ``shell=True`` and a sequence).
   Without a ``/``, ``argv[0]`` is looked up on the job's own ``PATH``.
-* **Environment**: the daemon's ``os.environ`` (read at each run), then the target's
-  ``env`` on top, then ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE`` (the schedule's
-  name), ``CLOCKD_SCHEDULED_FOR`` (ISO 8601 in UTC, ending in ``Z``) and
-  ``CLOCKD_ATTEMPT`` (1-based) on top of that, so a schedule cannot spoof them.
-  Inheriting the daemon's environment is cron-like (``PATH``, ``LANG``, ``TZ`` come
-  from the unit file); the price is that anything secret in the daemon's
-  environment is visible to every job, so keep secrets in files.
+* **Environment**: the daemon's ``os.environ`` (read at each run), then the
+  ``env_from_file`` pairs, then the target's ``env`` (secret references resolved,
+  ``clockd.secrets``) on top, then ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE``
+  (the schedule's name), ``CLOCKD_SCHEDULED_FOR`` (ISO 8601 in UTC, ending in
+  ``Z``) and ``CLOCKD_ATTEMPT`` (1-based) on top of that, so a schedule cannot
+  spoof them. Inheriting the daemon's environment is cron-like (``PATH``,
+  ``LANG``, ``TZ`` come from the unit file); the price is that anything secret in
+  the daemon's environment is visible to such jobs, so keep secrets in files.
+* **Run as a user** (``user``, optionally ``group``; ``clockd.runner.identity``):
+  the job gets that user's uid, gid (or ``group``'s), supplementary groups
+  (``os.getgrouplist``) through ``Popen``'s ``user``/``group``/``extra_groups``, and
+  a *clean* environment: ``HOME``, ``USER``, ``LOGNAME``, ``SHELL`` from the
+  password database and ``PATH=/usr/local/bin:/usr/bin:/bin``, then the
+  ``env_from_file`` pairs, the target's ``env`` and the ``CLOCKD_*`` variables. Its
+  working directory defaults to the user's home (``/`` if that does not exist).
+  The tenant must be allowed that user (``allowed_users``), the user must exist on
+  this worker, and a worker that is not root refuses to switch: all three are
+  permanent ``ERROR``\ s whose message says why, never a silent run as the
+  daemon's user. A job without ``user`` runs as the worker's own user, which the
+  tenant must be allowed too.
+* **Resource limits** (``memory_limit``, ``cpu_limit``, ``nproc_limit``): set with
+  ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``.
 * **stdin** is ``/dev/null``; stdout and stderr share one pipe (interleaved as
   written). The pipe is read by protocol callbacks as data arrives, never paused,
   so a job flooding its output never blocks on a full pipe; only the last
@@ -31,9 +46,10 @@ What a job gets, and why:
   ``drain_timeout`` after the exit, then the pipe is closed. The same bound applies
   after a kill, so a pipe held by an escaped process never hangs the runner.
 * **Could not start** (executable, interpreter or working directory missing,
-  permission denied, bad argument): outcome ``ERROR``; ``permanent`` unless the
-  cause is a passing shortage (``EAGAIN``, ``ENOMEM``, ``EMFILE``, ``ENFILE``,
-  ``ETXTBSY``), which a retry may fix.
+  permission denied, bad argument, user refused, secret unreadable): outcome
+  ``ERROR``; ``permanent`` unless the cause is a passing shortage (``EAGAIN``,
+  ``ENOMEM`` without a ``memory_limit``, ``EMFILE``, ``ENFILE``, ``ETXTBSY``), which
+  a retry may fix. Messages name secret *references*, never their values.
 * **Cancelling** ``run()`` (even while the process is being started) SIGKILLs the
   process group and waits (bounded) for the reap before ``CancelledError``
   propagates: an abandoned run must not leave a job running unaccounted for.
@@ -45,6 +61,11 @@ too (a grandchild holding stdout would hang it), while ``process_exited`` tells 
 when the main process is gone; and appending to the ring in the callback needs no
 reader task per job. ``Popen`` starts the child with vfork/exec in C, so no Python
 runs in a forked copy of the daemon (``os.fork`` is unsafe with gRPC channels open).
+The one exception is a job with resource limits: its ``preexec_fn`` (a loop of
+``setrlimit`` calls, nothing else) runs in the forked child — see
+``clockd.runner.limits`` for why there is no other hook. Looking up users and
+reading secret files may block (NSS, slow disks), so that preparation runs in a
+thread, and only for jobs that need it.
 """
 
 from __future__ import annotations
@@ -55,12 +76,16 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from subprocess import DEVNULL, PIPE, STDOUT
+from subprocess import DEVNULL, PIPE, STDOUT, SubprocessError
 from typing import Any
 
+from clockd import secrets
 from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget
-from clockd.runner import RunRequest, RunResult
+from clockd.runner import RunRequest, RunResult, limits
+from clockd.runner import identity as ids
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +98,15 @@ _TRANSIENT_START_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, e
 _REAP_BOUND = 5.0
 # Polling the process group during the grace: first and largest interval.
 _POLL_MIN, _POLL_MAX = 0.01, 0.1
+# The PATH of a job that runs as a user (a clean environment).
+USER_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    env: dict[str, str]
+    cwd: str | None
+    spawn: dict[str, Any]  # extra Popen arguments: user, group, extra_groups, preexec_fn
 
 
 class ProcessRunner:
@@ -83,13 +117,23 @@ class ProcessRunner:
     One instance serves any number of concurrent runs; it holds no per-run state.
     """
 
-    def __init__(self, *, drain_timeout: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        drain_timeout: float = 1.0,
+        policy: ids.UserPolicy | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._drain_timeout = drain_timeout
+        self._policy = policy or ids.UserPolicy()
+        self._environ = environ  # None: os.environ at each run
 
     async def run(self, request: RunRequest, stop: asyncio.Event) -> RunResult:
         target = request.target
         if isinstance(target, NoopTarget):
             return RunResult(AttemptOutcome.SUCCEEDED)
+        if not isinstance(target, CommandTarget):
+            return _cannot_start(f"the process runner cannot run a {target.kind} target", time.monotonic())
         if stop.is_set():
             return RunResult(AttemptOutcome.STOPPED, error="stopped before start")
         return await self._run_command(request, target, stop)
@@ -99,6 +143,13 @@ class ProcessRunner:
         if not target.argv:
             return _cannot_start("command has an empty argv", started)
         argv = [SHELL, "-c", *target.argv] if target.shell else list(target.argv)
+        try:
+            if _needs_thread(target):
+                prepared = await asyncio.to_thread(self._prepare, request, target)
+            else:
+                prepared = self._prepare(request, target)
+        except (ids.Refused, secrets.SecretError) as exc:
+            return _cannot_start(exc.message, started)
         loop = asyncio.get_running_loop()
         capture = _Capture(loop, request.output_limit)
         spawn = asyncio.ensure_future(
@@ -108,9 +159,10 @@ class ProcessRunner:
                 stdin=DEVNULL,
                 stdout=PIPE,
                 stderr=STDOUT,
-                cwd=target.cwd,
-                env=_environment(request, target),
+                cwd=prepared.cwd,
+                env=prepared.env,
                 start_new_session=True,
+                **prepared.spawn,
             )
         )
         try:
@@ -121,9 +173,11 @@ class ProcessRunner:
             await _abandon_start(spawn, capture)
             raise
         except OSError as exc:
-            return _start_failed(exc, argv[0], target.cwd, started)
+            return _start_failed(exc, argv[0], prepared.cwd, started, target.memory_limit)
         except ValueError as exc:  # NUL byte in an argument, "=" in an env name, …
             return _cannot_start(f"cannot start {argv[0]}: {exc}", started)
+        except SubprocessError:  # our preexec_fn (setrlimit) failed in the child
+            return _cannot_start(f"cannot start {argv[0]}: resource limits could not be applied", started)
 
         pgid = transport.get_pid()  # leader of its own session: pgid == pid
         extra = {"occurrence_id": request.occurrence_id, "attempt": request.attempt}
@@ -189,6 +243,7 @@ class ProcessRunner:
             else:
                 outcome = AttemptOutcome.FAILED
                 error = f"killed by {_signame(sig)}" if sig is not None else f"exit code {exit_code}"
+                error += _limit_hint(target, sig)
         duration = time.monotonic() - started
         log.debug(
             "pid %d finished: %s",
@@ -212,6 +267,61 @@ class ProcessRunner:
             error=error,
             duration=duration,
         )
+
+    def _prepare(self, request: RunRequest, target: CommandTarget) -> _Prepared:
+        """Identity, policy, secrets and environment of one run (may block: NSS, files).
+
+        Raises :class:`~clockd.runner.identity.Refused` or
+        :class:`~clockd.secrets.SecretError`, whose messages are safe to record."""
+        if target.user:
+            who = ids.job_identity(target.user, target.group)
+        else:
+            who = ids.worker_identity()
+        self._policy.check(request.tenant, who)
+        base = os.environ if self._environ is None else self._environ
+        resolver = secrets.Resolver(self._policy.reader(request.tenant, who), base)
+        from_file = resolver.env_file(target.env_from_file) if target.env_from_file else []
+        env_values = [(key, resolver.resolve(value)) for key, value in target.env]
+        env: dict[str, str]
+        cwd = target.cwd
+        spawn: dict[str, Any] = {}
+        if target.user:
+            env = {
+                "HOME": who.home,
+                "USER": who.name,
+                "LOGNAME": who.name,
+                "SHELL": who.shell,
+                "PATH": USER_PATH,
+            }
+            if cwd is None:
+                cwd = who.home if os.path.isdir(who.home) else "/"
+            if who.switch:
+                spawn = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
+        else:
+            env = dict(base)
+        env.update(from_file)
+        env.update(env_values)
+        env["CLOCKD_OCCURRENCE_ID"] = request.occurrence_id
+        env["CLOCKD_SCHEDULE"] = request.schedule_name
+        env["CLOCKD_SCHEDULED_FOR"] = _iso_utc(request.scheduled_for)
+        env["CLOCKD_ATTEMPT"] = str(request.attempt)
+        hook = limits.preexec(limits.rlimits(target.memory_limit, target.cpu_limit, target.nproc_limit))
+        if hook is not None:
+            spawn["preexec_fn"] = hook
+        return _Prepared(env, cwd, spawn)
+
+
+def _needs_thread(target: CommandTarget) -> bool:
+    """Does preparing this target look anything up or read any file?"""
+    return bool(target.user or target.env_from_file or any("${" in v for _, v in target.env))
+
+
+def _limit_hint(target: CommandTarget, sig: int | None) -> str:
+    if sig == signal.SIGXCPU and target.cpu_limit is not None:
+        return f" (cpu_limit {target.cpu_limit}s reached)"
+    if target.memory_limit is not None and sig in (None, signal.SIGSEGV, signal.SIGABRT, signal.SIGKILL):
+        return f" (runs under memory_limit {limits.format_size(target.memory_limit)})"
+    return ""
 
 
 class _Capture(asyncio.SubprocessProtocol):
@@ -348,16 +458,6 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _environment(request: RunRequest, target: CommandTarget) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(target.env)
-    env["CLOCKD_OCCURRENCE_ID"] = request.occurrence_id
-    env["CLOCKD_SCHEDULE"] = request.schedule_name
-    env["CLOCKD_SCHEDULED_FOR"] = _iso_utc(request.scheduled_for)
-    env["CLOCKD_ATTEMPT"] = str(request.attempt)
-    return env
-
-
 def _iso_utc(instant: datetime) -> str:
     if instant.tzinfo is None:  # clockd only makes aware instants; a naive one means UTC
         instant = instant.replace(tzinfo=UTC)
@@ -380,7 +480,9 @@ def _signame(sig: int | None) -> str:
         return f"signal {sig}"
 
 
-def _start_failed(exc: OSError, executable: str, cwd: str | None, started: float) -> RunResult:
+def _start_failed(
+    exc: OSError, executable: str, cwd: str | None, started: float, memory_limit: int | None = None
+) -> RunResult:
     """Translate the OSError of a failed start into a precise, permanent-or-not ERROR."""
     if cwd is not None and exc.filename == cwd:  # Popen names the cwd when chdir failed
         if isinstance(exc, FileNotFoundError):
@@ -399,6 +501,10 @@ def _start_failed(exc: OSError, executable: str, cwd: str | None, started: float
             message = f"executable not found: {executable}"
     elif isinstance(exc, PermissionError):
         message = f"cannot start {executable}: permission denied"
+    elif exc.errno == errno.ENOMEM and memory_limit is not None:
+        # Deterministic: the program cannot even be loaded within its limit.
+        message = f"cannot start {executable}: out of memory under memory_limit {limits.format_size(memory_limit)}"
+        return _cannot_start(message, started, permanent=True)
     else:
         message = f"cannot start {executable}: {exc.strerror or exc}"
     permanent = exc.errno not in _TRANSIENT_START_ERRNOS

@@ -140,6 +140,36 @@ class Reaped:
 
 
 @dataclass(frozen=True, slots=True)
+class NewSchedule:
+    """A schedule to create (as ``create_schedule`` would): active, version 1."""
+
+    schedule_id: str
+    definition: ScheduleDef
+    shard: int
+    next_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleChange:
+    """A change to write (as ``change_schedule`` would): update, pause, resume, or
+    delete (``state`` DELETED, ``next_run_at`` None)."""
+
+    schedule_id: str
+    expected_version: int
+    definition: ScheduleDef
+    state: ScheduleState
+    next_run_at: datetime | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedSchedules:
+    created: list[Schedule]  # in the order given
+    changed: list[Schedule]  # in the order given, at their new version
+    canceled: int  # occurrences of older versions canceled by the changes
+
+
+@dataclass(frozen=True, slots=True)
 class Backlog:
     due_schedules: int  # active schedules whose cursor is due now
     outbox: int
@@ -208,6 +238,25 @@ class Store(Protocol):
         Returns the schedule and the number canceled. Raises ``Conflict`` when the stored
         version is not ``expected_version`` (someone else changed it) or the new name is
         taken."""
+        ...
+
+    async def apply_schedules(
+        self,
+        creates: Sequence[NewSchedule],
+        changes: Sequence[ScheduleChange],
+        now: datetime,
+    ) -> AppliedSchedules:
+        """``clockctl apply``: many creates and changes in **one** transaction, all or nothing.
+
+        Each change is written exactly as ``change_schedule`` writes it (version bump,
+        ``schedule_versions`` rows, unclaimed occurrences of older versions CANCELED with
+        the change's ``reason``; a DELETED change also cancels manual ones), then each
+        create exactly as ``create_schedule`` writes it (``created_at = updated_at =
+        now``, the anchor of ``every`` schedules). Changes go first, so a name freed by a
+        delete may be reused by a create of the same call. Raises ``Conflict`` and commits
+        **nothing** when any change's stored version is not ``expected_version`` or its
+        schedule was deleted meanwhile, or when a create's name (or id) is taken by a
+        live schedule of its tenant. Empty input commits nothing and returns empty lists."""
         ...
 
     async def schedule_versions(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import grp
 import hashlib
 import json
+import os
 import pwd
 import socket
 import subprocess
@@ -31,7 +32,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import BIN, Clockd, wait_for
-from tests.harness.users import SYSTEM_PY, processes_of, shared_dir, throwaway_users
+from tests.harness.users import SYSTEM_PY, processes_of, throwaway_users
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -185,7 +186,7 @@ def test_jobs_run_as_the_named_users_and_disallowed_ones_go_dead(
         assert daemon.ctl("logs", two["id"]).stdout == f"{t2.pw_name}:{g1}:{t2.pw_dir}:{t2.pw_name}\n"
         root = final(daemon, "as-root")
         assert (root["state"], root["attempts"]) == ("DEAD", 1)
-        assert daemon.ctl_json("logs", root["id"])["error"] == (
+        assert daemon.ctl_json("logs", root["id"])["error"].startswith(
             "tenant 'default' may not run jobs as user 'root' (allowed_users in the daemon config)"
         )
         wait_for("a-t1 to go dead", lambda: daemon.ctl_json("runs", "a-t1", "--tenant", "team-a")[0]["state"] == "DEAD")
@@ -308,6 +309,29 @@ def test_a_planted_secret_never_appears_in_anything_clockd_outputs(tmp_path: Pat
         daemon.stop(timeout=30)
 
 
+def test_a_dsn_password_never_appears_in_errors_or_config_output(tmp_path: Path) -> None:
+    password = f"pw-{uuid.uuid4().hex}"
+    dsn = f"postgresql://clockd:{password}@127.0.0.1:{free_port()}/clockd"
+    env = {**os.environ, "CLOCKD_HOME": str(tmp_path), "CLOCKD_STORE": dsn, "CLOCKD_LOG_FORMAT": "json"}
+    env["CLOCKD_ETCD"] = f"http://127.0.0.1:{free_port()}"
+    outputs = {
+        "clockctl list": subprocess.run(
+            [str(BIN / "clockctl"), "list"], env=env, capture_output=True, text=True, timeout=60
+        ),
+        "clockd check-config": subprocess.run(
+            [str(BIN / "clockd"), "check-config"], env=env, capture_output=True, text=True, timeout=60
+        ),
+        "clockd run": subprocess.run(
+            [str(BIN / "clockd"), "run", "--metrics-addr", "off"], env=env, capture_output=True, text=True, timeout=120
+        ),
+    }
+    assert outputs["clockctl list"].returncode == 4
+    assert outputs["clockd run"].returncode != 0
+    assert "clockd:***@" in outputs["clockd check-config"].stdout
+    leaked = [name for name, out in outputs.items() if password in out.stdout + out.stderr]
+    assert leaked == []
+
+
 # -- limits and hostile jobs ------------------------------------------------------------------
 
 
@@ -354,17 +378,16 @@ def test_fork_bomb_as_a_throwaway_user_is_contained(tmp_path: Path, two_users: l
     bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)"
     daemon = Clockd(tmp_path / "home")
     daemon.home.mkdir()
-    with shared_dir():
-        try:
-            daemon.start("--kill-grace", "1s")
-            daemon.ctl("add", "--at", "now+1s", "--name", "bomb", "--user", t1.pw_name, "--nproc-limit", "30",
-                       "--timeout", "3s", "--retries", "0", "--", SYSTEM_PY, "-c", bomb)  # fmt: skip
-            daemon.ctl("add", "--every", "1s", "--name", "ticker", "--", "true")
-            run = final(daemon, "bomb")
-            assert run["state"] == "DEAD"
-            assert daemon.ctl_json("logs", run["id"])["outcome"] == "timed_out"
-            wait_for("the bomb's processes to be gone", lambda: not processes_of(t1.pw_uid), 15)
-            ticks = [r for r in daemon.runs("ticker") if r["state"] == "SUCCEEDED"]
-            assert any(parse(run["started_at"]) <= parse(r["started_at"]) <= parse(run["finished_at"]) for r in ticks)
-        finally:
-            daemon.stop(timeout=30)
+    try:
+        daemon.start("--kill-grace", "1s")
+        daemon.ctl("add", "--at", "now+1s", "--name", "bomb", "--user", t1.pw_name, "--nproc-limit", "30",
+                   "--timeout", "3s", "--retries", "0", "--", SYSTEM_PY, "-c", bomb)  # fmt: skip
+        daemon.ctl("add", "--every", "1s", "--name", "ticker", "--", "true")
+        run = final(daemon, "bomb")
+        assert run["state"] == "DEAD"
+        assert daemon.ctl_json("logs", run["id"])["outcome"] == "timed_out"
+        wait_for("the bomb's processes to be gone", lambda: not processes_of(t1.pw_uid), 15)
+        ticks = [r for r in daemon.runs("ticker") if r["state"] == "SUCCEEDED"]
+        assert any(parse(run["started_at"]) <= parse(r["started_at"]) <= parse(run["finished_at"]) for r in ticks)
+    finally:
+        daemon.stop(timeout=30)

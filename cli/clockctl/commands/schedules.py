@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 from rich.table import Table
@@ -18,12 +20,14 @@ from clockctl.render import (
     occurrence_doc,
     schedule_doc,
     short,
+    target_rows,
     when,
 )
 from clockd.core.durations import parse_duration
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.model import (
     CommandTarget,
+    HttpTarget,
     NoopTarget,
     Occurrence,
     RetryPolicy,
@@ -35,6 +39,7 @@ from clockd.core.model import (
 from clockd.core.spec import compile_spec
 from clockd.errors import InvalidInput
 from clockd.ops import Change, Ops, next_runs, spec_of
+from clockd.runner.limits import parse_size
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 Tenant = Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant the schedule belongs to")]
@@ -56,6 +61,18 @@ def build_definition(
     cwd: str | None,
     noop: bool,
     tenant: str,
+    *,
+    user: str | None = None,
+    group: str | None = None,
+    env_from_file: str | None = None,
+    memory_limit: str | None = None,
+    cpu_limit: str | None = None,
+    nproc_limit: int | None = None,
+    http: tuple[str, str] | None = None,
+    headers: list[str] | None = None,
+    body: str | None = None,
+    expect_status: str | None = None,
+    insecure: bool = False,
 ) -> ScheduleDef:
     """Turn ``clockctl add`` arguments into a definition (validated later by ``Ops``)."""
     if at and every:
@@ -69,20 +86,70 @@ def build_definition(
         if not args:
             raise InvalidInput("missing the cron expression (or --at / --every)")
         kind, expr, command = ScheduleKind.CRON, args[0], args[1:]
+    command_only = {
+        "--shell": shell,
+        "--env": bool(env),
+        "--cwd": cwd is not None,
+        "--user": user is not None,
+        "--group": group is not None,
+        "--env-from-file": env_from_file is not None,
+        "--memory-limit": memory_limit is not None,
+        "--cpu-limit": cpu_limit is not None,
+        "--nproc-limit": nproc_limit is not None,
+    }
+    http_only = {
+        "--header": bool(headers),
+        "--body": body is not None,
+        "--expect-status": expect_status is not None,
+        "--insecure": insecure,
+    }
     target: Target
-    if noop:
+    if noop or http:
+        given = [opt for opt, on in command_only.items() if on]
+        if given:
+            raise InvalidInput(f"{given[0]} applies to commands, not to {'--noop' if noop else '--http'}")
+    if not http:
+        given = [opt for opt, on in http_only.items() if on]
+        if given:
+            raise InvalidInput(f"{given[0]} applies to --http targets")
+    if noop and http:
+        raise InvalidInput("give one of --noop, --http or a command")
+    if noop or http:
         if command:
-            raise InvalidInput("--noop takes no command")
+            raise InvalidInput(f"{'--noop' if noop else '--http'} takes no command")
+    if noop:
         target = NoopTarget()
+    elif http:
+        target = HttpTarget(
+            method=http[0],
+            url=http[1],
+            headers=tuple(_header(h) for h in headers or ()),
+            body=_body(body),
+            expect_status=_statuses(expect_status),
+            insecure=insecure,
+        )
     else:
         if not command:
             raise InvalidInput("missing the command: put it after --, e.g. -- /usr/local/bin/report.sh")
-        if shell:
-            target = CommandTarget(argv=(" ".join(command),), shell=True, env=_env(env), cwd=cwd)
-        else:
-            target = CommandTarget(argv=tuple(command), env=_env(env), cwd=cwd)
+        target = CommandTarget(
+            argv=(" ".join(command),) if shell else tuple(command),
+            shell=shell,
+            env=_env(env),
+            cwd=cwd,
+            user=user,
+            group=group,
+            env_from_file=env_from_file,
+            memory_limit=parse_size(memory_limit) if memory_limit is not None else None,
+            cpu_limit=_cpu_seconds(cpu_limit) if cpu_limit is not None else None,
+            nproc_limit=nproc_limit,
+        )
     if name is None:
-        name = "noop" if noop else os.path.basename(command[0].split()[0]) or "job"
+        if noop:
+            name = "noop"
+        elif http:
+            name = urlsplit(http[1]).hostname or "http"
+        else:
+            name = os.path.basename(command[0].split()[0]) or "job"
     if retries < 0:
         raise InvalidInput("--retries: must be 0 or more")
     return ScheduleDef(
@@ -106,6 +173,43 @@ def _env(items: list[str]) -> tuple[tuple[str, str], ...]:
             raise InvalidInput(f"--env: expected KEY=VALUE, got {item!r}")
         out.append((key, value))
     return tuple(sorted(out))
+
+
+def _header(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition(":")
+    if not sep or not key.strip():
+        raise InvalidInput(f"--header: expected 'Name: value', got {item!r}")
+    return key.strip(), value.strip()
+
+
+def _body(body: str | None) -> str | None:
+    """``@FILE`` reads the file (here, where clockctl runs); ``@@…`` is a literal ``@…``."""
+    if body is None or not body.startswith("@"):
+        return body
+    if body.startswith("@@"):
+        return body[1:]
+    path = body[1:]
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidInput(f"--body: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"--body: {path} is not UTF-8 text") from None
+
+
+def _statuses(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InvalidInput(f"--expect-status: expected statuses such as 200,204, got {text!r}") from None
+
+
+def _cpu_seconds(text: str) -> int:
+    seconds = parse_duration(text).total_seconds()
+    return max(1, math.ceil(seconds))
 
 
 def register(app: typer.Typer) -> None:
@@ -147,10 +251,59 @@ def register(app: typer.Typer) -> None:
         ] = None,
         cwd: Annotated[str | None, typer.Option("--cwd", metavar="DIR", help="working directory of the job")] = None,
         noop: Annotated[bool, typer.Option("--noop", help="a built-in target that does nothing (testing)")] = False,
+        user: Annotated[
+            str | None,
+            typer.Option("--user", metavar="USER", help="run the job as USER (the worker must be root)"),
+        ] = None,
+        group: Annotated[
+            str | None, typer.Option("--group", metavar="GROUP", help="run the job with GROUP (default: USER's)")
+        ] = None,
+        env_from_file: Annotated[
+            str | None,
+            typer.Option(
+                "--env-from-file", metavar="PATH", help="KEY=VALUE lines read by the worker at each run (secrets)"
+            ),
+        ] = None,
+        memory_limit: Annotated[
+            str | None,
+            typer.Option("--memory-limit", metavar="SIZE", help="address space per process, e.g. 512M (RLIMIT_AS)"),
+        ] = None,
+        cpu_limit: Annotated[
+            str | None,
+            typer.Option("--cpu-limit", metavar="DURATION", help="CPU time per process, e.g. 10m (RLIMIT_CPU)"),
+        ] = None,
+        nproc_limit: Annotated[
+            int | None,
+            typer.Option("--nproc-limit", metavar="N", help="processes of the job's user (RLIMIT_NPROC)"),
+        ] = None,
+        http: Annotated[
+            tuple[str, str] | None,
+            typer.Option("--http", metavar="METHOD URL", help="send an HTTP request instead of running a command"),
+        ] = None,
+        header: Annotated[
+            list[str] | None,
+            typer.Option("--header", metavar="'NAME: VALUE'", help="HTTP request header (repeatable)"),
+        ] = None,
+        body: Annotated[
+            str | None, typer.Option("--body", metavar="TEXT|@FILE", help="HTTP request body (@FILE: read it now)")
+        ] = None,
+        expect_status: Annotated[
+            str | None,
+            typer.Option(
+                "--expect-status", metavar="CODES", help="statuses meaning success, e.g. 200,204 (default 2xx)"
+            ),
+        ] = None,
+        insecure: Annotated[
+            bool, typer.Option("--insecure", help="do not verify the server's TLS certificate")
+        ] = False,
         tenant: Tenant = "default",
         output: Output = OutputFormat.table,
     ) -> None:
-        """Add a schedule; prints its id and next 5 runs."""
+        """Add a schedule; prints its id and next 5 runs.
+
+        Env values and header values may reference secrets, resolved by the worker at
+        each run and never stored: ${file:/path} (the file, minus one trailing newline)
+        and ${env:NAME} (the daemon's environment); $${ is a literal ${."""
         definition = build_definition(
             args or [],
             at,
@@ -166,6 +319,17 @@ def register(app: typer.Typer) -> None:
             cwd,
             noop,
             tenant,
+            user=user,
+            group=group,
+            env_from_file=env_from_file,
+            memory_limit=memory_limit,
+            cpu_limit=cpu_limit,
+            nproc_limit=nproc_limit,
+            http=http,
+            headers=header or [],
+            body=body,
+            expect_status=expect_status,
+            insecure=insecure,
         )
         schedule = with_ops(lambda ops: ops.add(definition))
         upcoming = next_runs(spec_of(schedule), schedule.created_at, 5)
@@ -238,6 +402,7 @@ def register(app: typer.Typer) -> None:
             ("zone", schedule.definition.tz),
             ("state", f"{schedule.state} (version {schedule.version})"),
             ("target", schedule.definition.target.describe()),
+            *target_rows(schedule.definition.target),
             ("queue", schedule.definition.queue),
             ("timeout", doc["timeout"] or "none"),
             ("retries", f"{doc['retries']} (backoff {doc['backoff']}, exponential, full jitter)"),

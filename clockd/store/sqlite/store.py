@@ -49,6 +49,7 @@ from clockd.errors import (
     StoreUnavailable,
 )
 from clockd.store import (
+    AppliedSchedules,
     Backlog,
     Claim,
     Completion,
@@ -56,7 +57,9 @@ from clockd.store import (
     Fence,
     MaterializeResult,
     NewOccurrence,
+    NewSchedule,
     Reaped,
+    ScheduleChange,
 )
 from clockd.store.codec import (
     definition_from_json,
@@ -378,56 +381,8 @@ class SqliteStore:
         next_run_at: datetime | None,
         now: datetime,
     ) -> Schedule:
-        now_us = to_us(now)
-        params = {
-            "id": schedule_id,
-            "tenant": definition.tenant,
-            "name": definition.name,
-            "kind": definition.kind.value,
-            "expr": definition.expr,
-            "tz": definition.tz,
-            "queue": definition.queue,
-            "next_run_at": opt_to_us(next_run_at),
-            "shard": shard,
-            "now": now_us,
-            "spec": spec_json(definition),
-        }
-
-        def run(conn: sqlite3.Connection) -> None:
-            try:
-                conn.execute(Q["schedule_insert"], params)
-            except sqlite3.IntegrityError as exc:
-                if "schedules.name" in str(exc):
-                    raise Conflict(
-                        f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}"
-                    ) from exc
-                if "schedules.id" in str(exc):
-                    raise Conflict(f"schedule id {schedule_id} already exists") from exc
-                raise
-            conn.execute(
-                Q["schedule_version_insert"],
-                {
-                    "schedule_id": schedule_id,
-                    "version": 1,
-                    "state": ScheduleState.ACTIVE.value,
-                    "now": now_us,
-                    "definition": definition_json(definition),
-                    "reason": "created",
-                },
-            )
-
-        await self._call(run, write=True)
-        stamp = from_us(now_us)
-        return Schedule(
-            id=schedule_id,
-            version=1,
-            state=ScheduleState.ACTIVE,
-            definition=definition,
-            next_run_at=None if next_run_at is None else from_us(to_us(next_run_at)),
-            shard=shard,
-            created_at=stamp,
-            updated_at=stamp,
-        )
+        new = NewSchedule(schedule_id, definition, shard, next_run_at)
+        return await self._call(lambda conn: _insert_schedule(conn, new, to_us(now)), write=True)
 
     async def get_schedule(self, tenant: str, name: str) -> Schedule | None:
         def run(conn: sqlite3.Connection) -> Schedule | None:
@@ -463,65 +418,34 @@ class SqliteStore:
         reason: str,
     ) -> tuple[Schedule, int]:
         """See the port. A deleted (or unknown) schedule raises ``NotFound``."""
+        change = ScheduleChange(schedule_id, expected_version, definition, state, next_run_at, reason)
+        return await self._call(lambda conn: _change_schedule(conn, change, to_us(now)), write=True)
+
+    async def apply_schedules(
+        self,
+        creates: Sequence[NewSchedule],
+        changes: Sequence[ScheduleChange],
+        now: datetime,
+    ) -> AppliedSchedules:
+        """See the port: the statements of ``change_schedule`` and ``create_schedule``,
+        row by row, inside one ``BEGIN IMMEDIATE`` transaction."""
         now_us = to_us(now)
-        params = {
-            "id": schedule_id,
-            "expected_version": expected_version,
-            "tenant": definition.tenant,
-            "name": definition.name,
-            "kind": definition.kind.value,
-            "expr": definition.expr,
-            "tz": definition.tz,
-            "queue": definition.queue,
-            "state": state.value,
-            "next_run_at": opt_to_us(next_run_at),
-            "now": now_us,
-            "spec": spec_json(definition),
-        }
 
-        def run(conn: sqlite3.Connection) -> tuple[Schedule, int]:
-            try:
-                row = conn.execute(Q["schedule_update"], params).fetchone()
-            except sqlite3.IntegrityError as exc:
-                if "schedules.name" not in str(exc):
-                    raise
-                raise Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}") from exc
-            if row is None:
-                current = conn.execute(Q["schedule_get"], {"id": schedule_id}).fetchone()
-                if current is None:
-                    raise NotFound(f"no schedule with id {schedule_id}")
-                found = _schedule(current)
-                if found.state is ScheduleState.DELETED:
-                    raise NotFound(f"schedule {found.name!r} ({schedule_id}) was deleted")
-                raise Conflict(
-                    f"schedule {found.name!r} was changed meanwhile: it is at version "
-                    f"{found.version}, not {expected_version}; read it again and retry"
-                )
-            schedule = _schedule(row)
-            conn.execute(Q["schedule_version_close"], {"schedule_id": schedule_id, "now": now_us})
-            conn.execute(
-                Q["schedule_version_insert"],
-                {
-                    "schedule_id": schedule_id,
-                    "version": schedule.version,
-                    "state": state.value,
-                    "now": now_us,
-                    "definition": definition_json(definition),
-                    "reason": reason,
-                },
-            )
-            cancel = {
-                "schedule_id": schedule_id,
-                "version": schedule.version,
-                "include_manual": int(state is ScheduleState.DELETED),
-                "reason": reason,
-                "now": now_us,
-            }
-            conn.execute(Q["cancel_outbox"], cancel)
-            conn.execute(Q["cancel_dispatch"], cancel)
-            canceled = conn.execute(Q["cancel_occurrences"], cancel).rowcount
-            return schedule, canceled
+        def run(conn: sqlite3.Connection) -> AppliedSchedules:
+            changed: list[Schedule] = []
+            canceled = 0
+            for change in changes:
+                try:
+                    schedule, count = _change_schedule(conn, change, now_us)
+                except NotFound as exc:
+                    raise Conflict(f"{exc.message}; nothing was applied") from exc
+                changed.append(schedule)
+                canceled += count
+            created = [_insert_schedule(conn, new, now_us) for new in creates]
+            return AppliedSchedules(created=created, changed=changed, canceled=canceled)
 
+        if not creates and not changes:
+            return AppliedSchedules(created=[], changed=[], canceled=0)
         return await self._call(run, write=True)
 
     async def schedule_versions(
@@ -949,6 +873,122 @@ class SqliteStore:
     async def server_time(self) -> datetime:
         """SQLite has no server: the local clock (the offset check is then zero)."""
         return datetime.now(UTC)
+
+
+# -- schedule writes (one connection, inside the caller's transaction) -------------------------
+
+
+def _insert_schedule(conn: sqlite3.Connection, new: NewSchedule, now_us: int) -> Schedule:
+    """``create_schedule``'s statements: the schedule row at version 1 and its first
+    ``schedule_versions`` row. ``Conflict`` when the live name (or the id) is taken."""
+    definition = new.definition
+    try:
+        conn.execute(
+            Q["schedule_insert"],
+            {
+                "id": new.schedule_id,
+                "tenant": definition.tenant,
+                "name": definition.name,
+                "kind": definition.kind.value,
+                "expr": definition.expr,
+                "tz": definition.tz,
+                "queue": definition.queue,
+                "next_run_at": opt_to_us(new.next_run_at),
+                "shard": new.shard,
+                "now": now_us,
+                "spec": spec_json(definition),
+            },
+        )
+    except sqlite3.IntegrityError as exc:
+        if "schedules.name" in str(exc):
+            raise Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}") from exc
+        if "schedules.id" in str(exc):
+            raise Conflict(f"schedule id {new.schedule_id} already exists") from exc
+        raise
+    conn.execute(
+        Q["schedule_version_insert"],
+        {
+            "schedule_id": new.schedule_id,
+            "version": 1,
+            "state": ScheduleState.ACTIVE.value,
+            "now": now_us,
+            "definition": definition_json(definition),
+            "reason": "created",
+        },
+    )
+    stamp = from_us(now_us)
+    return Schedule(
+        id=new.schedule_id,
+        version=1,
+        state=ScheduleState.ACTIVE,
+        definition=definition,
+        next_run_at=None if new.next_run_at is None else from_us(to_us(new.next_run_at)),
+        shard=new.shard,
+        created_at=stamp,
+        updated_at=stamp,
+    )
+
+
+def _change_schedule(conn: sqlite3.Connection, change: ScheduleChange, now_us: int) -> tuple[Schedule, int]:
+    """``change_schedule``'s statements: the conditional version bump, the versions rows,
+    the cancellation of unclaimed older-version occurrences. Returns the schedule and the
+    number canceled; ``Conflict`` (version moved, name taken) or ``NotFound`` (deleted)."""
+    definition, schedule_id = change.definition, change.schedule_id
+    params = {
+        "id": schedule_id,
+        "expected_version": change.expected_version,
+        "tenant": definition.tenant,
+        "name": definition.name,
+        "kind": definition.kind.value,
+        "expr": definition.expr,
+        "tz": definition.tz,
+        "queue": definition.queue,
+        "state": change.state.value,
+        "next_run_at": opt_to_us(change.next_run_at),
+        "now": now_us,
+        "spec": spec_json(definition),
+    }
+    try:
+        row = conn.execute(Q["schedule_update"], params).fetchone()
+    except sqlite3.IntegrityError as exc:
+        if "schedules.name" not in str(exc):
+            raise
+        raise Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}") from exc
+    if row is None:
+        current = conn.execute(Q["schedule_get"], {"id": schedule_id}).fetchone()
+        if current is None:
+            raise NotFound(f"no schedule with id {schedule_id}")
+        found = _schedule(current)
+        if found.state is ScheduleState.DELETED:
+            raise NotFound(f"schedule {found.name!r} ({schedule_id}) was deleted")
+        raise Conflict(
+            f"schedule {found.name!r} was changed meanwhile: it is at version "
+            f"{found.version}, not {change.expected_version}; read it again and retry"
+        )
+    schedule = _schedule(row)
+    conn.execute(Q["schedule_version_close"], {"schedule_id": schedule_id, "now": now_us})
+    conn.execute(
+        Q["schedule_version_insert"],
+        {
+            "schedule_id": schedule_id,
+            "version": schedule.version,
+            "state": change.state.value,
+            "now": now_us,
+            "definition": definition_json(definition),
+            "reason": change.reason,
+        },
+    )
+    cancel = {
+        "schedule_id": schedule_id,
+        "version": schedule.version,
+        "include_manual": int(change.state is ScheduleState.DELETED),
+        "reason": change.reason,
+        "now": now_us,
+    }
+    conn.execute(Q["cancel_outbox"], cancel)
+    conn.execute(Q["cancel_dispatch"], cancel)
+    canceled = conn.execute(Q["cancel_occurrences"], cancel).rowcount
+    return schedule, canceled
 
 
 # -- row decoding ----------------------------------------------------------------------------

@@ -1,0 +1,111 @@
+"""The servers the distributed benchmarks run against: PostgreSQL and etcd.
+
+Unless ``--store DSN`` / ``--etcd URLS`` are given (``BENCH_STORE`` / ``BENCH_ETCD`` in
+the environment, set by ``python -m bench``), a throwaway PostgreSQL cluster and a
+one-node etcd are started with the test harness classes and removed afterwards.
+
+The PostgreSQL cluster is **durable** (``fsync=on``, ``synchronous_commit=on``): the
+figures are the ones a production server would give on this disk. Its other settings
+follow notes/postgres.md: shared_buffers of a few GB, ``max_wal_size`` large enough
+that a 500 k-row burst does not checkpoint, ``jit=off`` (the harness sets it).
+
+Every scenario gets its own database (``new_database``), created on the server and
+dropped afterwards, also on a server given with ``--store`` (the role needs CREATEDB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.harness.etcd import EtcdServer
+from tests.harness.postgres import PostgresServer
+
+# Settings of the throwaway cluster (on top of the harness's durable defaults).
+PG_SETTINGS = {
+    "shared_buffers": "2GB",
+    "max_wal_size": "16GB",
+    "min_wal_size": "1GB",
+    "checkpoint_timeout": "30min",
+    "max_connections": "300",
+    "wal_buffers": "64MB",
+}
+
+
+def log(message: str) -> None:
+    """Progress on stderr (the figures table goes to stdout)."""
+    sys.stderr.write(f"   {message}\n")
+    sys.stderr.flush()
+
+
+@dataclass
+class Servers:
+    admin_dsn: str  # a database on the server we may CREATE DATABASE from
+    etcd: list[str]
+    own_postgres: bool
+    own_etcd: bool
+    created: list[str] = field(default_factory=list)
+
+    def connect(self, dsn: str | None = None, **kwargs: Any) -> psycopg.Connection[tuple[Any, ...]]:
+        return psycopg.connect(dsn or self.admin_dsn, autocommit=True, connect_timeout=10, **kwargs)
+
+    def new_database(self, label: str) -> str:
+        """A fresh empty database; returns its DSN."""
+        name = f"clockd_bench_{label}_{secrets.token_hex(3)}"
+        with self.connect() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        self.created.append(name)
+        return make_conninfo(self.admin_dsn, dbname=name)
+
+    def drop_database(self, dsn: str) -> None:
+        name = conninfo_to_dict(dsn).get("dbname")
+        if not name or name not in self.created:
+            return
+        with contextlib.suppress(psycopg.Error), self.connect() as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name))))
+        self.created.remove(str(name))
+
+    def describe(self) -> str:
+        pg = "own PostgreSQL 15 (fsync=on, synchronous_commit=on)" if self.own_postgres else "given PostgreSQL"
+        etcd = "own etcd" if self.own_etcd else "given etcd"
+        return f"{pg}, {etcd}"
+
+
+@contextlib.contextmanager
+def servers(store: str | None = None, etcd: str | None = None) -> Iterator[Servers]:
+    """PostgreSQL and etcd for the run: the given ones, or throwaway ones (stopped after)."""
+    store = store or os.environ.get("BENCH_STORE") or None
+    etcd = etcd or os.environ.get("BENCH_ETCD") or None
+    pg: PostgresServer | None = None
+    etcd_server: EtcdServer | None = None
+    found: Servers | None = None
+    try:
+        if store is None:
+            pg = PostgresServer(durable=True, settings=PG_SETTINGS).start()
+            admin = pg.dsn("postgres")
+        else:
+            admin = store
+        if etcd is None:
+            etcd_server = EtcdServer().start()
+            endpoints = etcd_server.endpoints
+        else:
+            endpoints = [e.strip() for e in etcd.split(",") if e.strip()]
+        found = Servers(admin, endpoints, own_postgres=pg is not None, own_etcd=etcd_server is not None)
+        yield found
+    finally:
+        if found is not None:
+            for name in list(found.created):
+                found.drop_database(make_conninfo(found.admin_dsn, dbname=name))
+        if etcd_server is not None:
+            etcd_server.stop()
+        if pg is not None:
+            pg.stop()

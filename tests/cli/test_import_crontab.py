@@ -1,0 +1,130 @@
+"""``clockctl import-crontab`` as the real program: the YAML of ``--dry-run``, applying through
+the same path as ``apply`` (idempotent), system crontabs, refusals, and the host's zone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clockd.schedfile import load_text
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
+DATA = "tests/data/crontabs"
+
+
+@pytest.fixture
+def ctl(tmp_path: Path) -> Any:
+    base = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    base.pop("CLOCKD_STORE", None)
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / "clockctl"), *args], env={**base, **env}, capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
+
+    return run
+
+
+def listed(ctl: Any) -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for d in json.loads(ctl("list", "-o", "json").stdout)}
+
+
+def test_dry_run_prints_the_equivalent_schedule_file(ctl: Any, tmp_path: Path) -> None:
+    result = ctl("import-crontab", f"{DATA}/user.crontab", "--user", "alice", "--tz", "UTC", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"{DATA}/user.crontab:5: note: MAILTO=alice@example.com is not supported: clockd mails nothing; "
+        "it keeps the end of each attempt's output (clockctl logs)",
+        f"{DATA}/user.crontab: note: cron ran these jobs as alice; clockd runs them as its worker's user "
+        "(the crontab.user label records who it was)",
+        f"{DATA}/user.crontab:18: not imported: @reboot: clockd has no boot event "
+        "(use a systemd unit, or at: for a one-off run)",
+        f"{DATA}/user.crontab:20: not imported: text after an unescaped % is the job's stdin, which clockd "
+        "cannot give; write \\% for a literal % (e.g. date +\\%F)",
+    ]
+    out = result.stdout
+    assert out.startswith(f"# Imported from {DATA}/user.crontab (user crontab) by clockctl import-crontab.\n")
+    assert f"# {DATA}/user.crontab:18: not imported: @reboot" in out
+    loaded = load_text(out, "printed.yaml")
+    assert loaded.errors == []
+    assert [(j.name, j.definition.expr, j.definition.tz) for j in loaded.jobs] == [
+        ("pg_dump-11", "30 2 * * *", "Europe/Paris"),
+        ("sync-13", "*/15 8-18 * * 1-5", "Europe/Paris"),
+        ("fetch-feeds-14", "0 * * * *", "Europe/Paris"),
+        ("app.cleanup-15", "0 0 * * 0", "Europe/Paris"),
+        ("monthly-report-17", "0 0 1 * *", "Europe/Paris"),
+        ("echo-22", "0 9 * * 1-5", "America/New_York"),
+    ]
+    assert listed(ctl) == {}  # a dry run writes nothing
+
+    # The printed file applied, then the import itself: the same schedules, nothing to do.
+    printed = tmp_path / "alice.yaml"
+    printed.write_text(out)
+    assert ctl("apply", "-f", str(printed)).returncode == 0
+    again = ctl("import-crontab", f"{DATA}/user.crontab", "--user", "alice", "--tz", "UTC")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "no changes (6 unchanged)\n"
+
+
+def test_import_applies_and_is_idempotent(ctl: Any) -> None:
+    first = ctl("import-crontab", f"{DATA}/debian.crontab", "--tz", "Europe/Berlin")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[0] == f"+ create cron.hourly-19  ({DATA}/debian.crontab:19)"
+    assert first.stdout.splitlines()[-1] == "applied: 4 created, 0 updated, 0 deleted"
+    jobs = listed(ctl)
+    assert sorted(jobs) == ["cron.daily-20", "cron.hourly-19", "cron.monthly-22", "cron.weekly-21"]
+    daily = jobs["cron.daily-20"]
+    assert (daily["expr"], daily["tz"], daily["retries"], daily["misfire"]) == (
+        "25 6 * * *",
+        "Europe/Berlin",
+        0,
+        "skip",
+    )
+    assert daily["target"]["shell"] is True
+    assert daily["target"]["argv"] == ["test -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.daily; }"]
+    assert ctl("import-crontab", f"{DATA}/debian.crontab", "--tz", "Europe/Berlin").stdout == (
+        "no changes (4 unchanged)\n"
+    )
+
+
+def test_system_crontab_with_user_column(ctl: Any) -> None:
+    result = ctl("import-crontab", f"{DATA}/cron.d-backup", "--system", "--tz", "UTC", "--tenant", "ops")
+    assert result.returncode == 0, result.stderr
+    docs = {d["name"]: d for d in json.loads(ctl("list", "-o", "json", "--tenant", "ops").stdout)}
+    assert sorted(docs) == ["backup-etc-7", "cron-8", "logrotate-10", "vacuumdb-9"]
+    assert docs["vacuumdb-9"]["target"]["argv"] == ["/bin/bash", "-c", "vacuumdb --all --analyze-in-stages --quiet"]
+    assert docs["vacuumdb-9"]["target"]["shell"] is False
+    only_root = ctl("import-crontab", f"{DATA}/cron.d-backup", "--system", "--user", "root", "--dry-run")
+    assert f"{DATA}/cron.d-backup:8: not imported: runs as www-data, not root (--user)" in only_root.stderr
+    assert "name: vacuumdb-9" not in only_root.stdout and "name: backup-etc-7" in only_root.stdout
+
+
+def test_an_unparsable_crontab_applies_nothing(ctl: Any, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.crontab"
+    bad.write_text("0 3 * * * /bin/backup\nonce upon a time\n61 * * * * /bin/late\n")
+    result = ctl("import-crontab", str(bad), "--tz", "UTC")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"{bad}:2: not a cron entry: expected 5 time fields, then a command",
+        f"{bad}:3: schedule: minute: 61 is out of range 0-59",
+        "2 error(s); nothing was applied",
+    ]
+    assert listed(ctl) == {}
+
+
+def test_times_are_read_in_the_hosts_zone_by_default(ctl: Any, tmp_path: Path) -> None:
+    tab = tmp_path / "tab"
+    tab.write_text("0 9 * * * /bin/true\n")
+    result = ctl("import-crontab", str(tab), "--dry-run", TZ="Asia/Tokyo")
+    assert result.returncode == 0, result.stderr
+    assert f"{tab}: times are read in Asia/Tokyo (this host's zone, as cron does; --tz to change)" in result.stderr
+    assert "    tz: Asia/Tokyo\n" in result.stdout
+    missing = ctl("import-crontab", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "nope" in missing.stderr

@@ -1,0 +1,409 @@
+"""Crontab import: real-world crontabs (tests/data/crontabs) translated to exact schedules;
+environment, zone and SHELL lines; ``%``; macros; system crontabs; derived names; and
+that nothing is dropped silently. Fuzzed: any text, only ``InvalidInput`` at worst."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clockd.core.model import CommandTarget, MisfirePolicy, RetryPolicy, ScheduleDef, ScheduleKind
+from clockd.crontab import Note, _stem, parse_crontab
+from clockd.errors import InvalidInput
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "crontabs"
+USER_PATH = "tests/data/crontabs/user.crontab"
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def job(
+    name: str,
+    expr: str,
+    tz: str,
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    source: str,
+    user: str | None,
+    *,
+    shell: bool = True,
+) -> ScheduleDef:
+    labels = {"crontab.source": source, **({"crontab.user": user} if user else {})}
+    return ScheduleDef(
+        name=name,
+        kind=ScheduleKind.CRON,
+        expr=expr,
+        tz=tz,
+        target=CommandTarget(argv=argv, shell=shell, env=tuple(sorted(env.items()))),
+        retry=RetryPolicy(retries=0),
+        misfire=MisfirePolicy.SKIP,
+        labels=tuple(sorted(labels.items())),
+    )
+
+
+def translate(text: str, path: str, **options: Any) -> tuple[list[ScheduleDef], Any]:
+    result = parse_crontab(text, path, **options)
+    jobs, errors = result.jobs()
+    assert [str(e) for e in errors] == []
+    return [j.definition for j in jobs], result
+
+
+# -- the real-world examples -------------------------------------------------------------------
+
+USER_ENV = {
+    "SHELL": "/bin/sh",
+    "PATH": "/home/alice/bin:/usr/local/bin:/usr/bin:/bin",
+    "BACKUP_DIR": "/srv/backups/db",
+    "GREETING": "hello world",
+}
+
+
+def test_user_crontab_with_env_lines_macros_and_percent() -> None:
+    got, result = translate(read("user.crontab"), USER_PATH, tz="UTC", user="alice")
+    src = USER_PATH + ":"
+    paris = "Europe/Paris"
+    assert got == [
+        job(
+            "pg_dump-11",
+            "30 2 * * *",
+            paris,
+            ("pg_dump -Fc app > $BACKUP_DIR/app-$(date +%Y%m%d).dump",),
+            USER_ENV,
+            src + "11",
+            "alice",
+        ),
+        job(
+            "sync-13",
+            "*/15 8-18 * * 1-5",
+            paris,
+            ("cd /home/alice/app && ./bin/sync.sh --quiet >/dev/null 2>&1",),
+            USER_ENV,
+            src + "13",
+            "alice",
+        ),
+        job(
+            "fetch-feeds-14",
+            "0 * * * *",
+            paris,
+            ("/usr/bin/flock -n /tmp/fetch.lock /home/alice/bin/fetch-feeds.py",),
+            USER_ENV,
+            src + "14",
+            "alice",
+        ),
+        job(
+            "app.cleanup-15",
+            "0 0 * * 0",
+            paris,
+            ("python3 -m app.cleanup --older-than 30d",),
+            USER_ENV,
+            src + "15",
+            "alice",
+        ),
+        job(
+            "monthly-report-17",
+            "0 0 1 * *",
+            paris,
+            ("/home/alice/bin/monthly-report.sh",),
+            USER_ENV,
+            src + "17",
+            "alice",
+        ),
+        job(
+            "echo-22",
+            "0 9 * * 1-5",
+            "America/New_York",
+            ('echo "$GREETING" | logger -t greet',),
+            {**USER_ENV, "TZ": "America/New_York"},
+            src + "22",
+            "alice",
+        ),
+    ]
+    assert result.system is False
+    assert result.skipped == [
+        Note(18, "@reboot: clockd has no boot event (use a systemd unit, or at: for a one-off run)"),
+        Note(
+            20,
+            "text after an unescaped % is the job's stdin, which clockd cannot give; "
+            "write \\% for a literal % (e.g. date +\\%F)",
+        ),
+    ]
+    assert result.errors == []
+    assert [n.line for n in result.notes] == [5, None]
+    assert result.notes[0].message.startswith("MAILTO=alice@example.com is not supported")
+    assert "as alice" in result.notes[1].message
+
+
+BACKUP_ENV = {"SHELL": "/bin/bash", "PATH": "/usr/local/sbin:/usr/local/bin:/sbin:/bin:/usr/sbin:/usr/bin"}
+
+
+@pytest.mark.parametrize("options", [{"system": True}, {"known_users": {"root", "www-data", "postgres"}}])
+def test_system_crontab_with_a_user_column(options: dict[str, Any]) -> None:
+    path = "tests/data/crontabs/cron.d-backup"
+    got, result = translate(read("cron.d-backup"), path, tz="Europe/Berlin", **options)
+    bash = ("/bin/bash", "-c")
+    assert got == [
+        job(
+            "backup-etc-7",
+            "15 3 * * *",
+            "Europe/Berlin",
+            (*bash, "/usr/local/sbin/backup-etc --to /srv/backup"),
+            BACKUP_ENV,
+            f"{path}:7",
+            "root",
+            shell=False,
+        ),
+        job(
+            "cron-8",
+            "*/10 * * * *",
+            "Europe/Berlin",
+            (*bash, "[ -x /usr/bin/php ] && /usr/bin/php -f /var/www/nextcloud/cron.php"),
+            BACKUP_ENV,
+            f"{path}:8",
+            "www-data",
+            shell=False,
+        ),
+        job(
+            "vacuumdb-9",
+            "0 4 * * 0",
+            "Europe/Berlin",
+            (*bash, "vacuumdb --all --analyze-in-stages --quiet"),
+            BACKUP_ENV,
+            f"{path}:9",
+            "postgres",
+            shell=False,
+        ),
+        job(
+            "logrotate-10",
+            "0 0 * * *",
+            "Europe/Berlin",
+            (*bash, "test -x /usr/sbin/logrotate && /usr/sbin/logrotate /etc/logrotate.conf"),
+            BACKUP_ENV,
+            f"{path}:10",
+            "root",
+            shell=False,
+        ),
+    ]
+    assert result.system is True
+    assert [n.line for n in result.notes] == [2, 4, None]
+    assert "postgres, root, www-data" in result.notes[2].message
+
+
+def test_debian_etc_crontab_with_run_parts() -> None:
+    path = "tests/data/crontabs/debian.crontab"
+    got, result = translate(read("debian.crontab"), path, tz="Europe/Berlin")  # root: detected
+    anacron = "test -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.%s; }"
+    env = {"SHELL": "/bin/sh"}
+    assert got == [
+        job(
+            "cron.hourly-19",
+            "17 * * * *",
+            "Europe/Berlin",
+            ("cd / && run-parts --report /etc/cron.hourly",),
+            env,
+            f"{path}:19",
+            "root",
+        ),
+        job("cron.daily-20", "25 6 * * *", "Europe/Berlin", (anacron % "daily",), env, f"{path}:20", "root"),
+        job("cron.weekly-21", "47 6 * * 7", "Europe/Berlin", (anacron % "weekly",), env, f"{path}:21", "root"),
+        job("cron.monthly-22", "52 6 1 * *", "Europe/Berlin", (anacron % "monthly",), env, f"{path}:22", "root"),
+    ]
+    assert result.system is True and result.skipped == [] and result.errors == []
+
+
+def test_a_system_crontab_is_recognised_by_its_path() -> None:
+    text = "0 1 * * * somebody /bin/true\n"
+    assert parse_crontab(text, "/etc/crontab").system is True
+    assert parse_crontab(text, "/etc/cron.d/../cron.d/x").system is True
+    assert parse_crontab(text, "mine.txt").system is False  # "somebody" is not a known user
+    assert parse_crontab(text, "mine.txt", known_users={"somebody"}).system is True
+    assert parse_crontab(text, "/etc/crontab", system=False).system is False
+
+
+def test_user_filter_on_a_system_crontab_lists_the_others() -> None:
+    result = parse_crontab(read("cron.d-backup"), "b", system=True, user="root")
+    assert [e.name for e in result.entries] == ["backup-etc-7", "logrotate-10"]
+    assert result.skipped == [
+        Note(8, "runs as www-data, not root (--user)"),
+        Note(9, "runs as postgres, not root (--user)"),
+    ]
+
+
+# -- lines -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "value"),
+    [
+        ("A=b", "A", "b"),
+        ("A = b c  ", "A", "b c"),
+        ('A="b c "', "A", "b c "),
+        ("A='b'", "A", "b"),
+        ('A="unterminated', "A", '"unterminated'),
+        ("A=", "A", ""),
+        ("A=$HOME/bin:$PATH", "A", "$HOME/bin:$PATH"),  # cron expands nothing
+        ('"QUOTED"=x', "QUOTED", "x"),
+        ("  INDENTED=1", "INDENTED", "1"),
+    ],
+)
+def test_environment_lines(line: str, name: str, value: str) -> None:
+    result = parse_crontab(f"{line}\n* * * * * run\n", "c")
+    assert result.entries[0].fields["env"] == {name: value}
+
+
+def test_zone_lines_and_a_bad_zone() -> None:
+    text = "0 9 * * * a\nCRON_TZ=Asia/Tokyo\n0 9 * * * b\nTZ=:Europe/Paris\n0 9 * * * c\nCRON_TZ=Mars/Base\n"
+    result = parse_crontab(text, "c", tz="UTC")
+    assert [(e.name, e.fields["tz"]) for e in result.entries] == [
+        ("a-1", "UTC"),
+        ("b-3", "Asia/Tokyo"),
+        ("c-5", "Europe/Paris"),
+    ]
+    assert "env" not in result.entries[1].fields  # CRON_TZ is cron's, not the job's
+    assert result.entries[2].fields["env"]["TZ"] == ":Europe/Paris"
+    assert [(n.line, n.message[:28]) for n in result.errors] == [(6, "CRON_TZ: unknown time zone '")]
+
+
+@pytest.mark.parametrize(
+    ("command", "kept", "skipped"),
+    [
+        ("date +\\%F", "date +%F", False),
+        ("printf '100\\%'", "printf '100%'", False),
+        ("run.sh%", "run.sh", False),
+        ("run.sh% ", "run.sh", False),
+        ("mail -s hi bob%body%more", None, True),
+        ("date +%F", None, True),
+    ],
+)
+def test_percent_signs(command: str, kept: str | None, skipped: bool) -> None:
+    result = parse_crontab(f"* * * * * {command}\n", "c")
+    if skipped:
+        assert result.entries == [] and [n.line for n in result.skipped] == [1]
+    else:
+        assert result.entries[0].fields["command"] == kept and result.skipped == []
+
+
+def test_lines_that_are_not_carried_over_are_listed_never_dropped() -> None:
+    text = "\n".join(
+        [
+            "# comment",
+            "",
+            "@reboot /bin/start",
+            "@every 5m /bin/x",
+            "this is not cron",
+            "* * * *",
+            "0 0 * * *",
+            "61 * * * * /bin/late",
+            "@daily",
+            "0 0 * * * ok",
+        ]
+    )
+    result = parse_crontab(text, "c")
+    assert [n.line for n in result.skipped] == [3]
+    assert [(n.line, n.message) for n in result.errors] == [
+        (
+            4,
+            "unknown macro '@every' "
+            "(known: @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, @reboot)",
+        ),
+        (5, "not a cron entry: expected 5 time fields, then a command"),
+        (6, "not a cron entry: expected 5 time fields, then a command"),
+        (7, "not a cron entry: expected 5 time fields, then a command"),
+        (9, "not a cron entry: expected a macro, then a command"),
+    ]
+    jobs, errors = result.jobs()
+    assert [j.name for j in jobs] == ["ok-10"]
+    assert "c:8: schedule: minute: 61 is out of range 0-59" in [str(e) for e in errors]
+
+
+def test_shell_line_changes_how_commands_run() -> None:
+    result = parse_crontab("SHELL=/bin/bash\n* * * * * echo $0\nSHELL=/bin/sh\n* * * * * echo again\n", "c")
+    assert result.entries[0].fields["command"] == ["/bin/bash", "-c", "echo $0"]
+    assert "shell" not in result.entries[0].fields
+    assert (result.entries[1].fields["command"], result.entries[1].fields["shell"]) == ("echo again", True)
+
+
+def test_names_are_unique_and_prefixed() -> None:
+    result = parse_crontab("* * * * * /bin/x\n", "c", prefix="host1-")
+    assert [e.name for e in result.entries] == ["host1-x-1"]
+    jobs, errors = result.jobs()
+    assert errors == [] and jobs[0].definition.retry.retries == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "stem"),
+    [
+        ("/usr/local/bin/backup.sh --full", "backup"),
+        ("cd /srv && ./backup.sh", "backup"),
+        ("FOO=1 BAR=2 /opt/run-me", "run-me"),
+        ("nice -n 10 ionice -c3 /usr/bin/rsync -a / /mnt", "rsync"),
+        ("timeout 1h flock -w 5 /tmp/l /usr/bin/php /var/www/artisan schedule:run", "artisan"),
+        ("sudo -u www-data php occ files:scan --all", "occ"),
+        ("/usr/bin/env python3 -m mypkg.tool", "mypkg.tool"),
+        ("bash -c 'cd /x && ./deploy.sh'", "deploy"),
+        (
+            "[ -x /usr/lib/php/sessionclean ] && if [ ! -d /run/systemd/system ]; then /usr/lib/php/sessionclean; fi",
+            "sessionclean",
+        ),
+        ("test -x /usr/sbin/anacron || ( cd / && run-parts --report /etc/cron.daily )", "cron.daily"),
+        ("echo hi > /tmp/out.log 2>&1", "echo"),
+        ("'unbalanced", "unbalanced"),
+        ("true", "job"),
+        ("/path/with spaces/Ünïcode tool.sh", "with"),
+        ("$HOME/bin/x", "x"),
+    ],
+)
+def test_name_stems(command: str, stem: str) -> None:
+    assert _stem(command) == stem
+
+
+# -- fuzz -----------------------------------------------------------------------------------------
+
+FAST = settings(
+    max_examples=300,
+    deadline=timedelta(milliseconds=500),
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+_PIECES = st.sampled_from(
+    [
+        "*", "*/5", "0", "61", "1-5", "MON", "jan", "@daily", "@reboot", "@weird", "%", "\\%", "=", "A=b", "CRON_TZ=",
+        "CRON_TZ=Europe/Paris", "TZ=Nowhere", "SHELL=/bin/bash", "MAILTO=x", "root", "#", '"', "'", "(", "&&", "|",
+        " ", "\t", "\r", "run-parts", "/bin/x", "sudo", "-u", "env", "L", "5#3", "15W", "\x00", "ü",
+    ]
+)  # fmt: skip
+_CRON_LINE = st.lists(_PIECES, max_size=10).map(" ".join)
+
+
+def check(text: str, **options: Any) -> None:
+    try:
+        result = parse_crontab(text, "fuzz", **options)
+        jobs, errors = result.jobs()
+    except InvalidInput:
+        return
+    accounted = {e.line for e in result.entries} | {n.line for n in result.skipped + result.errors}
+    for number, line in enumerate(text.split("\n"), start=1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and "=" not in line:
+            assert number in accounted, (number, line)  # never dropped silently
+    for error in errors:
+        assert str(error).startswith("fuzz")
+    assert len(jobs) <= len(result.entries)
+
+
+@FAST
+@given(st.text(max_size=300))
+def test_any_text(text: str) -> None:
+    check(text)
+
+
+@FAST
+@given(st.lists(_CRON_LINE, max_size=12), st.sampled_from([None, True, False]))
+def test_crontab_shaped_text(lines: list[str], system: bool | None) -> None:
+    check("\n".join(lines), system=system, known_users={"root"})

@@ -1,0 +1,147 @@
+"""Fuzzing the schedule-file loader (hypothesis): whatever the text, it returns jobs and
+``file:line`` errors quickly and raises nothing but ``InvalidInput``; and whatever the
+definition, dumping then loading gives it back (what makes export → apply a no-op)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from clockd.core.durations import format_duration
+from clockd.core.model import (
+    CommandTarget,
+    MisfirePolicy,
+    NoopTarget,
+    OverlapPolicy,
+    RetryPolicy,
+    ScheduleDef,
+    ScheduleKind,
+)
+from clockd.errors import InvalidInput
+from clockd.ops import normalize
+from clockd.schedfile import FIELD_NAMES, dump_jobs, load_text
+
+FAST = settings(
+    max_examples=300,
+    deadline=timedelta(milliseconds=500),
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def load_safely(text: str | bytes) -> None:
+    try:
+        result = load_text(text, "fuzz.yaml")
+    except InvalidInput:
+        return
+    for error in result.errors:
+        assert str(error).startswith("fuzz.yaml")
+    for job in result.jobs:
+        assert job.definition.name
+
+
+@FAST
+@given(st.text(max_size=400))
+def test_any_text(text: str) -> None:
+    load_safely(text)
+
+
+@FAST
+@given(st.binary(max_size=400))
+def test_any_bytes(data: bytes) -> None:
+    load_safely(data)
+
+
+# YAML-shaped input: real keys, plausible and hostile values, anchors, aliases, tags.
+_KEYS = st.sampled_from([*FIELD_NAMES, "jobs", "<<", "x-a", "1", "on", "? [a]", '"quoted"', "&k key", "*a"])
+_SCALARS = st.sampled_from(
+    [
+        '"0 9 * * *"', "'@daily'", "61 * * * *", "90m", "0s", "2026-12-24T18:00:00+01:00", "now+1m", "yes", "no",
+        "~", "", "3", "-1", "1:30", "0x1F", "1e400", "Europe/Paris", "Mars/Base", "[a, b]", "{a: b}", "[]", "{}",
+        "&a [x]", "*a", "*b", "!!binary aGk=", "!!str 5", "!custom x", "|\n  text", "'unterminated", "[[[[", "%TAG",
+        "\t", "#c", "- - -", "skip", "fire_once", "queue_one", "strict", "5m", "6m", "/bin/true", "[/bin/echo, hi]",
+    ]
+)  # fmt: skip
+_LINE = st.tuples(st.integers(0, 6), _KEYS, _SCALARS).map(lambda t: " " * t[0] + f"{t[1]}: {t[2]}")
+_ITEM = st.tuples(st.integers(0, 4), _SCALARS).map(lambda t: " " * t[0] + f"- {t[1]}")
+_DOC = st.lists(st.one_of(_LINE, _ITEM, st.just("jobs:"), st.just("  - name: j"), st.just("---")), max_size=30)
+
+
+@FAST
+@given(_DOC)
+def test_yaml_shaped_text(lines: list[str]) -> None:
+    load_safely("\n".join(lines) + "\n")
+
+
+@FAST
+@given(st.lists(_LINE, max_size=20))
+def test_job_shaped_text(lines: list[str]) -> None:
+    load_safely("jobs:\n  - name: fuzz\n" + "".join(f"    {line.lstrip()}\n" for line in lines))
+
+
+# -- round trip ------------------------------------------------------------------------------
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+_NAME = st.text(
+    st.characters(codec="utf-8", min_codepoint=32, exclude_categories=("Cs", "Cc")), min_size=1, max_size=40
+)
+_KEY = _TEXT.filter(lambda k: k != "" and "=" not in k and "\0" not in k and k != "clockd.managed-by")
+_DURATION = st.integers(1, 10**9).map(lambda s: timedelta(seconds=s))
+
+
+@st.composite
+def definitions(draw: st.DrawFn) -> ScheduleDef:
+    kind = draw(st.sampled_from(ScheduleKind))
+    expr = {
+        ScheduleKind.CRON: draw(st.sampled_from(["0 9 * * *", "*/5 * * * 1-5", "30 2 1 * *", "0 0 * * 0"])),
+        ScheduleKind.ONCE: draw(st.sampled_from(["2030-01-01T00:00:00Z", "2031-06-30T12:34:56Z"])),
+        ScheduleKind.EVERY: format_duration(draw(_DURATION)),
+    }[kind]
+    if draw(st.booleans()):
+        target: NoopTarget | CommandTarget = NoopTarget()
+    elif draw(st.booleans()):
+        target = CommandTarget(
+            argv=(draw(_TEXT.filter(lambda t: t.strip() != "")),),
+            shell=True,
+            env=tuple(sorted(draw(st.dictionaries(_KEY, _TEXT, max_size=3)).items())),
+        )
+    else:
+        argv = draw(st.lists(_TEXT, min_size=1, max_size=4).filter(lambda a: a[0] != ""))
+        target = CommandTarget(
+            argv=tuple(argv),
+            env=tuple(sorted(draw(st.dictionaries(_KEY, _TEXT, max_size=3)).items())),
+            cwd=draw(st.none() | _TEXT.filter(lambda t: t.strip() != "")),
+        )
+    return ScheduleDef(
+        name=draw(_NAME.filter(lambda n: n.strip() != "")),
+        kind=kind,
+        expr=expr,
+        tz=draw(st.sampled_from(["UTC", "Europe/Paris", "America/New_York", "Asia/Kolkata"])),
+        target=target,
+        queue=draw(_TEXT.filter(lambda t: t.strip() != "")),
+        timeout=draw(st.none() | _DURATION),
+        retry=RetryPolicy(retries=draw(st.integers(0, 1000)), backoff=draw(_DURATION)),
+        misfire=draw(st.sampled_from(MisfirePolicy)),
+        max_lateness=draw(_DURATION),
+        overlap=draw(st.sampled_from(OverlapPolicy)),
+        window=draw(st.sampled_from([timedelta(0), timedelta(seconds=1), timedelta(minutes=5)])),
+        labels=tuple(sorted(draw(st.dictionaries(_KEY, _TEXT, max_size=3)).items())),
+    )
+
+
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(definitions(), max_size=4, unique_by=lambda d: d.name))
+def test_dump_then_load_is_the_identity(drawn: list[ScheduleDef]) -> None:
+    # What can be stored at all: Ops.normalize's rules (NUL refused, secret references, …).
+    wanted = []
+    for definition in drawn:
+        try:
+            wanted.append(normalize(definition))
+        except InvalidInput:
+            assume(False)
+    text = dump_jobs(wanted, ["exported"])
+    result = load_text(text, "export.yaml")
+    assert [str(e) for e in result.errors] == [], text
+    assert [j.definition for j in result.jobs] == wanted, text
