@@ -1,25 +1,57 @@
 """``make bench``: run every benchmark and print one table of figures against their goals.
 
 Each module exposes ``run(quick: bool) -> list[Figure-like dict]`` with keys
-``name``, ``value``, ``unit``, ``target`` (text) and ``ok`` (bool or None).
+``name``, ``value``, ``unit``, ``target`` (text) and ``ok`` (bool or None), and
+optionally ``ratio``: the figure divided by the bare-SQL figure measured in the same
+run on the same database (``bench.baseline``).
+
+Options that only the distributed suite reads reach it through the environment
+(``BENCH_STORE``, ``BENCH_ETCD``, ``BENCH_SCALE``, ``BENCH_PROFILE``,
+``BENCH_SCENARIOS``), so ``python -m bench.distributed`` honours them too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import time
 from typing import Any
 
-SUITES = ("bench.time_core", "bench.embedded")
+SUITES = ("bench.time_core", "bench.embedded", "bench.distributed")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="reduced scale, finishes in under 2 minutes")
     parser.add_argument("--only", action="append", help="run only these suites (e.g. embedded)")
+    parser.add_argument(
+        "--store",
+        metavar="DSN",
+        help="PostgreSQL server to use (a database is created per scenario; default: start a throwaway one)",
+    )
+    parser.add_argument("--etcd", metavar="URLS", help="etcd endpoints to use (default: start a throwaway one)")
+    parser.add_argument(
+        "--scale", type=float, metavar="F", help="multiply the distributed sizes by F (e.g. 0.1; default 1)"
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=["bare", "drill", "sustained", "scale", "commands"],
+        help="run only these distributed scenarios (the drill also runs bare)",
+    )
+    parser.add_argument("--profile", metavar="DIR", help="py-spy record every clockd process into DIR")
     args = parser.parse_args()
+    for key, value in (
+        ("BENCH_STORE", args.store),
+        ("BENCH_ETCD", args.etcd),
+        ("BENCH_SCALE", None if args.scale is None else str(args.scale)),
+        ("BENCH_PROFILE", args.profile),
+        ("BENCH_SCENARIOS", ",".join(args.scenario) if args.scenario else None),
+    ):
+        if value is not None:
+            os.environ[key] = value
     rows: list[dict[str, Any]] = []
     for name in SUITES:
         short = name.rsplit(".", 1)[1]
@@ -32,16 +64,20 @@ def main() -> int:
             rows.append({"suite": short, **row})
         print(f"   {short} took {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
     width = max((len(r["name"]) for r in rows), default=10)
-    print(f"\n{'suite':<11} {'figure':<{width}} {'value':>14}  {'goal':<28} result")
+    print(f"\n{'suite':<11} {'figure':<{width}} {'value':>14}      {'goal':<28} {'× bare':>7}  result")
     failed = 0
     for r in rows:
         value = r["value"]
         text = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}" if isinstance(value, int) else str(value)
+        if isinstance(value, float) and abs(value) < 10:
+            text = f"{value:,.3f}"
         ok = r.get("ok")
         verdict = "" if ok is None else ("PASS" if ok else "FAIL")
         failed += ok is False
         unit, goal = r.get("unit", ""), r.get("target", "")
-        print(f"{r['suite']:<11} {r['name']:<{width}} {text:>10} {unit:<3}  {goal:<28} {verdict}")
+        ratio = r.get("ratio")
+        ratio_text = f"{ratio:.2f}×" if isinstance(ratio, float) and ratio == ratio else ""
+        print(f"{r['suite']:<11} {r['name']:<{width}} {text:>14} {unit:<4} {goal:<28} {ratio_text:>7}  {verdict}")
     print(f"\n{failed} goal(s) missed" if failed else "\nall goals met")
     return 0
 

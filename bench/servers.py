@@ -22,10 +22,11 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from tests.harness.etcd import EtcdServer
 from tests.harness.postgres import PostgresServer
@@ -47,6 +48,21 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
+def url_dsn(dsn: str, dbname: str) -> str:
+    """``dsn`` (URL or key=value) pointing at ``dbname``, as a ``postgresql://`` URL:
+    clockd recognises a PostgreSQL store by that prefix."""
+    params = {k: str(v) for k, v in conninfo_to_dict(dsn).items() if v is not None}
+    params.pop("dbname", None)
+    user = quote(params.pop("user", "postgres"), safe="")
+    password = params.pop("password", None)
+    host = params.pop("host", "localhost")
+    port = params.pop("port", "5432")
+    auth = f"{user}:{quote(password, safe='')}@" if password else f"{user}@"
+    where = f"[{host}]" if ":" in host else host
+    query = f"?{urlencode(params)}" if params else ""
+    return f"postgresql://{auth}{where}:{port}/{quote(dbname, safe='')}{query}"
+
+
 @dataclass
 class Servers:
     admin_dsn: str  # a database on the server we may CREATE DATABASE from
@@ -64,7 +80,7 @@ class Servers:
         with self.connect() as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         self.created.append(name)
-        return make_conninfo(self.admin_dsn, dbname=name)
+        return url_dsn(self.admin_dsn, name)
 
     def drop_database(self, dsn: str) -> None:
         name = conninfo_to_dict(dsn).get("dbname")
@@ -104,7 +120,7 @@ def servers(store: str | None = None, etcd: str | None = None) -> Iterator[Serve
     finally:
         if found is not None:
             for name in list(found.created):
-                found.drop_database(make_conninfo(found.admin_dsn, dbname=name))
+                found.drop_database(url_dsn(found.admin_dsn, name))
         if etcd_server is not None:
             etcd_server.stop()
         if pg is not None:

@@ -10,6 +10,7 @@
     │   └── InvalidSchedule
     ├── NotFound                     exit 1   unknown schedule / occurrence
     ├── Conflict                     exit 1   duplicate name, idempotency-key mismatch
+    │   └── QuotaExceeded                         a tenant limit (clockctl tenant set) refuses it
     ├── StoreError                   exit 4   database unreachable, locked, unreadable
     │   ├── StoreUnavailable
     │   ├── StoreLocked
@@ -70,6 +71,10 @@ class Conflict(ClockdError):
     """That conflicts with what is stored."""
 
     exit_code = 1
+
+
+class QuotaExceeded(Conflict):
+    """The tenant is at one of its limits."""
 
 
 class StoreError(ClockdError):

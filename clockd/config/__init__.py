@@ -50,12 +50,16 @@ class StoreLocation:
         return self.target if self.kind == "sqlite" else redact_dsn(self.target)
 
 
+# A libpq key=value DSN ("host=db dbname=clockd user=…"): never a file name.
+_LIBPQ_KEYWORDS = re.compile(r"^\s*(host|hostaddr|port|dbname|user|password|service|sslmode)\s*=")
+
+
 def resolve_store(url: str | None, env: Mapping[str, str] | None = None) -> StoreLocation:
     """``sqlite:///abs/path.db``, ``sqlite:///`` (the default file), a plain path, or a
     ``postgresql://`` / ``postgres://`` DSN. None or empty: ``CLOCKD_STORE``, then the default."""
     env = os.environ if env is None else env
     url = url or env.get("CLOCKD_STORE") or ""
-    if url.startswith(("postgresql://", "postgres://")):
+    if url.startswith(("postgresql://", "postgres://")) or _LIBPQ_KEYWORDS.match(url):
         return StoreLocation("postgresql", url)
     if url.startswith("sqlite://"):
         path = url[len("sqlite://") :]

@@ -288,6 +288,8 @@ class ScheduleDef:
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     window: timedelta = timedelta(0)
     labels: tuple[tuple[str, str], ...] = ()
+    # misfire catch_up: at most this many late instants run (the most recent ones).
+    catch_up_limit: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +326,7 @@ class Occurrence:
     finished_at: datetime | None = None
     exit_code: int | None = None
     reason: str | None = None
+    last_error: str | None = None  # the last attempt's error (kept on DEAD: the dead letter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,3 +342,31 @@ class Attempt:
     signal: int | None = None
     output: str = ""
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """Per-tenant caps (DESIGN.md §4 "concurrency"); None = no limit.
+
+    * ``max_schedules``: live (active or paused) schedules; a create over it is refused.
+    * ``max_running``: occurrences RUNNING at once; more wait in the queue.
+    * ``max_triggers_per_minute``: claims (attempts started) per calendar minute (UTC);
+      more wait in the queue until the next minute.
+    * ``catch_up_rate``: late instants that misfire ``catch_up`` lets run, per minute;
+      the materializer spaces them out (``available_at``) at this rate.
+    """
+
+    tenant: str
+    max_schedules: int | None = None
+    max_running: int | None = None
+    max_triggers_per_minute: int | None = None
+    catch_up_rate: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    """A tenant's limits and what it uses now (``clockctl tenant list``)."""
+
+    limits: TenantLimits
+    schedules: int  # live schedules
+    running: int  # RUNNING occurrences (leased queue rows)

@@ -8,9 +8,20 @@ lateness ``now - scheduled_for``:
   latest runs, and only if no on-time instant is planned in the same pass;
   the others become MISSED. So an outage of any length costs at most one run.
 * ``catch_up``: late instants run oldest first, at most ``catch_up_limit`` of
-  them (the most recent ones); older ones become MISSED.
+  them (the most recent ones); older ones become MISSED. The ones that run are
+  flagged ``catch_up`` so the materializer can pace them (a tenant's catch-up rate).
 
 Every MISSED occurrence is written with its reason: nothing disappears silently.
+
+The same policy applies twice more, with the same rules:
+
+* on resume ``--from paused-at``, the cursor goes back to the pause, and the
+  paused period is planned through this function like any outage;
+* to queued rows no worker reached in time: the leader's misfire sweep
+  (``Store.sweep_misfires``) marks ENQUEUED/RETRY_WAIT occurrences claimable for
+  longer than ``max_lateness`` MISSED — skip: all of them; fire_once: all but the
+  latest of each schedule, and that one too when a newer instant is already due;
+  catch_up: all but the ``catch_up_limit`` latest. :func:`sweep_verdict` is that rule.
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ from clockd.core.model import (
     Schedule,
 )
 
-CATCH_UP_LIMIT = 10
+CATCH_UP_LIMIT = 10  # the default of ScheduleDef.catch_up_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +49,7 @@ class PlannedOccurrence:
     available_at: datetime
     state: OccurrenceState  # SCHEDULED or MISSED
     reason: str | None = None
+    catch_up: bool = False  # late (past max_lateness) but run by misfire catch_up / fire_once
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +95,8 @@ def plan_schedule(
         on_time_due = any(late_before <= t <= now for t in instants)
         runs_late = set() if on_time_due else {late[-1]}
     else:
-        runs_late = set(late[-CATCH_UP_LIMIT:])
+        limit = max(0, definition.catch_up_limit)
+        runs_late = set(late[-limit:]) if limit else set()
 
     planned: list[PlannedOccurrence] = []
     for t in instants:
@@ -96,10 +109,7 @@ def plan_schedule(
                     scheduled_for=t,
                     available_at=t,
                     state=OccurrenceState.MISSED,
-                    reason=(
-                        f"missed: {_fmt(lateness)} late, past max_lateness "
-                        f"{_fmt(definition.max_lateness)} (misfire policy {definition.misfire})"
-                    ),
+                    reason=missed_reason(lateness, definition.max_lateness, definition.misfire),
                 )
             )
         else:
@@ -109,6 +119,7 @@ def plan_schedule(
                     scheduled_for=t,
                     available_at=available_at(occ_id, t, definition.window),
                     state=OccurrenceState.SCHEDULED,
+                    catch_up=t < late_before,
                 )
             )
     return SchedulePlan(tuple(planned), cursor)
@@ -145,6 +156,30 @@ def after_attempt(
             OccurrenceState.DEAD, None, f"dead after {attempt} attempt{'s' if attempt > 1 else ''}"
         )
     return AfterAttempt(OccurrenceState.RETRY_WAIT, now + retry.delay(attempt, jitter), None)
+
+
+def missed_reason(lateness: timedelta, max_lateness: timedelta, policy: MisfirePolicy) -> str:
+    """The reason written on an occurrence the misfire policy turned MISSED."""
+    return f"missed: {_fmt(lateness)} late, past max_lateness {_fmt(max_lateness)} (misfire policy {policy})"
+
+
+def sweep_verdict(
+    policy: MisfirePolicy,
+    newest_rank: int,
+    catch_up_limit: int,
+    newer_due: bool,
+) -> bool:
+    """Whether the leader's sweep marks a late queued occurrence MISSED (True) or lets it run.
+
+    ``newest_rank`` is 1 for the schedule's latest late queued occurrence, 2 for the one
+    before, …; ``newer_due`` tells whether a newer instant of the schedule is already due
+    (and not itself missed). The SQL of both stores (``misfire_pick``) states this same rule;
+    the contract tests hold them to it."""
+    if policy is MisfirePolicy.SKIP:
+        return True
+    if policy is MisfirePolicy.FIRE_ONCE:
+        return newest_rank > 1 or newer_due
+    return newest_rank > max(0, catch_up_limit)
 
 
 def _fmt(delta: timedelta) -> str:

@@ -106,6 +106,7 @@ def spec_to_dict(definition: ScheduleDef) -> dict[str, Any]:
         "overlap": definition.overlap.value,
         "window_us": duration_to_us(definition.window),
         "labels": [[key, value] for key, value in definition.labels],
+        "catch_up_limit": definition.catch_up_limit,
     }
 
 
@@ -137,6 +138,7 @@ def definition_from_parts(
         overlap=OverlapPolicy(spec.get("overlap", default.overlap.value)),
         window=_duration(spec, "window_us", default.window),
         labels=tuple((str(k), str(v)) for k, v in spec.get("labels", ())),
+        catch_up_limit=int(spec.get("catch_up_limit", default.catch_up_limit)),
     )
 
 

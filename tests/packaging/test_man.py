@@ -71,3 +71,10 @@ def test_every_config_key_is_in_clockd_yaml_5() -> None:
 def test_pages_render_without_warnings(page: str) -> None:
     result = subprocess.run(["groff", "-man", "-ww", "-z", str(MAN / page)], capture_output=True, text=True)
     assert result.returncode == 0 and result.stderr == ""
+
+
+def test_every_schedule_file_field_is_in_clockd_schedules_5() -> None:
+    from clockd.schedfile import FIELDS
+
+    page = _text("clockd-schedules.5")
+    assert [f.name for f in FIELDS if f".B {f.name}\n" not in page] == []

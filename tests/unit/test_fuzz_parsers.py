@@ -10,7 +10,9 @@ Examples are bounded so the file runs well under a minute.
 
 from __future__ import annotations
 
+import atexit
 import math
+import shutil
 import signal
 import tempfile
 import time
@@ -212,6 +214,7 @@ YAML_TEXT = st.one_of(
                             "<<: ", "'", '"', "%YAML 1.1\n", "---\n", "? ", "concurrency: ", "modes: "])),
 )  # fmt: skip
 _CONFIG_DIR = Path(tempfile.mkdtemp(prefix="clockd-fuzz-"))
+atexit.register(shutil.rmtree, _CONFIG_DIR, True)
 
 
 @FUZZ

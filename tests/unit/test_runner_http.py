@@ -353,9 +353,9 @@ async def test_worker_waits_at_least_retry_after_and_passes_the_tenant() -> None
     assert store.lookups == 1
 
 
-async def test_tls_is_verified_unless_insecure(tmp_path: Path) -> None:
+@pytest.fixture
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
     import shutil
-    import ssl
     import subprocess
 
     if shutil.which("openssl") is None:
@@ -366,6 +366,13 @@ async def test_tls_is_verified_unless_insecure(tmp_path: Path) -> None:
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )  # fmt: skip
+    return key, cert
+
+
+async def test_tls_is_verified_unless_insecure(self_signed: tuple[Path, Path]) -> None:
+    import ssl
+
+    key, cert = self_signed
 
     class H(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -71,3 +71,9 @@ def test_passwords_are_redacted() -> None:
     assert "s3cret" not in redact_dsn("postgresql://clockd:s3cret@db:5432/clockd")
     assert "s3cret" not in redact_dsn("host=db password=s3cret dbname=clockd")
     assert "s3cret" not in redact_dsn("postgresql://db/clockd?password=s3cret")
+
+
+def test_libpq_keyword_dsn_is_postgresql_not_a_file() -> None:
+    loc = resolve_store("host=127.0.0.1 port=5432 dbname=clockd user=clockd password=pw", {})
+    assert loc.kind == "postgresql"
+    assert "pw" not in loc.display

@@ -258,3 +258,35 @@ def test_show_keeps_references_and_masks_literal_secrets() -> None:
 def test_redact_url_leaves_ordinary_urls_alone() -> None:
     for url in ("http://h:80/p?x=1", "https://h/a@b", "https://user@h/"):
         assert redact_url(url) == url
+
+
+WEIRD = [
+    'it\'s "quoted"; DROP TABLE schedules; --',
+    "naïve ☃ 日本語 🙂",
+    "tab\tline\nbell\x07esc\x1b[31m",
+    "${file:/x} $${y}",
+]
+
+
+@pytest.mark.parametrize("text", WEIRD)
+async def test_new_target_fields_round_trip_through_the_sqlite_store(tmp_path: Path, text: str) -> None:
+    from clockd.core.ids import new_schedule_id
+    from clockd.store.sqlite.store import SqliteStore
+
+    store = SqliteStore(tmp_path / "clockd.db")
+    await store.open()
+    try:
+        command = CommandTarget(
+            argv=("printf", text), env=(("K", text),), user=text, group=text, env_from_file=f"/{text}",
+            memory_limit=1 << 40, cpu_limit=1, nproc_limit=7,
+        )  # fmt: skip
+        http = HttpTarget(
+            method="PATCH", url=f"https://h/{text}", headers=((text, text),), body=text, expect_status=(418,)
+        )
+        for i, target in enumerate((command, http)):
+            defn = definition(target, name=f"{text} {i}", labels=((text, text),))
+            created = await store.create_schedule(new_schedule_id(), defn, 0, None, datetime(2026, 1, 1, tzinfo=UTC))
+            fetched = await store.get_schedule("default", f"{text} {i}")
+            assert fetched == created and fetched is not None and fetched.definition == defn
+    finally:
+        await store.close()

@@ -55,6 +55,7 @@ definitions = st.builds(
     overlap=st.sampled_from(OverlapPolicy),
     window=durations,
     labels=st.lists(st.tuples(texts, texts), max_size=4).map(tuple),
+    catch_up_limit=st.integers(0, 10_000),
 )
 
 

@@ -1,0 +1,652 @@
+"""Distributed benchmarks: real ``clockd`` processes per mode on PostgreSQL and etcd.
+
+Goals (issue "Performance: the top-of-hour drill, sustained throughput and scale"):
+500,000 strict triggers at the top of an hour reaching the queue before they are due
+and claimed with p99 ≤ 6 s (≤ 1.25× the bare-SQL drill measured in the same run),
+10,000 executions/s within 2 s of due, 1,000,000 active schedules created at
+≥ 20,000/s with every clockd process under 300 MB resident.
+
+Scenarios, each on a fresh database of the same server, each with its own processes
+(``materializer``, ``relay``, ``leader`` and two ``worker`` processes, one mode each):
+
+0. **bare SQL** (``bench.baseline``): the claim/complete pattern with no clockd code,
+   N rows due at one instant, 2 processes, batches of 1000. Its figures are the
+   denominators of the ratios printed next to clockd's.
+1. **top-of-hour drill**: N ``once`` schedules (no-op target) all due at T. The
+   processes start first; the schedules are created (a sample through
+   ``Store.apply_schedules``, the rest with ``COPY`` when that path is too slow for
+   the size — the output says so), then T arrives. Measured from the database:
+   materialization rate, the share of occurrences in the queue (``dispatch``,
+   committed) at T, claim lag (attempt ``started_at`` − ``scheduled_for``) p50/p99/max,
+   completion p99, executions/s, database size per million executed occurrences, and
+   the materializer's CPU time per occurrence.
+2. **sustained load**: ``every`` schedules (1 s, 2 s, 5 s, 10 s; anchors spread over
+   the period in 100 ms steps) firing R times a second; after a warm-up, a window of
+   W seconds: lag p99, executions/s, and queue depth (due rows in ``dispatch`` and
+   ``outbox``) at the start and the end of the window.
+3. **scale**: M active schedules (mixed zones and cron expressions, 10 % every
+   minute): creation rate through ``clockctl apply``'s path (``Ops.plan_apply`` +
+   ``Ops.apply_plan``) on a sample, and through the bare set-based SQL it could be;
+   the rest loaded with ``COPY``; then all modes run for a while: materializer CPU
+   per occurrence, database size per million occurrences, peak resident memory
+   (VmHWM) of every process.
+4. **real commands**: 1,000 ``/bin/true`` jobs due at one instant, 2 workers ×
+   concurrency 16: executions/s and lag p99.
+
+Sizes (``--quick`` / full; ``--scale F`` multiplies N, R and M): drill 20,000 /
+500,000; sustained 2,000/s for 10 s / 10,000/s for 60 s; scale 50,000 / 1,000,000.
+
+Run: ``python -m bench --only distributed [--quick] [--scale 0.2] [--store DSN]
+[--etcd URLS] [--profile DIR]`` or ``python -m bench.distributed [--quick]``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from bench import baseline, bulk
+from bench.baseline import BareResult
+from bench.cluster import Cluster, percentile, row
+from bench.servers import Servers, log, servers
+from clockd.core.ids import shard_of
+from clockd.core.model import CommandTarget, NoopTarget, ScheduleDef, ScheduleKind
+from clockd.core.spec import compile_spec
+
+SHARDS = 64
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    drill: int
+    sustained_rate: int
+    sustained_window: float
+    sustained_warmup: float
+    scale: int
+    scale_sample: int  # schedules created through clockctl apply's path
+    scale_run: float
+    commands: int
+
+    @classmethod
+    def of(cls, quick: bool, factor: float) -> Sizes:
+        if quick:
+            base = cls(20_000, 2_000, 10.0, 8.0, 50_000, 5_000, 15.0, 1000)
+        else:
+            base = cls(500_000, 10_000, 60.0, 25.0, 1_000_000, 20_000, 60.0, 1000)
+        return cls(
+            drill=max(1000, int(base.drill * factor)),
+            sustained_rate=max(100, int(base.sustained_rate * factor)),
+            sustained_window=base.sustained_window,
+            sustained_warmup=base.sustained_warmup,
+            scale=max(5000, int(base.scale * factor)),
+            scale_sample=max(1000, int(base.scale_sample * min(1.0, factor))),
+            scale_run=base.scale_run,
+            commands=base.commands,
+        )
+
+
+def _profile(cluster: Cluster) -> None:
+    directory = os.environ.get("BENCH_PROFILE")
+    if directory:
+        cluster.profile(directory)
+
+
+def _one(conn: psycopg.Connection[tuple[Any, ...]], query: str, params: Any = None) -> tuple[Any, ...]:
+    found = conn.execute(query, params).fetchone()  # type: ignore[arg-type]  # benchmark SQL
+    assert found is not None
+    return found
+
+
+def _size_mib(conn: psycopg.Connection[tuple[Any, ...]]) -> float:
+    (size,) = _one(
+        conn,
+        "SELECT pg_total_relation_size('occurrences') + pg_total_relation_size('dispatch') "
+        "+ pg_total_relation_size('attempts') + pg_total_relation_size('outbox')",
+    )
+    return float(size) / 2**20
+
+
+def _sleep_until(instant: datetime) -> None:
+    while (left := (instant - datetime.now(UTC)).total_seconds()) > 0:
+        time.sleep(min(left, 0.5))
+
+
+def _start_all(cluster: Cluster, *, horizon: str, concurrency: int = 1000, workers: int = 2) -> float:
+    """materializer, relay, leader and ``workers`` worker processes; returns seconds to ready."""
+    cluster.spawn("materializer", "materializer", "--horizon", horizon)
+    cluster.spawn("relay", "relay")
+    cluster.spawn("leader", "leader")
+    for i in range(workers):
+        cluster.spawn(f"worker-{i + 1}", "worker", "--concurrency", str(concurrency))
+    ready = cluster.wait_ready()
+    _profile(cluster)
+    return ready
+
+
+# -- 0. bare SQL ---------------------------------------------------------------------------
+
+
+def bare(srv: Servers, n: int) -> tuple[BareResult, list[Row]]:
+    dsn = srv.new_database("bare")
+    try:
+        log(f"bare SQL: {n:,} rows due at one instant, 2 processes, batches of 1000")
+        r = baseline.drill(dsn, n)
+    finally:
+        srv.drop_database(dsn)
+    label = f"bare SQL {n // 1000}k"
+    rows = [
+        row(f"{label}: INSERT…SELECT", r.stage_rate, "/s"),
+        row(f"{label}: claim lag p50", r.lag_p50, "s"),
+        row(f"{label}: claim lag p99", r.lag_p99, "s"),
+        row(f"{label}: claim+complete", r.rate, "/s"),
+        row(f"{label}: done", r.done, "", f"= {n:,}", r.done == n),
+    ]
+    return r, rows
+
+
+# -- 1. top-of-hour drill ------------------------------------------------------------------
+
+
+def _once_rows(n: int, due: datetime, now: datetime, prefix: str, target: Any) -> list[bulk.Row]:
+    template = bulk.Template.of(
+        ScheduleDef(name=f"{prefix}-template", kind=ScheduleKind.ONCE, expr=due.isoformat(), tz="UTC", target=target)
+    )
+    out = []
+    for i in range(n):
+        sid = str(uuid.uuid4())
+        out.append(bulk.Row(sid, f"{prefix}-{i:07d}", template, shard_of(sid, SHARDS), due, now))
+    return out
+
+
+def _create(dsn: str, rows: list[bulk.Row], now: datetime, sample: int) -> tuple[float, str, float]:
+    """A sample through ``Store.apply_schedules`` (the port's batched create); the rest
+    through it too if it creates at least 25,000/s (the pace the drill plans T with),
+    else with COPY. Returns (apply rate, how the schedules were made, total seconds)."""
+    began = time.monotonic()
+    sample = min(sample, len(rows))
+    seconds = bulk.create_via_store(dsn, rows[:sample], now)
+    rate = sample / seconds
+    rest = rows[sample:]
+    if not rest:
+        how = "apply_schedules"
+    elif rate >= 25_000:
+        bulk.create_via_store(dsn, rest, now)
+        how = "apply_schedules"
+    else:
+        bulk.copy_schedules(dsn, rest)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # What autovacuum would do after a bulk load (the store itself never ANALYZEs).
+            conn.execute("ANALYZE schedules")
+            conn.execute("ANALYZE schedule_versions")
+        how = f"{sample // 1000}k apply_schedules + COPY"
+    return rate, how, time.monotonic() - began
+
+
+@dataclass
+class Progress:
+    """(seconds since start, occurrences, outbox rows, dispatch rows) samples."""
+
+    began: float
+    samples: list[tuple[float, int, int, int]]
+
+    def add(self, conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[int, int, int]:
+        occ, outbox, queued = _one(
+            conn,
+            "SELECT (SELECT count(*) FROM occurrences), (SELECT count(*) FROM outbox), "
+            "(SELECT count(*) FROM dispatch)",
+        )
+        self.samples.append((time.monotonic() - self.began, int(occ), int(outbox), int(queued)))
+        return int(occ), int(outbox), int(queued)
+
+    def rate(self, column: int, n: int) -> tuple[float, float | None, float | None]:
+        """Rows/s of ``column`` from its first non-zero sample to the first at ``n`` (or
+        the last), and the instants of those two samples (None if not seen)."""
+        first = next((s for s in self.samples if s[column] > 0), None)
+        if first is None:
+            return 0.0, None, None
+        full = next((s for s in self.samples if s[column] >= n), None)
+        last = full or self.samples[-1]
+        span = last[0] - first[0]
+        rate = (last[column] - first[column]) / span if span > 0 else float("nan")
+        return rate, first[0], None if full is None else full[0]
+
+
+def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> list[Row]:
+    dsn = srv.new_database("drill")
+    cluster = Cluster(dsn, srv.etcd, "drill")
+    label = f"drill {n // 1000}k"
+    try:
+        with cluster:
+            cluster.migrate()
+            ready = _start_all(cluster, horizon="10m")
+            log(f"{label}: 5 clockd processes ready in {ready:.1f}s")
+            mat = cluster.procs["materializer"]
+            cpu0 = mat.cpu()
+            # T: after creation (COPY ~30 k/s) and materialization (assumed ≥ 8 k/s), with a margin.
+            now = datetime.now(UTC).replace(microsecond=0)
+            margin = (4 if quick else 15) + n / 25_000 + n / 8_000
+            due = (now + timedelta(seconds=margin)).replace(microsecond=0) + timedelta(seconds=1)
+            rows = _once_rows(n, due, now, "drill", NoopTarget())
+            apply_rate, how, created_in = _create(dsn, rows, now, 2000 if quick else 5000)
+            del rows
+            log(f"{label}: {n:,} schedules created in {created_in:.1f}s ({how}); T in "
+                f"{(due - datetime.now(UTC)).total_seconds():.1f}s")  # fmt: skip
+            progress = Progress(time.monotonic(), [])
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while (due - datetime.now(UTC)).total_seconds() > 0.6:
+                    progress.add(conn)
+                    cluster.sample()
+                    time.sleep(0.5)
+                _sleep_until(due - timedelta(milliseconds=5))
+                # One statement, one snapshot taken at T: what was committed before T.
+                at_t_queue, at_t_outbox, at_t_occ = _one(
+                    conn,
+                    "SELECT (SELECT count(*) FROM dispatch), (SELECT count(*) FROM outbox), "
+                    "(SELECT count(*) FROM occurrences)",
+                )
+                t_seen = time.monotonic() - progress.began
+                cpu_mat = mat.cpu() - cpu0
+                deadline = time.monotonic() + 60 + n / 2000
+                while time.monotonic() < deadline:
+                    occ, outbox, queued = progress.add(conn)
+                    cluster.sample()
+                    if occ >= n and outbox == 0 and queued == 0:
+                        break
+                    time.sleep(0.5)
+                lags = conn.execute(
+                    "SELECT extract(epoch FROM a.started_at - o.scheduled_for)::float8, "
+                    "extract(epoch FROM a.finished_at - o.scheduled_for)::float8 "
+                    "FROM attempts a JOIN occurrences o ON o.id = a.occurrence_id WHERE a.attempt = 1"
+                ).fetchall()
+                (succeeded,) = _one(conn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'")
+                size = _size_mib(conn)
+            rss = cluster.peak_rss_mib()
+        mat_rate, mat_first, mat_full = progress.rate(1, n)
+        _, _, staged_full = progress.rate(3, n)
+        claim = [float(r[0]) for r in lags]
+        done = [float(r[1]) for r in lags if r[1] is not None]
+        p50, p99, worst = percentile(claim, 0.5), percentile(claim, 0.99), max(claim, default=float("nan"))
+        done_p99 = percentile(done, 0.99)
+        span = max(done, default=0.0)
+        rate = len(done) / span if span > 0 else float("nan")
+        share = int(at_t_queue) / n
+        p99_goal = max(1.0, 6.0 * n / 500_000)
+        bare_p99 = bare_result.lag_p99 if bare_result else None
+        ratio_p99 = p99 / bare_p99 if bare_p99 else None
+        before_t = ""
+        if staged_full is not None and staged_full <= t_seen:
+            before_t = f"; queue complete {t_seen - staged_full:.1f}s before T"
+        log(f"{label}: materialized {mat_rate:,.0f}/s (first rows at +{mat_first or 0:.1f}s, all at "
+            f"+{mat_full if mat_full is not None else float('nan'):.1f}s, T at +{t_seen:.1f}s){before_t}; "
+            f"at T: {at_t_queue:,} queued, {at_t_outbox:,} in outbox, {at_t_occ:,} occurrences")  # fmt: skip
+        return [
+            row(f"{label}: created via {how}", n, "", "", None),
+            row(f"{label}: apply_schedules rate", apply_rate, "/s", "≥ 20,000/s", apply_rate >= 20_000),
+            row(f"{label}: materialization", mat_rate, "/s", "", None,
+                mat_rate / bare_result.stage_rate if bare_result else None),
+            row(f"{label}: materializer CPU/occurrence", cpu_mat / n * 1e6, "µs"),
+            row(f"{label}: in queue before T", share * 100, "%", "= 100 %", share >= 1.0),
+            row(f"{label}: claim lag p50", p50, "s", "", None, p50 / bare_result.lag_p50 if bare_result else None),
+            row(f"{label}: claim lag p99", p99, "s", f"≤ {p99_goal:g} s, ≤ 1.25× bare",
+                p99 <= p99_goal and (ratio_p99 is None or ratio_p99 <= 1.25), ratio_p99),
+            row(f"{label}: claim lag max", worst, "s", "", None, worst / bare_result.lag_max if bare_result else None),
+            row(f"{label}: completion p99", done_p99, "s", "", None,
+                done_p99 / bare_result.done_p99 if bare_result else None),
+            row(f"{label}: executions/s", rate, "/s", "", None, rate / bare_result.rate if bare_result else None),
+            row(f"{label}: succeeded", int(succeeded), "", f"= {n:,}", int(succeeded) == n),
+            row(f"{label}: db size per 1M executed", size / n * 1e6, "MiB"),
+            row(f"{label}: peak RSS ({max(rss, key=lambda k: rss[k])})", max(rss.values()), "MiB", "< 300 MiB",
+                max(rss.values()) < 300),
+        ]  # fmt: skip
+    finally:
+        srv.drop_database(dsn)
+
+
+# -- 2. sustained load ---------------------------------------------------------------------
+
+PERIODS = (1, 2, 5, 10)  # seconds; each period carries a quarter of the rate
+
+
+def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row]:
+    dsn = srv.new_database("sustained")
+    cluster = Cluster(dsn, srv.etcd, "sustained")
+    label = f"sustained {rate // 1000}k/s"
+    try:
+        with cluster:
+            cluster.migrate()
+            base = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+            rows: list[bulk.Row] = []
+            templates = {
+                p: bulk.Template.of(ScheduleDef(name="t", kind=ScheduleKind.EVERY, expr=f"{p}s", tz="UTC",
+                                                target=NoopTarget()))
+                for p in PERIODS
+            }  # fmt: skip
+            for p in PERIODS:
+                count = rate * p // len(PERIODS)
+                slots = p * 10
+                for i in range(count):
+                    sid = str(uuid.uuid4())
+                    anchor = base + timedelta(milliseconds=100 * (i % slots))
+                    first = compile_spec(ScheduleKind.EVERY, f"{p}s", "UTC", anchor).next_after(anchor)
+                    assert first is not None
+                    rows.append(bulk.Row(sid, f"every{p}-{i:06d}", templates[p], shard_of(sid, SHARDS), first, anchor))
+            created = bulk.copy_schedules(dsn, rows)
+            log(f"{label}: {len(rows):,} every-schedules ({'/'.join(f'{p}s' for p in PERIODS)}) COPYed in "
+                f"{created:.1f}s")  # fmt: skip
+            ready = _start_all(cluster, horizon="20s")
+            log(f"{label}: processes ready in {ready:.1f}s; warm-up {warmup:g}s, window {window:g}s")
+            depth_sql = (
+                "SELECT (SELECT count(*) FROM dispatch WHERE visible_at <= %(now)s) "
+                "+ (SELECT count(*) FROM outbox WHERE available_at <= %(now)s)"
+            )
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                time.sleep(warmup)
+                start = datetime.now(UTC)
+                (depth0,) = _one(conn, depth_sql, {"now": start})
+                cpu0 = {name: p.cpu() for name, p in cluster.procs.items()}
+                while (datetime.now(UTC) - start).total_seconds() < window:
+                    cluster.sample()
+                    time.sleep(0.5)
+                end = datetime.now(UTC)
+                (depth1,) = _one(conn, depth_sql, {"now": end})
+                cpu = {name: p.cpu() - cpu0[name] for name, p in cluster.procs.items()}
+                time.sleep(3)  # let the last instants of the window start
+                lags = [
+                    float(r[0])
+                    for r in conn.execute(
+                        "SELECT extract(epoch FROM coalesce(a.started_at, now()) - o.scheduled_for)::float8 "
+                        "FROM occurrences o LEFT JOIN attempts a ON a.occurrence_id = o.id AND a.attempt = 1 "
+                        "WHERE o.scheduled_for >= %(start)s AND o.scheduled_for < %(end)s",
+                        {"start": start, "end": end},
+                    ).fetchall()
+                ]
+                (finished,) = _one(
+                    conn,
+                    "SELECT count(*) FROM attempts WHERE finished_at >= %(start)s AND finished_at < %(end)s",
+                    {"start": start, "end": end},
+                )
+            rss = cluster.peak_rss_mib()
+        span = (end - start).total_seconds()
+        executed = int(finished) / span
+        p99 = percentile(lags, 0.99)
+        growth = int(depth1) - int(depth0)
+        log(f"{label}: CPU seconds in the window: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+        expected = len(lags) / span
+        return [
+            row(f"{label}: due in window", expected, "/s", f"≈ {rate:,}/s", None),
+            row(f"{label}: executions/s", executed, "/s", f"≥ {0.98 * rate:,.0f}/s", executed >= 0.98 * rate),
+            row(f"{label}: lag p50", percentile(lags, 0.5), "s"),
+            row(f"{label}: lag p99", p99, "s", "≤ 2 s", p99 <= 2.0),
+            row(f"{label}: queue depth start→end", f"{int(depth0):,}→{int(depth1):,}", "", "no growth",
+                growth <= max(rate // 2, 100)),
+            row(f"{label}: worker CPU", sum(v for k, v in cpu.items() if k.startswith("worker")) / span * 100, "%",
+                "of one core, 2 workers"),
+            row(f"{label}: materializer CPU", cpu["materializer"] / span * 100, "%", "of one core"),
+            row(f"{label}: peak RSS ({max(rss, key=lambda k: rss[k])})", max(rss.values()), "MiB", "< 300 MiB",
+                max(rss.values()) < 300),
+        ]  # fmt: skip
+    finally:
+        srv.drop_database(dsn)
+
+
+# -- 3. scale ------------------------------------------------------------------------------
+
+ZONES = ("UTC", "Europe/Paris", "America/New_York", "Asia/Tokyo", "Australia/Sydney", "Asia/Kolkata",
+         "America/Los_Angeles", "Europe/London")  # fmt: skip
+
+
+def _mix(rng: random.Random) -> tuple[str, str]:
+    """(cron expression, zone): 10 % every minute; the rest hourly, daily, weekdays, monthly."""
+    zone = rng.choice(ZONES)
+    m, h, d = rng.randrange(60), rng.randrange(24), rng.randrange(1, 29)
+    x = rng.random()
+    if x < 0.10:
+        return "* * * * *", zone
+    if x < 0.45:
+        return f"{m} * * * *", zone
+    if x < 0.75:
+        return f"{m} {h} * * *", zone
+    if x < 0.90:
+        return f"{m} {h} * * 1-5", zone
+    return f"{m} {h} {d} * *", zone
+
+
+def _scale_rows(n: int, now: datetime, rng: random.Random) -> list[bulk.Row]:
+    templates: dict[tuple[str, str], tuple[bulk.Template, datetime]] = {}
+    out = []
+    for i in range(n):
+        key = _mix(rng)
+        found = templates.get(key)
+        if found is None:
+            t = bulk.Template.of(ScheduleDef(name="t", kind=ScheduleKind.CRON, expr=key[0], tz=key[1],
+                                             target=NoopTarget()))  # fmt: skip
+            first = compile_spec(ScheduleKind.CRON, key[0], key[1]).next_after(now)
+            assert first is not None
+            found = templates[key] = (t, first)
+        sid = str(uuid.uuid4())
+        out.append(bulk.Row(sid, f"s-{i:07d}", found[0], shard_of(sid, SHARDS), found[1], now))
+    return out
+
+
+def _bare_create_rate(dsn: str, n: int) -> float:
+    """Schedules/s of the set-based SQL a batched ``apply_schedules`` could use: per batch
+    of 5000, one ``INSERT … SELECT FROM unnest`` into ``schedules`` and one into
+    ``schedule_versions``, one transaction, no clockd code (tenant ``bare``)."""
+    now = datetime.now(UTC)
+    rng = random.Random(7)
+    rows = _scale_rows(n, now, rng)
+    began = time.perf_counter()
+    with psycopg.connect(dsn, connect_timeout=10) as conn:
+        for i in range(0, n, 5000):
+            part = rows[i : i + 5000]
+            ids = [r.schedule_id for r in part]
+            names = [f"bare-{r.name}" for r in part]
+            conn.execute(
+                "INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, "
+                "shard, created_at, updated_at, spec) "
+                "SELECT id, 'bare', name, 'cron', expr, tz, 'default', 'active', 1, nra, shard, %(now)s, %(now)s, "
+                "spec::jsonb FROM unnest(%(ids)b::text[], %(names)b::text[], %(exprs)b::text[], %(tzs)b::text[], "
+                "%(nras)b::timestamptz[], %(shards)b::int[], %(specs)b::text[]) "
+                "AS u(id, name, expr, tz, nra, shard, spec)",
+                {"now": now, "ids": ids, "names": names, "exprs": [r.template.definition.expr for r in part],
+                 "tzs": [r.template.definition.tz for r in part], "nras": [r.next_run_at for r in part],
+                 "shards": [r.shard for r in part], "specs": [r.template.spec for r in part]},
+            )  # fmt: skip
+            conn.execute(
+                "INSERT INTO schedule_versions (schedule_id, version, state, valid_from, definition, reason) "
+                "SELECT id, 1, 'active', %(now)s, doc::jsonb, 'created' "
+                "FROM unnest(%(ids)b::text[], %(docs)b::text[]) AS u(id, doc)",
+                {"now": now, "ids": ids, "docs": [r.template.document(nm) for r, nm in zip(part, names, strict=True)]},
+            )
+            conn.commit()
+        conn.execute(
+            "DELETE FROM schedule_versions WHERE schedule_id IN (SELECT id FROM schedules WHERE tenant = 'bare')"
+        )
+        conn.execute("DELETE FROM schedules WHERE tenant = 'bare'")
+        conn.commit()
+    return n / (time.perf_counter() - began)
+
+
+def scale(srv: Servers, n: int, sample: int, run_for: float) -> list[Row]:
+    dsn = srv.new_database("scale")
+    cluster = Cluster(dsn, srv.etcd, "scale")
+    label = f"scale {n // 1000}k"
+    try:
+        with cluster:
+            cluster.migrate()
+            rng = random.Random(42)
+            now = datetime.now(UTC).replace(microsecond=0)
+            # 1. the clockctl apply path on a sample (a fresh tenant, as a first apply).
+            definitions = []
+            for i in range(sample):
+                expr, zone = _mix(rng)
+                definitions.append(ScheduleDef(name=f"apply-{i:06d}", kind=ScheduleKind.CRON, expr=expr, tz=zone,
+                                               target=NoopTarget()))  # fmt: skip
+            timing = bulk.create_via_apply(dsn, definitions, "default", now)
+            log(f"{label}: clockctl apply path, {sample:,} schedules: plan {timing.plan_seconds:.2f}s, "
+                f"write {timing.write_seconds:.2f}s")  # fmt: skip
+            bare_rate = _bare_create_rate(dsn, min(sample, 20_000))
+            # 2. the rest with COPY.
+            rows = _scale_rows(n - sample, now, rng)
+            copied = bulk.copy_schedules(dsn, rows)
+            copy_rate = len(rows) / copied if rows else float("nan")
+            del rows
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("ANALYZE schedules")
+                conn.execute("ANALYZE schedule_versions")
+                (active,) = _one(conn, "SELECT count(*) FROM schedules WHERE state = 'active'")
+            log(f"{label}: {active:,} active schedules ({n - sample:,} COPYed at {copy_rate:,.0f}/s)")
+            # 3. all modes, default horizon.
+            ready = _start_all(cluster, horizon="2m")
+            mat = cluster.procs["materializer"]
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                (occ0,) = _one(conn, "SELECT count(*) FROM occurrences")
+                cpu0 = mat.cpu()
+                log(f"{label}: processes ready in {ready:.1f}s ({occ0:,} occurrences already); running "
+                    f"{run_for:g}s")  # fmt: skip
+                began = time.monotonic()
+                while time.monotonic() - began < run_for:
+                    cluster.sample()
+                    time.sleep(1.0)
+                cpu = mat.cpu() - cpu0
+                (occ1,) = _one(conn, "SELECT count(*) FROM occurrences")
+                (due_left,) = _one(
+                    conn, "SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <= %(t)s",
+                    {"t": datetime.now(UTC) + timedelta(minutes=1)},
+                )
+                (executed,) = _one(conn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'")
+                size = _size_mib(conn)
+                (total_occ,) = _one(conn, "SELECT count(*) FROM occurrences")
+            rss = cluster.peak_rss_mib()
+        made = int(occ1) - int(occ0)
+        log(f"{label}: {made:,} occurrences materialized in {run_for:g}s, {executed:,} executed; "
+            f"{due_left:,} schedules due within 1 min not yet materialized")  # fmt: skip
+        rows_out = [
+            row(f"{label}: active schedules", int(active), "", f"= {n:,}", int(active) == n),
+            row(f"{label}: create via clockctl apply path", timing.rate, "/s", "≥ 20,000/s", timing.rate >= 20_000,
+                timing.rate / bare_rate),
+            row(f"{label}: create, apply_schedules only", timing.write_rate, "/s", "", None,
+                timing.write_rate / bare_rate),
+            row(f"{label}: create, bare set-based SQL", bare_rate, "/s"),
+            row(f"{label}: create, COPY (bulk load)", copy_rate, "/s"),
+            row(f"{label}: materializer CPU/occurrence", cpu / made * 1e6 if made else float("nan"), "µs"),
+            row(f"{label}: occurrences materialized", made, "", f"in {run_for:g}s"),
+            row(f"{label}: db size per 1M occurrences", size / int(total_occ) * 1e6 if total_occ else float("nan"),
+                "MiB"),
+        ]  # fmt: skip
+        for name, mib in rss.items():
+            rows_out.append(row(f"{label}: peak RSS {name}", mib, "MiB", "< 300 MiB", mib < 300))
+        return rows_out
+    finally:
+        srv.drop_database(dsn)
+
+
+# -- 4. real commands ----------------------------------------------------------------------
+
+
+def commands(srv: Servers, n: int) -> list[Row]:
+    dsn = srv.new_database("commands")
+    cluster = Cluster(dsn, srv.etcd, "commands")
+    label = f"commands {n:,}"
+    try:
+        with cluster:
+            cluster.migrate()
+            ready = _start_all(cluster, horizon="2m", concurrency=16)
+            now = datetime.now(UTC).replace(microsecond=0)
+            due = now + timedelta(seconds=5)
+            rows = _once_rows(n, due, now, "true", CommandTarget(argv=("/bin/true",)))
+            _create(dsn, rows, now, n)
+            log(f"{label}: processes ready in {ready:.1f}s; /bin/true x {n:,} due in "
+                f"{(due - datetime.now(UTC)).total_seconds():.1f}s")  # fmt: skip
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                _sleep_until(due)
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    cluster.sample()
+                    (left,) = _one(
+                        conn, "SELECT count(*) FROM occurrences WHERE state NOT IN ('SUCCEEDED', 'DEAD', 'CANCELED')"
+                    )
+                    if int(left) == 0:
+                        break
+                    time.sleep(0.25)
+                lags = conn.execute(
+                    "SELECT extract(epoch FROM a.started_at - o.scheduled_for)::float8, "
+                    "extract(epoch FROM a.finished_at - o.scheduled_for)::float8, a.outcome "
+                    "FROM attempts a JOIN occurrences o ON o.id = a.occurrence_id WHERE a.attempt = 1"
+                ).fetchall()
+        claim = [float(r[0]) for r in lags]
+        done = [float(r[1]) for r in lags if r[1] is not None]
+        ok = sum(1 for r in lags if r[2] == "succeeded")
+        span = max(done, default=0.0)
+        return [
+            row(f"{label}: executions/s (2×16)", len(done) / span if span else float("nan"), "/s"),
+            row(f"{label}: lag p50", percentile(claim, 0.5), "s"),
+            row(f"{label}: lag p99", percentile(claim, 0.99), "s"),
+            row(f"{label}: succeeded", ok, "", f"= {n:,}", ok == n),
+        ]
+    finally:
+        srv.drop_database(dsn)
+
+
+# -- the suite -----------------------------------------------------------------------------
+
+
+def _guard(name: str, fn: Callable[[], list[Row]]) -> list[Row]:
+    """A scenario that fails is reported as a failed row; the others still run."""
+    began = time.monotonic()
+    try:
+        rows = fn()
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        return [row(f"{name}: error", type(exc).__name__, "", str(exc).splitlines()[0][:60] if str(exc) else "",
+                    False)]  # fmt: skip
+    log(f"{name} took {time.monotonic() - began:.1f}s")
+    return rows
+
+
+def run(quick: bool) -> list[Row]:
+    factor = float(os.environ.get("BENCH_SCALE") or 1.0)
+    only = {s for s in (os.environ.get("BENCH_SCENARIOS") or "").split(",") if s}
+    sizes = Sizes.of(quick, factor)
+    rows: list[Row] = []
+    with servers() as srv:
+        log(f"servers: {srv.describe()}; sizes: {sizes}")
+        bare_result: BareResult | None = None
+        if not only or "drill" in only or "bare" in only:
+            found: list[BareResult] = []
+
+            def do_bare() -> list[Row]:
+                result, out = bare(srv, sizes.drill)
+                found.append(result)
+                return out
+
+            rows += _guard("bare", do_bare)
+            bare_result = found[0] if found else None
+        plan: list[tuple[str, Callable[[], list[Row]]]] = [
+            ("drill", lambda: drill(srv, sizes.drill, quick, bare_result)),
+            ("sustained", lambda: sustained(srv, sizes.sustained_rate, sizes.sustained_window,
+                                            sizes.sustained_warmup)),
+            ("scale", lambda: scale(srv, sizes.scale, sizes.scale_sample, sizes.scale_run)),
+            ("commands", lambda: commands(srv, sizes.commands)),
+        ]  # fmt: skip
+        for name, fn in plan:
+            if only and name not in only:
+                continue
+            rows += _guard(name, fn)
+    return rows
+
+
+if __name__ == "__main__":
+    for r in run("--quick" in sys.argv):
+        sys.stdout.write(f"{r}\n")
