@@ -4,7 +4,9 @@ kernel says about them (CPU time and resident memory from ``/proc``).
 Every process is started in its own session and stopped by PID (SIGTERM, then SIGKILL)
 in ``stop()``, which ``Cluster`` calls from ``__exit__`` also when a scenario fails.
 With ``BENCH_PROFILE=DIR`` each process is sampled by ``py-spy record`` (raw folded
-stacks in ``DIR/<scenario>-<process>.txt``) while it runs.
+stacks in ``DIR/<scenario>-<process>.txt``) while it runs. ``BENCH_CLOCKD=PATH`` runs
+another ``clockd`` executable (an installed release, a patched build) instead of the
+venv's; ``BENCH_KEEP_LOGS=1`` keeps every process's JSON log.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class Cluster:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="clockd-bench-")))
 
     def __post_init__(self) -> None:
+        self._stopping = False
         self.cluster_name = f"bench-{self.label}-{os.getpid()}-{int(time.time() * 1000) % 100000}"
 
     @property
@@ -117,14 +120,15 @@ class Cluster:
 
     def migrate(self) -> None:
         subprocess.run(
-            [str(BIN / "clockd"), "migrate"], env=self.env, check=True, capture_output=True, timeout=120
-        )
+            [os.environ.get("BENCH_CLOCKD") or str(BIN / "clockd"), "migrate"],
+            env=self.env, check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
 
     def spawn(self, name: str, modes: str, *extra: str, env: dict[str, str] | None = None) -> Proc:
         log_path = self.workdir / f"{name}.log"
         argv = [
-            str(BIN / "clockd"), "run", "--mode", modes, "--etcd", ",".join(self.etcd),
-            "--cluster", self.cluster_name, "--node-id", name, "--log-level", "info",
+            os.environ.get("BENCH_CLOCKD") or str(BIN / "clockd"), "run", "--mode", modes,
+            "--etcd", ",".join(self.etcd), "--cluster", self.cluster_name, "--node-id", name, "--log-level", "info",
             *self.common, *extra,
         ]  # fmt: skip
         popen = subprocess.Popen(
@@ -178,16 +182,22 @@ class Cluster:
             )  # fmt: skip
 
     def sample(self) -> None:
+        """Sample every process; a process that exited on its own fails the scenario."""
         for proc in self.procs.values():
             proc.sample()
+            if not proc.alive() and not self._stopping:
+                raise RuntimeError(f"clockd {proc.name} exited {proc.popen.returncode}:\n{proc.tail()}")
 
     def peak_rss_mib(self) -> dict[str, float]:
-        self.sample()
+        for proc in self.procs.values():
+            proc.sample()
         return {p.name: p.peak_kib / 1024 for p in self.procs.values()}
 
     def stop(self) -> None:
         """SIGTERM every process (by PID), wait, SIGKILL what is left; profilers too."""
-        self.sample()
+        self._stopping = True
+        for proc in self.procs.values():
+            proc.sample()
         for proc in self.procs.values():
             if proc.alive():
                 with contextlib.suppress(ProcessLookupError):

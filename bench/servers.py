@@ -90,6 +90,26 @@ class Servers:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name))))
         self.created.remove(str(name))
 
+    def statements(self, dsn: str, path: str, top: int = 20) -> None:
+        """With ``BENCH_PROFILE``: write the statements of ``dsn``'s database that took the
+        most server time (pg_stat_statements, if the server has it loaded)."""
+        try:
+            with self.connect(dsn) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                rows = conn.execute(
+                    "SELECT calls, total_exec_time, mean_exec_time, rows, query FROM pg_stat_statements "
+                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                    "ORDER BY total_exec_time DESC LIMIT %(top)s",
+                    {"top": top},
+                ).fetchall()
+        except psycopg.Error as exc:
+            log(f"pg_stat_statements unavailable: {exc}")
+            return
+        with open(path, "w") as f:
+            f.write("calls\ttotal_ms\tmean_ms\trows\tquery\n")
+            for calls, total, mean, nrows, query in rows:
+                f.write(f"{calls}\t{total:.0f}\t{mean:.3f}\t{nrows}\t{' '.join(str(query).split())[:300]}\n")
+
     def describe(self) -> str:
         pg = "own PostgreSQL 15 (fsync=on, synchronous_commit=on)" if self.own_postgres else "given PostgreSQL"
         etcd = "own etcd" if self.own_etcd else "given etcd"
@@ -106,7 +126,10 @@ def servers(store: str | None = None, etcd: str | None = None) -> Iterator[Serve
     found: Servers | None = None
     try:
         if store is None:
-            pg = PostgresServer(durable=True, settings=PG_SETTINGS).start()
+            settings = dict(PG_SETTINGS)
+            if os.environ.get("BENCH_PROFILE"):
+                settings |= {"shared_preload_libraries": "'pg_stat_statements'", "pg_stat_statements.track": "all"}
+            pg = PostgresServer(durable=True, settings=settings).start()
             admin = pg.dsn("postgres")
         else:
             admin = store

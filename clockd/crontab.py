@@ -22,23 +22,31 @@ What is read (Vixie cron, as Debian and cronie ship it):
 
 Each entry becomes a job with cron's own behaviour made explicit: ``retries: 0``
 (cron never retries), ``misfire: skip`` (cron does not run what it missed),
-overlapping runs allowed, and labels ``crontab.source`` (file:line) and
-``crontab.user`` when known. Its name is ``<stem>-<line>``, the stem taken from the
-program the command runs (``cd /srv && ./backup.sh --full`` → ``backup-12``,
-``run-parts /etc/cron.daily`` → ``cron.daily-23``), made unique.
+overlapping runs allowed, and the label ``crontab.source`` (file:line). The user
+column of a system crontab becomes the job's ``user:`` (cron ran the line as that
+user; a root worker does too). Schedules are validated where clockctl runs, which
+refuses users unknown there, so a line whose user does not exist on this host is
+listed in ``skipped`` with that reason rather than failing the whole import. A
+user crontab's owner (``user=``, ``clockctl import-crontab --user``) stays a label,
+``crontab.user``: clockd runs those jobs as its worker's user, said in a note.
+Its name is ``<stem>-<line>``, the stem taken from the program the command runs
+(``cd /srv && ./backup.sh --full`` → ``backup-12``, ``run-parts /etc/cron.daily``
+→ ``cron.daily-23``), made unique.
 
 Invariants: :func:`parse_crontab` never raises on any text; every line is an
 entry, an environment line, a comment or blank, or is listed — in ``skipped``
-(understood, cannot be carried over: ``@reboot``, stdin) or ``errors`` (not
-understood) — with its line and the reason. Nothing is dropped silently.
+(understood, cannot be carried over: ``@reboot``, stdin, a user unknown here) or
+``errors`` (not understood) — with its line and the reason. Nothing is dropped
+silently.
 """
 
 from __future__ import annotations
 
 import posixpath
+import pwd
 import re
 import shlex
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -123,6 +131,15 @@ class CrontabImport:
         return jobs, errors
 
 
+def user_exists(name: str) -> bool:
+    """Whether this host knows the user (the check schedule validation makes)."""
+    try:
+        pwd.getpwnam(name)
+    except (KeyError, OSError, ValueError):  # ValueError: an embedded NUL
+        return False
+    return True
+
+
 def parse_crontab(
     text: str,
     path: str,
@@ -133,13 +150,17 @@ def parse_crontab(
     known_users: Collection[str] = ("root",),
     prefix: str = "",
     source: str | None = None,
+    exists: Callable[[str], bool] = user_exists,
 ) -> CrontabImport:
     """Translate a crontab. ``tz``: the zone of entries before any ``CRON_TZ``/``TZ``
     line (cron uses the host's). ``system``: None detects it. ``user``: whose crontab
-    this is (a user crontab), or the only user whose entries are taken (a system one).
-    ``prefix`` is put before every derived name; ``source`` names the file in the
-    ``crontab.source`` label (default ``path``; the CLI gives the absolute path, so the
-    label does not depend on the directory the import ran from)."""
+    this is (a user crontab: the ``crontab.user`` label), or the only user whose
+    entries are taken (a system one). ``known_users``: the names that make a file
+    without a known path look like a system crontab. ``exists``: whether a user of
+    the user column exists here (lines of other users are skipped). ``prefix`` is put
+    before every derived name; ``source`` names the file in the ``crontab.source``
+    label (default ``path``; the CLI gives the absolute path, so the label does not
+    depend on the directory the import ran from)."""
     lines = text.split("\n")
     is_system = _detect_system(path, lines, known_users) if system is None else system
     result = CrontabImport(path, is_system)
@@ -165,7 +186,16 @@ def parse_crontab(
         if entry is None:
             continue
         expr, who, command = entry
-        fields = _fields(source or path, number, expr, who, command, env, zone, shell)
+        if is_system and not exists(who):
+            result.skipped.append(
+                Note(
+                    number,
+                    f"runs as {who}, who does not exist on this host (schedules are checked where "
+                    "clockctl runs): create the user, or import on a host that has it",
+                )
+            )
+            continue
+        fields = _fields(source or path, number, expr, who, command, env, zone, shell, is_system)
         stem = prefix + _stem(command)
         name = f"{stem}-{number}"
         suffix = 2
@@ -175,7 +205,7 @@ def parse_crontab(
         used.add(name)
         fields = {"name": name, **fields}
         result.entries.append(CrontabEntry(number, fields))
-        if who:
+        if who and not is_system:
             users.add(who)
     if users and result.entries:
         shown = ", ".join(sorted(users))
@@ -334,6 +364,7 @@ def _fields(
     env: dict[str, str],
     zone: str,
     shell: str,
+    system: bool,
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {"schedule": expr, "tz": zone}
     if shell == DEFAULT_SHELL:
@@ -343,11 +374,13 @@ def _fields(
         fields["command"] = [shell, "-c", command]
     if env:
         fields["env"] = dict(env)
+    if system:
+        fields["user"] = who  # the user column: who cron ran it as
     fields["retries"] = 0
     fields["misfire"] = "skip"
     labels = {"crontab.source": f"{path}:{number}"}
-    if who:
-        labels["crontab.user"] = who
+    if who and not system:
+        labels["crontab.user"] = who  # whose crontab it was (a label only)
     fields["labels"] = labels
     return fields
 

@@ -5,8 +5,15 @@ front end (CLI, YAML apply) get the same rules:
 
 * a definition is validated and normalized before anything is written, and a
   schedule that can never fire again is refused (``NeverFires``);
-* a new or resumed schedule's cursor is the first instant strictly after
-  ``now`` — resuming never replays the paused period;
+* a new schedule's cursor is the first instant strictly after ``now``; a resumed
+  one's too by default (``--from now``: a long pause never bursts), or the first
+  instant after the pause (``--from paused-at``: the paused period is planned
+  through the misfire policy like any outage);
+* ``add`` with an idempotency key is idempotent: the same key and definition give
+  back the stored schedule, the same key with another definition is a ``Conflict``
+  naming the key; tenant quotas are enforced by the store (``QuotaExceeded``);
+* an update reports what it canceled and which older-version occurrences are
+  still running (they finish under their version);
 * pause, resume, update and delete bump the version in one transaction that
   cancels the not-yet-claimed occurrences of older versions;
 * ``apply`` (declarative files) plans creates, updates and deletes against what
@@ -26,20 +33,26 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from clockd.core.clock import Clock
-from clockd.core.ids import manual_occurrence_id, new_schedule_id, shard_of
+from clockd.core.durations import format_duration
+from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
 from clockd.core.model import (
     Attempt,
     Occurrence,
     Schedule,
     ScheduleDef,
     ScheduleState,
+    TenantLimits,
+    TenantUsage,
 )
+from clockd.core.planning import MAX_WINDOW, MIN_LATENESS, available_at
 from clockd.core.spec import Spec, compile_spec, validate_definition
 from clockd.errors import Conflict, InvalidInput, NeverFires, NotFound
 from clockd.store import NewSchedule, ScheduleChange, Store
 from clockd.targets import check_strings, validate_target
 
 DEFAULT_SHARD_COUNT = 64
+MAX_CATCH_UP_LIMIT = 10_000
+DLQ_DROP_REASON = "dropped from the dead-letter queue"
 _EPSILON = timedelta(microseconds=1)
 
 
@@ -47,6 +60,23 @@ _EPSILON = timedelta(microseconds=1)
 class Change:
     schedule: Schedule
     canceled: int
+    # Occurrences of older versions still running: they finish under their own version.
+    running: tuple[Occurrence, ...] = ()
+
+
+# (version, valid_from, valid_to, definition, state): one row of a schedule's history.
+VersionRow = tuple[int, datetime, datetime | None, ScheduleDef, ScheduleState]
+
+
+@dataclass(frozen=True, slots=True)
+class Added:
+    schedule: Schedule
+    existed: bool  # an idempotent add that found the schedule already created
+
+
+class ResumeFrom(StrEnum):
+    NOW = "now"
+    PAUSED_AT = "paused-at"
 
 
 def normalize(definition: ScheduleDef) -> ScheduleDef:
@@ -61,8 +91,33 @@ def normalize(definition: ScheduleDef) -> ScheduleDef:
         raise InvalidInput("retries: must be 0 or more")
     if definition.timeout is not None and definition.timeout.total_seconds() <= 0:
         raise InvalidInput("timeout: must be positive")
+    _check_policies(definition)
     target = validate_target(definition.target)  # users, limits, HTTP, secret references
     return dataclasses.replace(definition, expr=expr, target=target)
+
+
+def _check_policies(definition: ScheduleDef) -> None:
+    if definition.window < timedelta(0) or definition.window > MAX_WINDOW:
+        raise InvalidInput(
+            f"window: {format_duration(definition.window)} is not between 0 (strict) and {format_duration(MAX_WINDOW)}"
+        )
+    if definition.max_lateness < MIN_LATENESS:
+        raise InvalidInput(f"max_lateness: must be at least {format_duration(MIN_LATENESS)}")
+    if not 0 <= definition.catch_up_limit <= MAX_CATCH_UP_LIMIT:
+        raise InvalidInput(f"catch_up_limit: must be 0 to {MAX_CATCH_UP_LIMIT}")
+    bad = [c for c in definition.retry.permanent_exit_codes if not 0 <= c <= 255]
+    if bad:
+        raise InvalidInput(f"permanent_exit_codes: {bad[0]} is not an exit code (0-255)")
+
+
+_LIMIT_FIELDS = frozenset({"max_schedules", "max_running", "max_triggers_per_minute", "catch_up_rate"})
+
+
+def _check_key(key: str) -> str:
+    key = key.strip()
+    if not key or len(key) > 200 or any(ord(c) < 32 for c in key):
+        raise InvalidInput("idempotency key: 1 to 200 characters, no control characters")
+    return key
 
 
 def first_run(definition: ScheduleDef, now: datetime) -> datetime:
@@ -95,6 +150,14 @@ def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: dateti
 def spec_of(schedule: Schedule) -> Spec:
     d = schedule.definition
     return compile_spec(d.kind, d.expr, d.tz, schedule.created_at)
+
+
+def starts_of(schedule: Schedule, instants: Sequence[datetime]) -> list[datetime]:
+    """When each planned instant of ``schedule`` (at its current version) becomes claimable:
+    the instant itself, or (flexible window) the instant plus its fixed per-occurrence
+    offset — the same ``available_at`` the materializer will write."""
+    window = schedule.definition.window
+    return [available_at(occurrence_id(schedule.id, schedule.version, t), t, window) for t in instants]
 
 
 def next_runs(spec: Spec, after: datetime, count: int) -> list[datetime]:
@@ -193,16 +256,54 @@ class Ops:
     def __init__(self, store: Store, clock: Clock, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
         self.store, self.clock, self.shard_count = store, clock, shard_count
 
-    async def add(self, definition: ScheduleDef) -> Schedule:
+    async def add(self, definition: ScheduleDef, idempotency_key: str | None = None) -> Schedule:
+        return (await self.create(definition, idempotency_key)).schedule
+
+    async def create(self, definition: ScheduleDef, idempotency_key: str | None = None) -> Added:
+        """Create a schedule. With ``idempotency_key``: if the tenant already has a live
+        schedule created with that key, it is returned (``existed``) when it was created
+        from the same definition, and ``Conflict`` names the key otherwise. The key is
+        unique per tenant in the store, so two racing creates give one schedule."""
         definition = normalize(definition)
+        if idempotency_key is not None:
+            idempotency_key = _check_key(idempotency_key)
+            found = await self._by_key(definition, idempotency_key)
+            if found is not None:
+                return found
         # Whole seconds: ``every`` schedules are anchored at creation, and `every 1m`
         # should fire at :SS, not :SS.123456.
         now = self.clock.now().replace(microsecond=0)
         schedule_id = new_schedule_id()
         first = first_run(definition, now)
-        return await self.store.create_schedule(
-            schedule_id, definition, shard_of(schedule_id, self.shard_count), first, now
-        )
+        try:
+            schedule = await self.store.create_schedule(
+                schedule_id,
+                definition,
+                shard_of(schedule_id, self.shard_count),
+                first,
+                now,
+                idempotency_key=idempotency_key,
+            )
+        except Conflict:
+            if idempotency_key is not None:  # a racing create with the same key won
+                found = await self._by_key(definition, idempotency_key)
+                if found is not None:
+                    return found
+            raise
+        return Added(schedule, existed=False)
+
+    async def _by_key(self, definition: ScheduleDef, key: str) -> Added | None:
+        schedule = await self.store.get_schedule_by_idempotency_key(definition.tenant, key)
+        if schedule is None:
+            return None
+        versions = await self.store.schedule_versions(schedule.id)
+        created_as = versions[0][3] if versions else schedule.definition
+        if created_as != definition:
+            raise Conflict(
+                f"idempotency key {key!r} was used to create schedule {schedule.name!r} "
+                f"({schedule.id}) with a different definition; use a new key for a new schedule"
+            )
+        return Added(schedule, existed=True)
 
     async def get(self, name: str, tenant: str = "default") -> Schedule:
         schedule = await self.store.get_schedule(tenant, name)
@@ -225,19 +326,82 @@ class Ops:
             "schedule paused",
         )
 
-    async def resume(self, name: str, tenant: str = "default") -> Change:
+    async def resume(self, name: str, tenant: str = "default", from_: ResumeFrom = ResumeFrom.NOW) -> Change:
+        """Resume a paused schedule. ``from_`` NOW: the cursor is the first instant after
+        now (a long pause never bursts). PAUSED_AT: the first instant after the pause, so
+        the materializer plans the paused period through the misfire policy (skip: all
+        MISSED; fire_once: only the latest; catch_up: up to ``catch_up_limit``)."""
         schedule = await self.get(name, tenant)
         if schedule.state is ScheduleState.ACTIVE:
             return Change(schedule, 0)
-        now = self.clock.now()
-        nxt = spec_of(schedule).next_after(now)
-        return await self._change(schedule, schedule.definition, ScheduleState.ACTIVE, nxt, "schedule resumed")
+        after = self.clock.now()
+        if from_ is ResumeFrom.PAUSED_AT and schedule.paused_at is not None:
+            after = min(after, schedule.paused_at)
+        nxt = spec_of(schedule).next_after(after)
+        reason = "schedule resumed" + (" from the pause" if from_ is ResumeFrom.PAUSED_AT else "")
+        return await self._change(schedule, schedule.definition, ScheduleState.ACTIVE, nxt, reason)
 
     async def update(self, name: str, definition: ScheduleDef, tenant: str = "default") -> Change:
+        """A new version: unclaimed occurrences of older versions are CANCELED in the same
+        transaction, the cursor never moves back (no instant is materialized twice), and
+        claimed ones finish under their version (``Change.running`` lists them)."""
         schedule = await self.get(name, tenant)
         definition = normalize(definition)
+        if definition == schedule.definition:
+            return Change(schedule, 0)
         nxt = cursor_after_update(schedule, definition, self.clock.now())
-        return await self._change(schedule, definition, schedule.state, nxt, "schedule updated")
+        return await self._change(
+            schedule, definition, schedule.state, nxt, f"schedule updated to version {schedule.version + 1}"
+        )
+
+    async def versions(self, name: str, tenant: str = "default") -> list[VersionRow]:
+        """Every version of the schedule, oldest first: (version, valid_from, valid_to,
+        definition, state)."""
+        return await self.store.schedule_versions((await self.get(name, tenant)).id)
+
+    # -- dead letters ------------------------------------------------------------------
+
+    async def dead_letters(self, name: str | None = None, tenant: str = "default", limit: int = 50) -> list[Occurrence]:
+        """DEAD occurrences (of one schedule, or of the tenant), most recently dead first."""
+        if name is not None:
+            return await self.store.list_dead((await self.get(name, tenant)).id, None, limit)
+        return await self.store.list_dead(None, tenant, limit)
+
+    async def replay(self, id_or_prefix: str) -> Occurrence:
+        """A DEAD occurrence back into the queue now: same id, the next attempt number."""
+        occ = await self.occurrence(id_or_prefix)
+        schedule = await self.store.get_schedule_by_id(occ.schedule_id)
+        if schedule is None or schedule.state is ScheduleState.DELETED:
+            raise Conflict(f"occurrence {occ.id} belongs to a deleted schedule; it cannot be replayed")
+        now = self.clock.now()
+        return await self.store.replay_dead(
+            occ.id, f"replayed from the dead-letter queue at {now.isoformat(timespec='seconds')}", now
+        )
+
+    async def drop(self, id_or_prefix: str) -> Occurrence:
+        """A DEAD occurrence leaves the dead-letter queue: CANCELED, history kept."""
+        occ = await self.occurrence(id_or_prefix)
+        reason = DLQ_DROP_REASON + (f" (was: {occ.reason})" if occ.reason else "")
+        return await self.store.drop_dead(occ.id, reason, self.clock.now())
+
+    # -- tenants -----------------------------------------------------------------------
+
+    async def set_tenant(self, tenant: str, **changes: int | None) -> TenantLimits:
+        """Change some of a tenant's limits (a value of None removes that limit); the others
+        stay as they were."""
+        if not tenant or any(ord(c) < 32 for c in tenant):
+            raise InvalidInput("tenant: give a name without control characters")
+        for key, value in changes.items():
+            if key not in _LIMIT_FIELDS:
+                raise InvalidInput(f"unknown tenant limit {key!r}")
+            if value is not None and value < (1 if key == "catch_up_rate" else 0):
+                raise InvalidInput(f"{key.replace('_', '-')}: must be {'1' if key == 'catch_up_rate' else '0'} or more")
+        current = next((t for t in await self.store.tenant_limits() if t.tenant == tenant), TenantLimits(tenant))
+        wanted = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+        return await self.store.set_tenant_limits(wanted, self.clock.now())
+
+    async def tenants(self) -> list[TenantUsage]:
+        return await self.store.tenant_usage()
 
     async def remove(self, name: str, tenant: str = "default") -> Change:
         schedule = await self.get(name, tenant)
@@ -410,4 +574,6 @@ class Ops:
         updated, canceled = await self.store.change_schedule(
             schedule.id, schedule.version, definition, state, next_run_at, self.clock.now(), reason
         )
-        return Change(updated, canceled)
+        # Claimed work of older versions is not canceled: it finishes under its version.
+        running = await self.store.running_occurrences(schedule.id)
+        return Change(updated, canceled, tuple(o for o in running if o.version < updated.version))

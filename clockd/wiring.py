@@ -46,10 +46,15 @@ def make_coordinator(settings: Settings, store: Store, location: StoreLocation) 
 
     return LocalCoordinator(
         store,
-        Path(location.target + ".lock"),
+        lock_path(location),
         node_id=settings.node_id,
         shard_count=settings.shard_count,
     )
+
+
+def lock_path(location: StoreLocation) -> Path:
+    """The embedded store's lock file: held by the one clockd running on that database."""
+    return Path(location.target + ".lock")
 
 
 def make_runner(settings: Settings | None = None) -> DispatchRunner:

@@ -22,7 +22,9 @@ from clockd.core.model import (
     HttpTarget,
     Occurrence,
     Schedule,
+    ScheduleDef,
     ScheduleKind,
+    ScheduleState,
     Target,
     redact_url,
 )
@@ -108,7 +110,10 @@ def dur(td: timedelta | None) -> str | None:
 
 
 def when(schedule: Schedule) -> str:
-    d = schedule.definition
+    return describe_when(schedule.definition)
+
+
+def describe_when(d: ScheduleDef) -> str:
     if d.kind is ScheduleKind.CRON:
         return d.expr
     if d.kind is ScheduleKind.ONCE:
@@ -137,6 +142,8 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
         "max_lateness": dur(d.max_lateness),
         "overlap": str(d.overlap),
         "window": dur(d.window),
+        "catch_up_limit": d.catch_up_limit,
+        "permanent_exit_codes": list(d.retry.permanent_exit_codes),
         "created_at": iso(s.created_at),
         "updated_at": iso(s.updated_at),
     }
@@ -159,6 +166,26 @@ def occurrence_doc(o: Occurrence) -> dict[str, Any]:
         "finished_at": iso(o.finished_at),
         "exit_code": o.exit_code,
         "reason": o.reason,
+        "last_error": o.last_error,
+    }
+
+
+def version_doc(
+    version: int, valid_from: datetime, valid_to: datetime | None, d: ScheduleDef, state: ScheduleState
+) -> dict[str, Any]:
+    """One ``schedule_versions`` row: when it was current and what it said."""
+    return {
+        "version": version,
+        "valid_from": iso(valid_from),
+        "valid_to": iso(valid_to),
+        "state": str(state),
+        "kind": str(d.kind),
+        "expr": d.expr,
+        "tz": d.tz,
+        "target": target_doc(d.target),
+        "misfire": str(d.misfire),
+        "overlap": str(d.overlap),
+        "window": dur(d.window),
     }
 
 

@@ -114,9 +114,15 @@ class Settings:
     log_format: str = "auto"
     log_level: str = "info"
     allowed_users: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ALLOWED_USERS))
+    # Schedule files applied (with prune) at start and on SIGHUP; "" = off.
+    schedules_dir: str = ""
 
     def with_values(self, values: Mapping[str, Any], source: str) -> Settings:
         return dataclasses.replace(self, **{k: coerce(k, v, source) for k, v in values.items()})
+
+    def changed(self, other: Settings) -> list[str]:
+        """The names of the settings whose values differ in ``other``."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(other, f.name)]
 
     def public(self) -> dict[str, Any]:
         """The effective settings as plain values, secrets redacted."""

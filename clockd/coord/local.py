@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from clockd.coord import LEADER, CoordStatus, Lease, Member, shard_resource
@@ -101,3 +102,50 @@ class LocalCoordinator:
             leader_token=self._leader.token if self._leader else None,
             members=(Member(self.node_id, self._modes, shards),),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    """Who holds an embedded store's lock file (``clockctl status``)."""
+
+    path: Path
+    held: bool  # a process holds the lock now
+    pid: int | None  # the holder (kernel lock table), or the pid the last holder wrote
+    verified: bool  # ``held`` comes from the kernel's lock table, not from the pid file
+
+
+def lock_holder(lock_path: Path) -> LockHolder:
+    """Whether a clockd holds ``lock_path``, found **without taking the lock**: a probe
+    that took it, even for an instant, could make a clockd starting at that moment exit
+    with "already runs". Linux: the kernel's table (``/proc/locks``) names the holder of
+    the file's ``flock``; elsewhere, the pid the holder wrote is checked for liveness."""
+    try:
+        st = lock_path.stat()
+    except OSError:
+        return LockHolder(lock_path, held=False, pid=None, verified=True)
+    written: int | None = None
+    with contextlib.suppress(OSError, ValueError):
+        written = int(lock_path.read_text().strip() or "0") or None
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.readlines()
+    except OSError:
+        return LockHolder(lock_path, held=written is not None and _alive(written), pid=written, verified=False)
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2146610 0 EOF"; waiters have "->" first.
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == key:
+            pid = int(fields[4]) if fields[4].isdigit() and fields[4] != "0" else written
+            return LockHolder(lock_path, held=True, pid=pid, verified=True)
+    return LockHolder(lock_path, held=False, pid=written, verified=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True

@@ -40,6 +40,8 @@ from clockd.core.model import (
 )
 
 CATCH_UP_LIMIT = 10  # the default of ScheduleDef.catch_up_limit
+MAX_WINDOW = timedelta(minutes=5)  # a flexible window spreads starts over at most this
+MIN_LATENESS = timedelta(seconds=1)  # the leader's misfire sweep does not look closer
 
 
 @dataclass(frozen=True, slots=True)

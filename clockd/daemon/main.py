@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from clockd import __version__
@@ -22,10 +23,12 @@ from clockd.core.clock import SystemClock
 from clockd.core.zones import tzdata_version
 from clockd.daemon import sdnotify
 from clockd.daemon.httpd import serve
+from clockd.daemon.reload import Reloader, concurrency_setter
 from clockd.errors import ClockdError
 from clockd.modes.leader import LeaderSettings
 from clockd.modes.materializer import MaterializerSettings
 from clockd.modes.relay import RelaySettings
+from clockd.modes.sampler import SamplerSettings
 from clockd.modes.supervisor import Supervisor
 from clockd.modes.worker import WorkerSettings
 from clockd.obs import metrics
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"applied {len(applied)} migration(s): {', '.join(applied)}\n" if applied else "schema is up to date\n"
             )
             return
-        code = asyncio.run(_run(settings))
+        code = asyncio.run(_run(settings, lambda: settings_from_args(args)))
     except ClockdError as exc:
         sys.stderr.write(f"clockd: error: {exc.message}\n")
         sys.exit(exc.exit_code)
@@ -190,12 +193,14 @@ async def _migrate(settings: Settings) -> list[str]:
         await store.close()
 
 
-async def _run(settings: Settings) -> int:
+async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -> int:
+    """Run the modes until SIGTERM/SIGINT. ``read`` re-reads the settings on SIGHUP."""
     from clockd.wiring import make_coordinator, make_runner, make_store
 
     location = resolve_store(settings.store)
     store = make_store(location)
     coord = make_coordinator(settings, store, location)
+    metrics.watch_coordinator(coord)
     # Lock first (embedded store): a second clockd on the same file must not even migrate.
     acquire = getattr(coord, "acquire_lock", None)
     if acquire is not None:
@@ -210,7 +215,10 @@ async def _run(settings: Settings) -> int:
         coord,
         runner,
         clock,
-        leader=LeaderSettings(retention=settings.retention),
+        leader=LeaderSettings(
+            retention=settings.retention,
+            sampler=SamplerSettings(reconcile_margin=2 * settings.horizon),
+        ),
         materializer=MaterializerSettings(
             horizon=settings.horizon,
             hold_before_commit=float(os.environ.get("CLOCKD_FAULT_HOLD_BEFORE_COMMIT", "0") or 0),
@@ -245,6 +253,21 @@ async def _run(settings: Settings) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+
+    # SIGHUP: re-read the config; apply what can change live (clockd.daemon.reload).
+    reloader = Reloader(
+        settings, read or (lambda: settings), store, clock, concurrency_setter(supervisor.services.get("worker"))
+    )
+    reloads: set[asyncio.Task[None]] = set()
+
+    def on_hup() -> None:
+        log.info("SIGHUP: reloading the config", extra={"action": "config_reload"})
+        task = asyncio.create_task(reloader.reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    await reloader.start()  # schedules_dir, before the modes run
 
     async def health() -> tuple[bool, dict[str, Any]]:
         status = await coord.status()

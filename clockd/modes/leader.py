@@ -6,22 +6,32 @@ token (``Fence("leader", token)``), so a leader that was paused past its lease
 cannot commit after a successor has written.
 
 Each tick: return expired worker leases (the attempt is recorded LOST and the
-occurrence redelivered or, out of attempts, DEAD); every ``prune_every``,
-delete terminal history older than ``retention``; refresh backlog gauges.
+occurrence redelivered or, out of attempts, DEAD); every ``sweep_every``, apply
+the misfire policy to queued occurrences no worker reached within their
+schedule's ``max_lateness`` (``Store.sweep_misfires``: MISSED with the reason)
+and free overlap slots whose holder ended without releasing them (canceled or
+missed while waiting to retry); every ``prune_every``, delete terminal history
+older than ``retention``; refresh backlog gauges; sample queue, dead-letter and
+reconciler figures (``clockd.modes.sampler``).
+
+A worker may claim a late row before the sweep gets to it: the sweep bounds how
+long a late row can wait, it does not race the claim (the claim skips rows the
+sweep holds, and the sweep skips rows a claim holds).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from clockd.coord import Coordinator
 from clockd.core.clock import Clock
 from clockd.errors import FencedOut
 from clockd.modes.base import run_ticks
 from clockd.modes.clockwatch import ClockWatch
+from clockd.modes.sampler import Sampler, SamplerSettings
 from clockd.obs import metrics
 from clockd.store import Fence, Store
 
@@ -35,6 +45,9 @@ class LeaderSettings:
     retention: timedelta = timedelta(days=30)
     prune_every: float = 3600.0
     prune_batch: int = 10_000
+    sweep_every: float = 5.0  # seconds between misfire sweeps (0: every tick)
+    sweep_batch: int = 1000  # oldest waiting rows looked at per queue
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)  # metrics read from the store, and the reconciler
 
 
 class Leader:
@@ -49,7 +62,9 @@ class Leader:
         self.clock_watch = clock_watch
         self.store, self.coord, self.clock = store, coord, clock
         self.settings = settings or LeaderSettings()
+        self.sampler = Sampler(store, clock, self.settings.sampler)
         self._last_prune: float | None = None
+        self._last_sweep: float | None = None
         self._was_leader = False
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -77,6 +92,9 @@ class Leader:
                     extra={"action": "leases_reaped", "count": len(reaped)},
                 )
             mono = self.clock.monotonic()
+            if self._last_sweep is None or mono - self._last_sweep >= self.settings.sweep_every:
+                self._last_sweep = mono
+                await self._sweep(fence, now)
             if self._last_prune is None or mono - self._last_prune >= self.settings.prune_every:
                 self._last_prune = mono
                 pruned = await self.store.prune(fence, now - self.settings.retention, self.settings.prune_batch, now)
@@ -95,6 +113,22 @@ class Leader:
         metrics.backlog.labels(stage="outbox").set(backlog.outbox)
         metrics.backlog.labels(stage="queued").set(backlog.queued)
         metrics.backlog.labels(stage="running").set(backlog.running)
-        oldest = backlog.oldest_queued_at
-        metrics.oldest_queued_age.set(max(0.0, (now - oldest).total_seconds()) if oldest else 0.0)
+        await self.sampler.maybe(now)  # per-queue depth and age, dead letters, reconciler
         return len(reaped) >= self.settings.reap_batch
+
+    async def _sweep(self, fence: Fence, now: datetime) -> None:
+        missed = await self.store.sweep_misfires(fence, self.settings.sweep_batch, now)
+        if missed:
+            metrics.occurrences_swept_missed.inc(missed)
+            log.warning(
+                "%d queued occurrence(s) missed: no worker reached them within max_lateness",
+                missed,
+                extra={"action": "misfire_swept", "count": missed},
+            )
+        freed = await self.store.release_stale_slots(fence, self.settings.sweep_batch, now)
+        if freed:
+            log.info(
+                "freed %d overlap slot(s) whose holder ended without releasing them",
+                freed,
+                extra={"action": "overlap_slots_freed", "count": freed},
+            )

@@ -12,6 +12,13 @@ was paused between that check and the commit, the fence rejects it.
 Cursor semantics: ``next_run_at`` is the earliest instant not yet materialized.
 Materializing never moves it backwards and never writes an instant twice
 (deterministic ids + ``UNIQUE(schedule_id, version, scheduled_for)``).
+
+Catch-up pacing: late instants that misfire ``catch_up`` (or ``fire_once``) lets
+run are spaced out at the tenant's ``catch_up_rate`` per minute
+(``tenant_limits``, read every ``limits_every`` seconds): each one's
+``available_at`` becomes the tenant's next free catch-up slot. The slots are
+kept by this materializer, so with several materializers a tenant's rate is
+per materializer.
 """
 
 from __future__ import annotations
@@ -20,14 +27,14 @@ import asyncio
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from clockd.coord import Coordinator, Lease
 from clockd.core.clock import Clock
 from clockd.core.model import OccurrenceState, Schedule
 from clockd.core.planning import plan_schedule
 from clockd.core.spec import compile_spec
-from clockd.errors import ClockdError, FencedOut
+from clockd.errors import ClockdError, FencedOut, StoreError
 from clockd.modes.base import run_ticks
 from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
@@ -42,6 +49,7 @@ class MaterializerSettings:
     batch: int = 1000  # schedules per read
     instants_per_schedule: int = 500  # per schedule per tick; the cursor continues next tick
     interval: float = 0.5  # seconds between ticks when idle
+    limits_every: float = 10.0  # seconds between reads of the tenants' catch-up rates
     # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_BEFORE_COMMIT): hold each
     # batch this long between the lease check and the commit, as a GC pause or a VM
     # migration would. Zero in production.
@@ -60,6 +68,9 @@ class Materializer:
         self.clock_watch = clock_watch
         self.store, self.coord, self.clock = store, coord, clock
         self.settings = settings or MaterializerSettings()
+        self._rates: dict[str, int] = {}  # tenant -> catch-up occurrences per minute
+        self._rates_read: float | None = None
+        self._catch_up_next: dict[str, datetime] = {}  # tenant -> next free catch-up slot
 
     async def run(self, stopping: asyncio.Event) -> None:
         await run_ticks("materializer", self.tick, self.settings.interval, stopping)
@@ -76,6 +87,7 @@ class Materializer:
         due = await self.store.due_schedules(sorted(leases), now + self.settings.horizon, self.settings.batch)
         if not due:
             return False
+        await self._read_rates()
         by_shard: dict[int, list[Schedule]] = defaultdict(list)
         for schedule in due:
             by_shard[schedule.shard].append(schedule)
@@ -85,6 +97,27 @@ class Materializer:
                 continue
             await self._materialize_shard(lease, schedules)
         return len(due) >= self.settings.batch
+
+    async def _read_rates(self) -> None:
+        mono = self.clock.monotonic()
+        if self._rates_read is not None and mono - self._rates_read < self.settings.limits_every:
+            return
+        self._rates_read = mono
+        try:
+            limits = await self.store.tenant_limits()
+        except StoreError as exc:  # pacing is best effort; materializing is not
+            log.warning("cannot read tenant limits: %s", exc.message, extra={"action": "tenant_limits_failed"})
+            return
+        self._rates = {t.tenant: t.catch_up_rate for t in limits if t.catch_up_rate}
+
+    def _paced(self, tenant: str, available: datetime, now: datetime) -> datetime:
+        """A catch-up occurrence's ``available_at`` under its tenant's catch-up rate."""
+        rate = self._rates.get(tenant)
+        if not rate:
+            return available
+        slot = max(self._catch_up_next.get(tenant, now), now, available)
+        self._catch_up_next[tenant] = slot + timedelta(minutes=1) / rate
+        return slot
 
     async def _materialize_shard(self, lease: Lease, schedules: list[Schedule]) -> None:
         now = self.clock.now()
@@ -113,7 +146,7 @@ class Materializer:
                         schedule_id=schedule.id,
                         version=schedule.version,
                         scheduled_for=p.scheduled_for,
-                        available_at=p.available_at,
+                        available_at=self._paced(d.tenant, p.available_at, now) if p.catch_up else p.available_at,
                         queue=d.queue,
                         tenant=d.tenant,
                         max_attempts=d.retry.max_attempts,

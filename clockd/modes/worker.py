@@ -18,6 +18,14 @@ cached; only for targets whose runner checks ``allowed_users``), so the runner
 can decide what the job may run as. A result's ``retry_after`` (an HTTP
 ``Retry-After``) pushes the next attempt to at least that far away.
 
+The re-check before the side effect (DESIGN.md §3) is the claim itself: it moves
+the occurrence ENQUEUED/RETRY_WAIT → RUNNING in the same transaction that leases
+it, and cancellation (update, pause, delete) only touches occurrences no worker
+has claimed. So a CANCELED occurrence is never handed out, and one of an older
+version that was claimed before an update runs to the end under its version.
+The claim also applies the overlap policy and the tenant caps (``Store.claim``):
+what it hands out may start now.
+
 Shutdown (``stopping`` set): no new claims; running jobs get ``drain_grace``
 to finish, then are stopped (SIGTERM, then SIGKILL after ``kill_grace``) and
 recorded as STOPPED and retried; the buffer is flushed.

@@ -3,7 +3,11 @@ outcome, reason — never a schedule or occurrence id."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -20,6 +24,11 @@ occurrences_materialized = Counter(
     "clockd_occurrences_materialized_total",
     "Occurrences written by this materializer, by state (SCHEDULED, MISSED)",
     ["state"],
+    registry=REGISTRY,
+)
+occurrences_swept_missed = Counter(
+    "clockd_occurrences_swept_missed_total",
+    "Queued occurrences the leader's misfire sweep marked MISSED (no worker reached them in time)",
     registry=REGISTRY,
 )
 occurrences_relayed = Counter(
@@ -51,12 +60,8 @@ leadership = Gauge(
     "clockd_is_leader", "1 while this process holds the leader lease", registry=REGISTRY
 )
 shards_owned = Gauge("clockd_shards_owned", "Shards this materializer holds", registry=REGISTRY)
-leadership_changes = Counter(
-    "clockd_leadership_changes_total",
-    "Times this process gained or lost leadership",
-    registry=REGISTRY,
-)
-shard_moves = Counter("clockd_shard_moves_total", "Shards gained or lost", registry=REGISTRY)
+# clockd_leadership_changes_total and clockd_shard_moves_total: read from the coordinator
+# at scrape time (see ``watch_coordinator`` below).
 backlog = Gauge(
     "clockd_backlog",
     "Work waiting, by stage (due, outbox, queued, running)",
@@ -65,7 +70,8 @@ backlog = Gauge(
 )
 oldest_queued_age = Gauge(
     "clockd_queue_oldest_age_seconds",
-    "Age of the oldest visible unclaimed queue row",
+    "Age of the oldest claimable (visible, unleased) queue row, per queue (sampled by the leader)",
+    ["queue"],
     registry=REGISTRY,
 )
 clock_offset = Gauge(
@@ -82,3 +88,68 @@ store_errors = Counter(
 tzdata_info = Gauge(
     "clockd_tzdata_info", "IANA zone data release in use", ["version"], registry=REGISTRY
 )
+
+# -- operator read paths: sampled by the leader from the store (clockd.modes.sampler) ---------
+
+queue_depth = Gauge(
+    "clockd_queue_depth",
+    "Queue rows claimable now and not leased, per queue (sampled by the leader)",
+    ["queue"],
+    registry=REGISTRY,
+)
+dlq_size = Gauge(
+    "clockd_dlq_size",
+    "DEAD occurrences: the dead-letter queue (sampled by the leader)",
+    registry=REGISTRY,
+)
+occurrences_not_run = Counter(
+    "clockd_occurrences_not_run_total",
+    "Occurrences that ended without running, by state (MISSED, SKIPPED_OVERLAP) and reason: "
+    "misfire (late when materialized), lateness (queued past max_lateness), overlap (counted by the leader)",
+    ["state", "reason"],
+    registry=REGISTRY,
+)
+occurrences_unaccounted = Gauge(
+    "clockd_occurrences_unaccounted",
+    "Expected instants of the last reconciled hour that are missing, doubled or unexpected (the leader's reconciler)",
+    registry=REGISTRY,
+)
+
+
+class _CoordinatorCollector(Collector):
+    """The coordinator's own counters, read at scrape time: the etcd adapter counts its
+    leadership changes and shard moves (and whether etcd answers); the local one has none."""
+
+    def __init__(self) -> None:
+        self.source: object | None = None
+
+    def describe(self) -> Iterator[Metric]:
+        return self._families(0.0, 0.0, None)
+
+    def collect(self) -> Iterator[Metric]:
+        src = self.source
+        up = getattr(src, "etcd_up", None)
+        return self._families(
+            float(getattr(src, "leadership_changes", 0)),
+            float(getattr(src, "shard_moves", 0)),
+            None if up is None else float(bool(up)),
+        )
+
+    @staticmethod
+    def _families(changes: float, moves: float, up: float | None) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "clockd_leadership_changes", "Times this process gained or lost leadership", value=changes
+        )
+        yield CounterMetricFamily("clockd_shard_moves", "Shards this process gained or lost", value=moves)
+        if up is not None:
+            yield GaugeMetricFamily("clockd_etcd_up", "1 when the last etcd call got an answer", value=up)
+
+
+_coordinator = _CoordinatorCollector()
+REGISTRY.register(_coordinator)
+
+
+def watch_coordinator(coord: object) -> None:
+    """Export ``coord``'s counters (``leadership_changes``, ``shard_moves``, ``etcd_up``)."""
+    _coordinator.source = coord
+

@@ -34,6 +34,21 @@ Tables (both adapters; names matter for the parity test):
 * ``dispatch``: the queue workers claim from (``visible_at``, lease columns).
 * ``attempts``: one row per try, keyed by ``(occurrence_id, attempt)``.
 * ``fences``, ``counters``, ``schema_migrations``.
+* ``overlap_slots`` (schema 0002): per schedule whose overlap policy is not
+  ``allow``, the occurrence holding it (running, or retrying) and the one
+  queue_one lets wait. Written only inside the claim, finish, reap, release and
+  the leader's sweeps, so "is one running?" is decided in the claim's own
+  transaction, never checked first and acted on later.
+* ``tenant_limits`` (schema 0002): per-tenant caps, and for capped tenants the
+  running count and this minute's claims, kept in the same transactions.
+
+Policies (DESIGN.md §4), where each is enforced:
+
+* misfire: at materialization (``clockd.core.planning``), and for queued rows no
+  worker reached in time by the leader's ``sweep_misfires``;
+* overlap and tenant caps: in ``claim`` (round-robin across tenants inside a
+  batch, so one tenant's burst never hides another tenant's row);
+* ``max_schedules``: in ``create_schedule`` / ``apply_schedules``.
 """
 
 from __future__ import annotations
@@ -46,13 +61,17 @@ from typing import Protocol
 from clockd.core.model import (
     Attempt,
     AttemptOutcome,
+    MisfirePolicy,
     Occurrence,
     OccurrenceState,
     Schedule,
     ScheduleDef,
     ScheduleState,
     Target,
+    TenantLimits,
+    TenantUsage,
 )
+from clockd.core.planning import missed_reason, sweep_verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +197,56 @@ class Backlog:
     oldest_queued_at: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class LateRow:
+    """A queued row the misfire sweep looks at (``misfire_pick``)."""
+
+    dispatch_id: int
+    occurrence_id: str
+    claimable_since: datetime  # dispatch visible_at: available_at, or the retry instant
+    policy: str
+    max_lateness: timedelta
+    catch_up_limit: int
+    newest_rank: int  # 1 = the latest late row of its schedule
+    newer_due: bool  # a newer instant of the schedule is due and not missed
+
+
+@dataclass(frozen=True, slots=True)
+class Missed:
+    dispatch_id: int
+    occurrence_id: str
+    reason: str
+
+
+def misfire_verdicts(rows: Sequence[LateRow], now: datetime) -> list[Missed]:
+    """The rows the misfire policy turns MISSED, each with its reason (both adapters)."""
+    missed: list[Missed] = []
+    for row in rows:
+        policy = MisfirePolicy(row.policy)
+        if sweep_verdict(policy, row.newest_rank, row.catch_up_limit, row.newer_due):
+            reason = missed_reason(now - row.claimable_since, row.max_lateness, policy)
+            missed.append(Missed(row.dispatch_id, row.occurrence_id, reason + "; no worker reached it in time"))
+    return missed
+
+
+def schedule_quota_message(tenant: str, limit: int) -> str:
+    return (
+        f"tenant {tenant} is at its limit of {limit} active schedules (paused ones count too); "
+        f"remove one, or raise it with clockctl tenant set {tenant} --max-schedules N"
+    )
+
+
+def idempotency_conflict_message(key: str, tenant: str) -> str:
+    return f"idempotency key {key!r} is already used by another schedule of tenant {tenant!r}"
+
+
+def not_dead_message(occurrence: Occurrence) -> str:
+    return (
+        f"occurrence {occurrence.id} is not in the dead-letter queue (state {occurrence.state}); "
+        "only DEAD occurrences can be replayed or dropped"
+    )
+
+
 class Store(Protocol):
     """The store port. See the module docstring for the rules every method keeps."""
 
@@ -205,9 +274,19 @@ class Store(Protocol):
         shard: int,
         next_run_at: datetime | None,
         now: datetime,
+        *,
+        idempotency_key: str | None = None,
     ) -> Schedule:
-        """Insert an active schedule at version 1 and its first ``schedule_versions`` row.
-        Raises ``Conflict`` when the tenant already has a live schedule of that name."""
+        """Insert an active schedule at version 1 and its first ``schedule_versions`` row,
+        with ``idempotency_key`` if given. Raises ``Conflict`` when the tenant already has a
+        live schedule of that name, or of that idempotency key; ``QuotaExceeded`` when the
+        tenant already has ``max_schedules`` live schedules (checked in the same
+        transaction: PostgreSQL locks the tenant's ``tenant_limits`` row first, so two
+        concurrent creates cannot both take the last place)."""
+        ...
+
+    async def get_schedule_by_idempotency_key(self, tenant: str, key: str) -> Schedule | None:
+        """The live schedule created with that idempotency key."""
         ...
 
     async def get_schedule(self, tenant: str, name: str) -> Schedule | None:
@@ -336,6 +415,24 @@ class Store(Protocol):
         RETRY_WAIT are claimed: a canceled one is never handed out."""
         ...
 
+    # The claim above also enforces, in the same transaction (one statement chain with
+    # SKIP LOCKED in PostgreSQL):
+    # * fairness: per queue, rows are picked as a share of each tenant's oldest (a skip
+    #   scan over the tenants with queued rows) plus the queue's oldest, and started in
+    #   round-robin order across tenants (every tenant's n-th row before any n+1-th);
+    # * tenant caps (``tenant_limits``): at most ``max_running`` leased rows and
+    #   ``max_triggers_per_minute`` claims per UTC minute per tenant; the rest wait;
+    # * overlap (``overlap_slots``): for a schedule whose policy is ``skip`` or
+    #   ``queue_one``, only the slot's holder (or, if free, its oldest row) may start; with
+    #   one running, ``skip`` ends the others SKIPPED_OVERLAP (the reason names the running
+    #   occurrence), ``queue_one`` keeps the oldest as the slot's waiter (still ENQUEUED,
+    #   but out of the queue: no dispatch row until the holder ends) and skips the rest.
+    #   Two claimers never both start one schedule: PostgreSQL locks the slot row (SKIP
+    #   LOCKED: the loser leaves that schedule's rows for its next claim), SQLite
+    #   serializes writers.
+    # A RETRY_WAIT holder keeps its slot until it ends; finish (SUCCEEDED / DEAD), reap
+    # (DEAD) and the misfire sweep hand the slot to the waiter, which is claimable at once.
+
     async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:
         """Heartbeat: push ``lease_until`` to ``now + lease_for`` for the tokens still held.
         Returns the tokens that are still held (a missing one was reaped: stop that job)."""
@@ -364,6 +461,61 @@ class Store(Protocol):
         """Delete terminal occurrences finished before ``before`` (and their attempts)."""
         ...
 
+    async def sweep_misfires(self, fence: Fence, limit: int, now: datetime) -> int:
+        """The leader's misfire sweep: queued occurrences (ENQUEUED / RETRY_WAIT, not
+        run-now) claimable for longer than their schedule's ``max_lateness`` (measured from
+        the row's ``visible_at``: its ``available_at``, or its retry instant) become MISSED
+        with the reason, per policy (``clockd.core.planning.sweep_verdict``): skip all;
+        fire_once all but the latest of each schedule, and that one too when a newer
+        instant is already due; catch_up all but the ``catch_up_limit`` latest. The queue
+        rows go; overlap slots they held pass on. Looks at the oldest ``limit`` waiting rows
+        of each queue to find the schedules concerned. Fenced; returns the number MISSED."""
+        ...
+
+    async def release_stale_slots(self, fence: Fence, limit: int, now: datetime) -> int:
+        """Overlap slots whose holder ended without releasing them (canceled or missed while
+        it waited to retry) pass to their waiter or become free. Fenced; returns how many."""
+        ...
+
+    # -- occurrences: running, dead letters ---------------------------------------------
+
+    async def running_occurrences(self, schedule_id: str) -> list[Occurrence]:
+        """The schedule's RUNNING occurrences, oldest first (``clockctl update`` reports them)."""
+        ...
+
+    async def list_dead(
+        self, schedule_id: str | None = None, tenant: str | None = None, limit: int = 50
+    ) -> list[Occurrence]:
+        """The dead-letter queue: DEAD occurrences (of one schedule, or of a tenant, or all),
+        the most recently dead first, with ``last_error`` filled in."""
+        ...
+
+    async def replay_dead(self, occurrence_id: str, reason: str, now: datetime) -> Occurrence:
+        """A DEAD occurrence back into the queue, claimable ``now``: same id, state
+        ENQUEUED, one attempt more allowed than it has had (the next claim numbers it
+        ``attempts + 1``), ``reason`` noted. ``NotFound`` / ``Conflict`` (not DEAD)."""
+        ...
+
+    async def drop_dead(self, occurrence_id: str, reason: str, now: datetime) -> Occurrence:
+        """A DEAD occurrence leaves the dead-letter queue: CANCELED with ``reason``, its
+        attempts and ``last_error`` kept until retention. ``NotFound`` / ``Conflict``."""
+        ...
+
+    # -- tenants ------------------------------------------------------------------------
+
+    async def set_tenant_limits(self, limits: TenantLimits, now: datetime) -> TenantLimits:
+        """Write a tenant's limits (every field: None removes that limit) and recount its
+        running occurrences, in one transaction."""
+        ...
+
+    async def tenant_limits(self) -> list[TenantLimits]:
+        """Every tenant that has limits, by name."""
+        ...
+
+    async def tenant_usage(self) -> list[TenantUsage]:
+        """Every tenant with live schedules or limits, by name, with what it uses."""
+        ...
+
     # -- coordination and observation ----------------------------------------------
 
     async def next_token(self, resource: str) -> int:
@@ -375,3 +527,108 @@ class Store(Protocol):
     async def server_time(self) -> datetime:
         """The database server's clock (SQLite: the local clock), for clock-offset checks."""
         ...
+
+    # -- operator read paths (clockctl reconcile / explain / status, the leader's samples) --
+    # Reads only: no fence, no lock held past the call. Each is one or two set-based
+    # statements; none scans a table the hot paths write, except ``dead_count`` (the
+    # ``occurrences_dead`` partial index) and ``queue_stats`` (the queue, which is small).
+
+    async def reconcile_rows(
+        self, start: datetime, end: datetime, schedule_id: str | None = None
+    ) -> ReconcileRows:
+        """What the reconciler compares, for instants in ``[start, end]`` (inclusive), from
+        ONE consistent snapshot (SQLite: one transaction; PostgreSQL: a REPEATABLE READ,
+        READ ONLY transaction):
+
+        * ``schedules``: every schedule (or only ``schedule_id``) that had a version in force
+          during the range — not counting one deleted before ``start`` — or that has an
+          occurrence in it, with all its versions oldest first;
+        * ``occurrences``: the planned (not run-now) occurrences of those schedules with
+          ``scheduled_for`` in the range, any state.
+
+        One statement per table: versions joined to their schedule, then occurrences."""
+        ...
+
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
+        """Per queue (by name): rows claimable now (unleased, ``visible_at <= now``), rows
+        leased, rows staged for later, and the oldest claimable ``visible_at``."""
+        ...
+
+    async def start_lag(self, since: datetime, now: datetime) -> LagStats:
+        """Lag from due (``available_at``) to the first attempt's start, over occurrences
+        due in ``[since, now]``: ``started_at - available_at``, or ``now - available_at``
+        for one still waiting (so a stalled queue raises the figures instead of hiding);
+        occurrences that will never start (MISSED, SKIPPED_OVERLAP, CANCELED before a
+        start) do not count. PostgreSQL: ``percentile_cont``; SQLite: the same linear
+        interpolation, from the two neighbouring rows of each rank (ORDER BY … OFFSET)."""
+        ...
+
+    async def dead_count(self) -> int:
+        """DEAD occurrences: the size of the dead-letter queue (``occurrences_dead``)."""
+        ...
+
+    async def not_run_counts(self, since: datetime, until: datetime) -> dict[tuple[OccurrenceState, str], int]:
+        """MISSED and SKIPPED_OVERLAP occurrences that ended in ``[since, until)``, by
+        (state, kind): ``misfire`` (already late when materialized: never queued),
+        ``lateness`` (queued, but no worker reached it within max_lateness: the leader's
+        sweep) or ``overlap``. Bounded labels for metrics."""
+        ...
+
+    async def enqueue_lags(self, since: datetime, until: datetime, limit: int) -> list[float]:
+        """Seconds from due (``available_at``) to staged in the queue (``enqueued_at``) for
+        at most ``limit`` occurrences due in ``[since, until)``; negative when staged ahead
+        (the normal case); ``until - available_at`` for one due but not staged yet."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRecord:
+    """One ``schedule_versions`` row. ``next_run_at`` is the schedule's cursor when the
+    version was written (schema 0003): where its expectations begin; None when unknown
+    (written before 0003) or when there was no next run (deleted, exhausted)."""
+
+    version: int
+    state: ScheduleState
+    valid_from: datetime
+    valid_to: datetime | None
+    definition: ScheduleDef
+    next_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleHistory:
+    """A schedule as the reconciler sees it: its current row and every version."""
+
+    schedule_id: str
+    name: str
+    tenant: str
+    state: ScheduleState
+    version: int
+    next_run_at: datetime | None  # the cursor now: the next instant not yet materialized
+    created_at: datetime  # the anchor of ``every`` schedules
+    versions: tuple[VersionRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileRows:
+    schedules: list[ScheduleHistory]
+    occurrences: list[Occurrence]  # planned ones only (manual False), any state
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    ready: int  # unleased, visible now: waiting for a worker
+    running: int  # leased
+    staged: int  # unleased, visible later (staged ahead, retry backoff, parked queue_one)
+    oldest_ready_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LagStats:
+    """Seconds; None when ``count`` is 0."""
+
+    count: int
+    p50: float | None
+    p95: float | None
+    p99: float | None

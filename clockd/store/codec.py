@@ -52,6 +52,11 @@ def from_us(us: int) -> datetime:
     return EPOCH + timedelta(microseconds=us)
 
 
+def minute_of(instant: datetime) -> datetime:
+    """The UTC calendar minute ``instant`` falls in (tenant per-minute claim windows)."""
+    return instant.astimezone(UTC).replace(second=0, microsecond=0)
+
+
 def opt_to_us(instant: datetime | None) -> int | None:
     return None if instant is None else to_us(instant)
 

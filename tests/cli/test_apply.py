@@ -1,12 +1,14 @@
 """``clockctl apply`` and ``export`` on the embedded store, run as the real program: the
 diff, idempotence, dry runs, all-or-nothing refusals with ``file:line``, prune, the
-export round trip, hostile files, and the progress bar."""
+export round trip (HTTP targets, users, limits and secret references included),
+hostile files, and the progress bar."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ import pytest
 from rich.console import Console
 
 from clockctl.commands.files import PROGRESS_THRESHOLD, _progress
+from clockd.schedfile import FIELD_NAMES
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,8 +144,7 @@ jobs:
     assert result.stderr.splitlines() == [
         "schedules.d/b.yaml:7: schedule: minute: 61 is out of range 0-59",
         "schedules.d/b.yaml:9: retries: expected an integer, got a string",
-        "schedules.d/b.yaml:10: colour: unknown field (valid: name, schedule, at, every, tz, command, shell, noop, "
-        "env, cwd, timeout, retries, backoff, misfire, max_lateness, overlap, window, queue, labels)",
+        f"schedules.d/b.yaml:10: colour: unknown field (valid: {', '.join(FIELD_NAMES)})",
         "3 error(s); nothing was applied",
     ]
     assert names(ctl) == []
@@ -226,15 +228,126 @@ def test_export_then_apply_is_a_no_op(ctl: Any, tmp_path: Path) -> None:
     path = write(tmp_path / "exported.yaml", exported.stdout)
     again = ctl("apply", "-f", str(path), "--prune")
     assert again.returncode == 0, again.stderr
-    assert again.stdout == "no changes (6 unchanged)\n"
+    assert again.stdout == "no changes (7 unchanged)\n"
     doc = json.loads(ctl("export", "-o", "json").stdout)
     assert [j["name"] for j in doc["jobs"]] == [
         "heartbeat", "monthly-billing", "new-year-maintenance", "nightly-report", "rotate-tokens", "sync-inventory",
+        "warm-cache",
     ]  # fmt: skip
     everything = ctl("export", "--all")
     assert "name: handmade" in everything.stdout
     other = ctl("export", "--tenant", "nobody")
     assert other.stdout.endswith("jobs: []\n")
+
+
+MORE = """\
+jobs:
+  - name: hook
+    every: 5m
+    http:
+      method: post
+      url: https://hooks.example.com/ping
+      headers:
+        - "Authorization: Bearer ${file:/etc/clockd/hook.token}"
+        - [X-Dup, "1"]
+        - "X-Dup: 2"
+      body: |
+        {"event": "ping"}
+      expect_status: [200, 204]
+      insecure: true
+    misfire: catch_up
+    catch_up_limit: 4
+  - name: as-me
+    schedule: "0 3 * * *"
+    command: [/bin/true]
+    user: USER
+    env: {TOKEN: "${env:CLOCKD_TEST_TOKEN}"}
+    env_from_file: /etc/clockd/job.env
+    memory_limit: 256M
+    cpu_limit: 90s
+    nproc_limit: 32
+    permanent_exit_codes: [64, 2]
+"""
+
+
+def test_http_targets_users_and_limits_round_trip_through_export(ctl: Any, tmp_path: Path) -> None:
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name  # a user that exists here, whatever the host
+    except KeyError:
+        pytest.skip("this uid has no name on this host")
+    path = write(tmp_path / "more.yaml", MORE.replace("USER", me))
+    applied = ctl("apply", "-f", str(path))
+    assert applied.returncode == 0, applied.stderr
+    docs = {d["name"]: d for d in json.loads(ctl("list", "-o", "json").stdout)}
+    hook, job = docs["hook"], docs["as-me"]
+    assert (hook["target"]["method"], hook["target"]["insecure"], hook["catch_up_limit"]) == ("POST", True, 4)
+    assert hook["target"]["headers"] == [  # order and repeats kept; the reference as written
+        ["Authorization", "Bearer ${file:/etc/clockd/hook.token}"],
+        ["X-Dup", "1"],
+        ["X-Dup", "2"],
+    ]
+    assert hook["target"]["expect_status"] == [200, 204] and hook["target"]["body"] == '{"event": "ping"}\n'
+    assert {k: job["target"][k] for k in ("user", "env_from_file", "memory_limit", "cpu_limit", "nproc_limit")} == {
+        "user": me,
+        "env_from_file": "/etc/clockd/job.env",
+        "memory_limit": 256 << 20,
+        "cpu_limit": 90,
+        "nproc_limit": 32,
+    }
+    assert job["permanent_exit_codes"] == [2, 64]
+
+    exported = ctl("export")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr == ""  # nothing left out
+    out = exported.stdout
+    assert "        - 'Authorization: Bearer ${file:/etc/clockd/hook.token}'\n" in out  # never resolved
+    assert "      TOKEN: ${env:CLOCKD_TEST_TOKEN}\n" in out
+    assert f"    user: {me}\n" in out and "    memory_limit: 256M\n    cpu_limit: 1m30s\n" in out
+    again = ctl("apply", "-f", str(write(tmp_path / "exported.yaml", out)), "--prune")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "no changes (2 unchanged)\n"
+    doc = json.loads(ctl("export", "-o", "json").stdout)
+    # "Name: value" whenever that reads back the same, else a pair (padded values)
+    assert doc["jobs"][1]["http"]["headers"][1:] == ["X-Dup: 1", "X-Dup: 2"]
+
+    write(path, MORE.replace("USER", me).replace("/ping", "/pong"))
+    changed = ctl("apply", "-f", str(path), "--dry-run")
+    assert changed.returncode == 0, changed.stderr
+    lines = changed.stdout.splitlines()
+    assert lines[0] == f"~ update hook  ({path}:2)"
+    assert lines[1].startswith('      http: {"method": "POST", "url": "https://hooks.example.com/ping"')
+    assert '→ {"method": "POST", "url": "https://hooks.example.com/pong"' in lines[1]
+
+
+def test_errors_of_http_and_user_fields_name_their_lines(ctl: Any, tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "bad.yaml",
+        """\
+jobs:
+  - name: hook
+    every: 5m
+    http:
+      url: ftp://example.com
+      headers: ["Idempotency-Key: 1"]
+    user: root
+  - name: job
+    every: 5m
+    command: [/bin/true]
+    user: no-such-user-clockd-test
+""",
+    )
+    result = ctl("apply", "-f", str(path))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"{path}:4: http: method: required (e.g. GET or POST)",
+        f"{path}:6: http: headers: item 1: Idempotency-Key is set by clockd (the occurrence id, scheduled time, "
+        "attempt)",
+        f"{path}:7: user: not allowed with http: (line 4), which runs no command",
+        f"{path}:11: user: 'no-such-user-clockd-test' does not exist on this host (checked where clockctl runs; "
+        "the worker checks again where the job runs)",
+        "4 error(s); nothing was applied",
+    ]
+    assert names(ctl) == []
 
 
 def test_json_output(ctl: Any, tmp_path: Path) -> None:

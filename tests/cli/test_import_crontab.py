@@ -1,10 +1,12 @@
 """``clockctl import-crontab`` as the real program: the YAML of ``--dry-run``, applying through
-the same path as ``apply`` (idempotent), system crontabs, refusals, and the host's zone."""
+the same path as ``apply`` (idempotent), system crontabs (the user column as ``user:``, users
+unknown on this host listed), refusals, and the host's zone."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -94,16 +96,65 @@ def test_import_applies_and_is_idempotent(ctl: Any) -> None:
     )
 
 
+def exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
+
+
 def test_system_crontab_with_user_column(ctl: Any) -> None:
     result = ctl("import-crontab", f"{DATA}/cron.d-backup", "--system", "--tz", "UTC", "--tenant", "ops")
     assert result.returncode == 0, result.stderr
     docs = {d["name"]: d for d in json.loads(ctl("list", "-o", "json", "--tenant", "ops").stdout)}
-    assert sorted(docs) == ["backup-etc-7", "cron-8", "logrotate-10", "vacuumdb-9"]
-    assert docs["vacuumdb-9"]["target"]["argv"] == ["/bin/bash", "-c", "vacuumdb --all --analyze-in-stages --quiet"]
-    assert docs["vacuumdb-9"]["target"]["shell"] is False
+    lines = {"backup-etc-7": "root", "cron-8": "www-data", "vacuumdb-9": "postgres", "logrotate-10": "root"}
+    here = {name for name, user in lines.items() if exists(user)}  # www-data, postgres: not on every host
+    assert set(docs) == here
+    for name in here:
+        assert docs[name]["target"]["user"] == lines[name]  # the user column, as the job's user
+    for name in set(lines) - here:
+        assert (
+            f"{DATA}/cron.d-backup:{name.rsplit('-', 1)[1]}: not imported: runs as {lines[name]}, who does not "
+            "exist on this host (schedules are checked where clockctl runs): create the user, or import on a host "
+            "that has it"
+        ) in result.stderr.splitlines()
+    if "vacuumdb-9" in docs:
+        assert docs["vacuumdb-9"]["target"]["argv"] == [
+            "/bin/bash",
+            "-c",
+            "vacuumdb --all --analyze-in-stages --quiet",
+        ]
+        assert docs["vacuumdb-9"]["target"]["shell"] is False
+    assert "clockd runs them as its worker's user" not in result.stderr
     only_root = ctl("import-crontab", f"{DATA}/cron.d-backup", "--system", "--user", "root", "--dry-run")
     assert f"{DATA}/cron.d-backup:8: not imported: runs as www-data, not root (--user)" in only_root.stderr
     assert "name: vacuumdb-9" not in only_root.stdout and "name: backup-etc-7" in only_root.stdout
+    assert "    user: root\n" in only_root.stdout and "crontab.user" not in only_root.stdout
+
+
+def test_a_user_unknown_here_is_listed_and_the_rest_imported(ctl: Any, tmp_path: Path) -> None:
+    tab = tmp_path / "cron.d-app"
+    tab.write_text(
+        "# m h dom mon dow user command\n"
+        "0 1 * * * root /usr/local/bin/app-backup\n"
+        "0 2 * * * no-such-user-clockd /usr/local/bin/app-sync\n"
+    )
+    dry = ctl("import-crontab", str(tab), "--system", "--tz", "UTC", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    listed_line = (
+        f"{tab}:3: not imported: runs as no-such-user-clockd, who does not exist on this host (schedules are "
+        "checked where clockctl runs): create the user, or import on a host that has it"
+    )
+    assert listed_line in dry.stderr.splitlines()
+    assert f"# {listed_line}\n" in dry.stdout
+    printed = load_text(dry.stdout, "printed.yaml")
+    assert printed.errors == []
+    assert [(j.name, getattr(j.definition.target, "user", None)) for j in printed.jobs] == [("app-backup-2", "root")]
+    applied = ctl("import-crontab", str(tab), "--system", "--tz", "UTC")
+    assert applied.returncode == 0, applied.stderr
+    assert listed_line in applied.stderr.splitlines()
+    assert sorted(listed(ctl)) == ["app-backup-2"]
 
 
 def test_an_unparsable_crontab_applies_nothing(ctl: Any, tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,8 +17,6 @@ from typing import Any
 
 import psycopg
 
-from clockd.core.model import ScheduleKind
-from clockd.core.spec import compile_spec
 from tests.e2e.conftest import wait_for
 
 BIN = Path(sys.executable).parent
@@ -139,36 +136,34 @@ class Cluster:
             return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]  # test SQL
 
     def reconcile(self, start: datetime, end: datetime, settle: timedelta = timedelta(seconds=0)) -> dict[str, int]:
-        """Every instant each live schedule should have fired in [start, end] has exactly one
-        occurrence, and that occurrence SUCCEEDED. Returns counts for the report."""
-        schedules = self.rows("SELECT id, name, kind, expr, tz, created_at FROM schedules WHERE state = 'active'")
-        occ = self.rows(
-            "SELECT schedule_id, scheduled_for, state FROM occurrences WHERE NOT manual "
-            "AND scheduled_for >= %s AND scheduled_for <= %s",
-            start,
-            end,
-        )
-        per_instant = Counter((str(s), t) for s, t, _ in occ)
-        doubled = [k for k, n in per_instant.items() if n > 1]
+        """The product's reconciler (``clockctl reconcile --all -o json``): every instant each
+        schedule should have fired in [start, end] has exactly one occurrence (none missing,
+        doubled or unexpected), and for the drills that occurrence SUCCEEDED. Returns counts
+        for the report."""
+        end = max(end, start)  # a drill that ends within a second of its start expects nothing
+        result = subprocess.run(
+            [
+                str(BIN / "clockctl"), "reconcile", "--all", "-o", "json",
+                "--from", _iso(start), "--to", _iso(end + settle),
+            ],
+            env=self.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert result.returncode in (0, 1), result.stderr
+        report = json.loads(result.stdout)
+        doubled = [p for p in report["problems"] if p["status"] == "doubled"]
         assert doubled == [], f"instants materialized twice: {doubled[:5]}"
-        states = {(str(s), t): st for s, t, st in occ}
-        missing: list[tuple[str, datetime]] = []
-        not_done: list[tuple[str, datetime, str]] = []
-        expected_total = 0
-        for sid, name, kind, expr, tz, created in schedules:
-            spec = compile_spec(ScheduleKind(kind), expr, tz, created)
-            t = spec.next_after(max(start, created) - timedelta(microseconds=1))
-            while t is not None and t <= end:
-                expected_total += 1
-                key = (str(sid), t)
-                if key not in states:
-                    missing.append((name, t))
-                elif states[key] != "SUCCEEDED":
-                    not_done.append((name, t, states[key]))
-                t = spec.next_after(t)
-        assert missing == [], f"{len(missing)} expected instants have no occurrence: {missing[:5]}"
+        missing = [p for p in report["problems"] if p["status"] != "doubled"]
+        assert missing == [], f"{len(missing)} expected instants are not accounted for: {missing[:5]}"
+        assert result.returncode == 0, report
+        not_done = [
+            (i["schedule"], i["instant"], i["status"]) for i in report["instants"] if i["status"] != "SUCCEEDED"
+        ]
         assert not_done == [], f"{len(not_done)} occurrences did not succeed: {not_done[:5]}"
-        return {"expected": expected_total}
+        return {"expected": int(report["expected"])}
+
+
+def _iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat()
 
 
 def now() -> datetime:

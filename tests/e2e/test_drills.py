@@ -1,7 +1,8 @@
 """Failure drills (DESIGN.md §8): real clockd processes, real PostgreSQL, real etcd.
 
-Each drill injects one failure under load and ends with a reconciliation: every
-instant each schedule should have fired is accounted for exactly once, and ran.
+Each drill injects one failure under load and ends with the product's reconciliation
+(``clockctl reconcile``, exit 0): every instant each schedule should have fired is
+accounted for exactly once, and ran.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,16 @@ def settle_and_reconcile(c: Cluster, start_at: object, timeout: float = 60) -> d
         except AssertionError:
             return None
 
-    result = wait_for("every expected instant to be accounted for", ok, timeout, 0.5)
-    return result if result else c.reconcile(start_at, end)  # type: ignore[arg-type]
+    try:
+        return wait_for("every expected instant to be accounted for", ok, timeout, 0.5)
+    except AssertionError:
+        return c.reconcile(start_at, end)  # type: ignore[arg-type]  # raises, saying what is not accounted for
+
+
+def reconcile_exit_0(c: Cluster, start_at: datetime) -> None:
+    """``clockctl reconcile`` over the drill, as an operator would run it: exit 0."""
+    result = c.ctl("reconcile", "--from", start_at.isoformat(), "--to", now().isoformat())
+    assert "all accounted for" in result.stdout, result.stdout
 
 
 def test_drill_1_sigkill_leader_standby_takes_over(cluster: Cluster) -> None:
@@ -79,6 +88,7 @@ def test_drill_1_sigkill_leader_standby_takes_over(cluster: Cluster) -> None:
     wait_for("runs under the new leader", lambda: succeeded(cluster) >= before + 8, 30)
     report = settle_and_reconcile(cluster, start_at)
     assert report["expected"] >= 8
+    reconcile_exit_0(cluster, start_at)
 
 
 def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
@@ -86,14 +96,27 @@ def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
     zombie = cluster.start("m1", "materializer", env={"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": "1.5"})
     add_load(cluster)
     start_at = now() + timedelta(seconds=1)
-    # Freeze the materializer inside its commit window (after its lease check).
-    wait_for("m1 to hold a batch", lambda: zombie.actions("fault_hold"), 20)
+    # Freeze the materializer inside its commit window (after its lease check): a hold that
+    # starts from now on (one that began while the load was being added may be over already).
+    held = len(zombie.actions("fault_hold"))
+    wait_for("m1 to hold a batch", lambda: len(zombie.actions("fault_hold")) > held, 20)
     os.kill(zombie.pid, signal.SIGSTOP)
     cursor_before = cluster.rows("SELECT id, next_run_at FROM schedules")
     successor = cluster.start("m2", "materializer")
     wait_for("m2 to own all shards", lambda: len(successor.actions("shard_acquired")) >= 64, TTL + 15)
-    rows_before = len(cluster.rows("SELECT id FROM occurrences"))
-    wait_for("m2 to materialize", lambda: len(cluster.rows("SELECT id FROM occurrences")) > rows_before, 20)
+    # Every schedule, not just one: m2 commits shard by shard, and resuming the zombie while
+    # m2 has not reached the zombie's shard yet would let the zombie's (still valid) write win.
+    moved_from = dict(cursor_before)
+
+    def m2_materialized_everything() -> bool:
+        due_by = now() + timedelta(seconds=20)  # the horizon (FAST): what the zombie may hold
+        for sid, cursor in cluster.rows("SELECT id, next_run_at FROM schedules"):
+            before = moved_from.get(sid)
+            if before is not None and before <= due_by and (cursor is None or cursor <= before):
+                return False
+        return True
+
+    wait_for("m2 to materialize every due schedule", m2_materialized_everything, 20)
     os.kill(zombie.pid, signal.SIGCONT)
     fenced = wait_for("the zombie's write to bounce off the fence", lambda: zombie.actions("fenced_out"), 15)
     assert fenced
@@ -103,6 +126,7 @@ def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
         if before is not None and after.get(sid) is not None:
             assert after[sid] >= before
     settle_and_reconcile(cluster, start_at)
+    reconcile_exit_0(cluster, start_at)
 
 
 def _job_script(marks: Path, first_sleep: int) -> list[str]:
@@ -120,6 +144,7 @@ def _worker_of_attempt(cluster: Cluster, attempt: int) -> str:
 
 
 def test_drill_3_sigkill_worker_mid_job_redelivers(cluster: Cluster, tmp_path: Path) -> None:
+    began = now()
     cluster.start("n1", "leader,relay,materializer")
     cluster.start("w1", "worker")
     cluster.start("w2", "worker")
@@ -144,9 +169,11 @@ def test_drill_3_sigkill_worker_mid_job_redelivers(cluster: Cluster, tmp_path: P
     finally:
         if os.path.exists(f"/proc/{first_pid}"):
             os.kill(first_pid, signal.SIGKILL)
+    reconcile_exit_0(cluster, began)
 
 
 def test_drill_4_stale_worker_completion_is_rejected(cluster: Cluster, tmp_path: Path) -> None:
+    began = now()
     cluster.start("n1", "leader,relay,materializer")
     cluster.start("w1", "worker")
     cluster.start("w2", "worker")
@@ -169,6 +196,7 @@ def test_drill_4_stale_worker_completion_is_rejected(cluster: Cluster, tmp_path:
     outcomes = cluster.rows("SELECT attempt, outcome FROM attempts ORDER BY attempt")
     assert outcomes == [(1, "lost"), (2, "succeeded")]
     assert cluster.rows("SELECT state, attempts FROM occurrences") == [("SUCCEEDED", 2)]
+    reconcile_exit_0(cluster, began)
 
 
 def test_drill_5_postgres_restart_under_load(cluster: Cluster, pg_server: PostgresServer) -> None:
@@ -183,6 +211,7 @@ def test_drill_5_postgres_restart_under_load(cluster: Cluster, pg_server: Postgr
     for proc in cluster.procs.values():
         assert proc.alive(), f"{proc.name} died when PostgreSQL restarted"
     settle_and_reconcile(cluster, start_at)
+    reconcile_exit_0(cluster, start_at)
 
 
 def test_drill_6_etcd_outage_stops_materialization_then_drains(pg_server: PostgresServer, tmp_path: Path) -> None:
@@ -209,6 +238,7 @@ def test_drill_6_etcd_outage_stops_materialization_then_drains(pg_server: Postgr
         settle_and_reconcile(cluster, start_at, timeout=60)
         for proc in cluster.procs.values():
             assert proc.alive()
+        reconcile_exit_0(cluster, start_at)
     finally:
         cluster.stop_all()
         etcd.stop()

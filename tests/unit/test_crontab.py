@@ -1,9 +1,12 @@
 """Crontab import: real-world crontabs (tests/data/crontabs) translated to exact schedules;
 environment, zone and SHELL lines; ``%``; macros; system crontabs; derived names; and
-that nothing is dropped silently. Fuzzed: any text, only ``InvalidInput`` at worst."""
+that nothing is dropped silently; the user column of system crontabs as ``user:``. Fuzzed:
+any text, only ``InvalidInput`` at worst."""
 
 from __future__ import annotations
 
+import pwd
+from collections.abc import Callable, Collection
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,24 @@ def read(name: str) -> str:
     return (DATA / name).read_text()
 
 
+HostUsers = Callable[[Collection[str]], None]
+
+
+@pytest.fixture
+def host_users(monkeypatch: pytest.MonkeyPatch) -> HostUsers:
+    """Make this host know exactly these users (for the importer and for validation alike)."""
+
+    def known(names: Collection[str]) -> None:
+        def getpwnam(name: str) -> pwd.struct_passwd:
+            if name not in names:
+                raise KeyError(name)
+            return pwd.struct_passwd((name, "x", 1000, 1000, "", "/", "/bin/sh"))
+
+        monkeypatch.setattr(pwd, "getpwnam", getpwnam)
+
+    return known
+
+
 def job(
     name: str,
     expr: str,
@@ -34,14 +55,16 @@ def job(
     user: str | None,
     *,
     shell: bool = True,
+    system: bool = False,
 ) -> ScheduleDef:
-    labels = {"crontab.source": source, **({"crontab.user": user} if user else {})}
+    """A translated entry: ``user`` is the job's user (system crontab) or a label (user crontab)."""
+    labels = {"crontab.source": source, **({"crontab.user": user} if user and not system else {})}
     return ScheduleDef(
         name=name,
         kind=ScheduleKind.CRON,
         expr=expr,
         tz=tz,
-        target=CommandTarget(argv=argv, shell=shell, env=tuple(sorted(env.items()))),
+        target=CommandTarget(argv=argv, shell=shell, env=tuple(sorted(env.items())), user=user if system else None),
         retry=RetryPolicy(retries=0),
         misfire=MisfirePolicy.SKIP,
         labels=tuple(sorted(labels.items())),
@@ -144,7 +167,8 @@ BACKUP_ENV = {"SHELL": "/bin/bash", "PATH": "/usr/local/sbin:/usr/local/bin:/sbi
 
 
 @pytest.mark.parametrize("options", [{"system": True}, {"known_users": {"root", "www-data", "postgres"}}])
-def test_system_crontab_with_a_user_column(options: dict[str, Any]) -> None:
+def test_system_crontab_with_a_user_column(options: dict[str, Any], host_users: HostUsers) -> None:
+    host_users({"root", "www-data", "postgres"})
     path = "tests/data/crontabs/cron.d-backup"
     got, result = translate(read("cron.d-backup"), path, tz="Europe/Berlin", **options)
     bash = ("/bin/bash", "-c")
@@ -158,6 +182,7 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any]) -> None:
             f"{path}:7",
             "root",
             shell=False,
+            system=True,
         ),
         job(
             "cron-8",
@@ -168,6 +193,7 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any]) -> None:
             f"{path}:8",
             "www-data",
             shell=False,
+            system=True,
         ),
         job(
             "vacuumdb-9",
@@ -178,6 +204,7 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any]) -> None:
             f"{path}:9",
             "postgres",
             shell=False,
+            system=True,
         ),
         job(
             "logrotate-10",
@@ -188,31 +215,63 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any]) -> None:
             f"{path}:10",
             "root",
             shell=False,
+            system=True,
         ),
     ]
     assert result.system is True
-    assert [n.line for n in result.notes] == [2, 4, None]
-    assert "postgres, root, www-data" in result.notes[2].message
+    assert result.skipped == [] and result.errors == []
+    assert [n.line for n in result.notes] == [2, 4]  # SHELL, MAILTO; the users are the jobs' user:
+    assert result.entries[1].fields["user"] == "www-data"
+    assert result.entries[1].fields["labels"] == {"crontab.source": f"{path}:8"}
 
 
-def test_debian_etc_crontab_with_run_parts() -> None:
+def test_lines_of_users_unknown_here_are_listed_not_imported(host_users: HostUsers) -> None:
+    host_users({"root", "www-data"})  # no postgres on this host
+    path = "tests/data/crontabs/cron.d-backup"
+    got, result = translate(read("cron.d-backup"), path, tz="UTC", system=True)
+    assert [(d.name, getattr(d.target, "user", None)) for d in got] == [
+        ("backup-etc-7", "root"),
+        ("cron-8", "www-data"),
+        ("logrotate-10", "root"),
+    ]
+    assert result.skipped == [
+        Note(
+            9,
+            "runs as postgres, who does not exist on this host (schedules are checked where clockctl runs): "
+            "create the user, or import on a host that has it",
+        )
+    ]
+    assert result.errors == []
+    only = parse_crontab(read("cron.d-backup"), path, system=True, user="postgres")
+    assert only.entries == []
+    assert [n.line for n in only.skipped] == [7, 8, 9, 10]
+    assert "does not exist on this host" in only.skipped[2].message
+
+
+def test_the_host_check_can_be_given() -> None:
+    result = parse_crontab("0 1 * * * alice /bin/true\n", "/etc/crontab", exists=lambda name: name == "alice")
+    assert result.entries[0].fields["user"] == "alice"
+    result = parse_crontab("0 1 * * * alice /bin/true\n", "/etc/crontab", exists=lambda name: False)
+    assert result.entries == [] and [n.line for n in result.skipped] == [1]
+    user_crontab = parse_crontab("0 1 * * * /bin/true\n", "mine", user="alice", exists=lambda name: False)
+    assert "user" not in user_crontab.entries[0].fields  # whose crontab it is: a label
+    assert user_crontab.entries[0].fields["labels"]["crontab.user"] == "alice"
+
+
+def test_debian_etc_crontab_with_run_parts(host_users: HostUsers) -> None:
+    host_users({"root"})
     path = "tests/data/crontabs/debian.crontab"
     got, result = translate(read("debian.crontab"), path, tz="Europe/Berlin")  # root: detected
     anacron = "test -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.%s; }"
-    env = {"SHELL": "/bin/sh"}
+
+    def root(name: str, expr: str, command: str, line: int) -> ScheduleDef:
+        return job(name, expr, "Europe/Berlin", (command,), {"SHELL": "/bin/sh"}, f"{path}:{line}", "root", system=True)
+
     assert got == [
-        job(
-            "cron.hourly-19",
-            "17 * * * *",
-            "Europe/Berlin",
-            ("cd / && run-parts --report /etc/cron.hourly",),
-            env,
-            f"{path}:19",
-            "root",
-        ),
-        job("cron.daily-20", "25 6 * * *", "Europe/Berlin", (anacron % "daily",), env, f"{path}:20", "root"),
-        job("cron.weekly-21", "47 6 * * 7", "Europe/Berlin", (anacron % "weekly",), env, f"{path}:21", "root"),
-        job("cron.monthly-22", "52 6 1 * *", "Europe/Berlin", (anacron % "monthly",), env, f"{path}:22", "root"),
+        root("cron.hourly-19", "17 * * * *", "cd / && run-parts --report /etc/cron.hourly", 19),
+        root("cron.daily-20", "25 6 * * *", anacron % "daily", 20),
+        root("cron.weekly-21", "47 6 * * 7", anacron % "weekly", 21),
+        root("cron.monthly-22", "52 6 1 * *", anacron % "monthly", 22),
     ]
     assert result.system is True and result.skipped == [] and result.errors == []
 
@@ -226,7 +285,8 @@ def test_a_system_crontab_is_recognised_by_its_path() -> None:
     assert parse_crontab(text, "/etc/crontab", system=False).system is False
 
 
-def test_user_filter_on_a_system_crontab_lists_the_others() -> None:
+def test_user_filter_on_a_system_crontab_lists_the_others(host_users: HostUsers) -> None:
+    host_users({"root"})
     result = parse_crontab(read("cron.d-backup"), "b", system=True, user="root")
     assert [e.name for e in result.entries] == ["backup-etc-7", "logrotate-10"]
     assert result.skipped == [

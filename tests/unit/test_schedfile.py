@@ -4,7 +4,10 @@ generated JSON Schema."""
 
 from __future__ import annotations
 
+import grp
 import json
+import os
+import pwd
 import subprocess
 import sys
 import time
@@ -171,7 +174,7 @@ VALID = ["every: 1m", "noop: true"]
         ),
         (job("noop: true"), "f.yaml:2: one of schedule, at or every is required"),
         ("jobs:\n  - every: 1m\n    noop: true\n", "f.yaml:2: name: required"),
-        (job("every: 1m"), "f.yaml:2: command: required (or noop: true)"),
+        (job("every: 1m"), "f.yaml:2: command: required (or http:, or noop: true)"),
         (
             job("every: 1m", "command: echo hi"),
             'f.yaml:4: command: a string needs shell: true (or give a list such as ["echo", "hi"])',
@@ -317,6 +320,7 @@ def test_the_shipped_examples_are_valid() -> None:
     assert {d.overlap for d in definitions} == set(OverlapPolicy)
     assert any(isinstance(d.target, NoopTarget) for d in definitions)
     assert any(isinstance(d.target, CommandTarget) and d.target.shell for d in definitions)
+    assert any(isinstance(d.target, HttpTarget) for d in definitions)
 
 
 # -- hostile input ----------------------------------------------------------------------------
@@ -450,7 +454,7 @@ def test_what_the_format_cannot_carry_is_said() -> None:
     base = ScheduleDef(name="a", kind=ScheduleKind.EVERY, expr="1m", tz="UTC", target=NoopTarget())
     assert exportable(base) is None
     http = ScheduleDef(name="a", kind=ScheduleKind.EVERY, expr="1m", tz="UTC", target=HttpTarget("GET", "https://x"))
-    assert exportable(http) == "HTTP targets have no file form yet"
+    assert exportable(http) is None
     custom = ScheduleDef(
         name="a", kind=ScheduleKind.EVERY, expr="1m", tz="UTC", target=NoopTarget(),
         retry=RetryPolicy(backoff_max=timedelta(hours=1)),
@@ -475,6 +479,322 @@ def test_changed_fields_speak_the_file_format() -> None:
     assert changed_fields(old, old) == []
 
 
+# -- users, limits, retry and misfire policies, HTTP targets ------------------------------------
+
+
+@pytest.fixture
+def me() -> tuple[str, str]:
+    """This process's user and group names: they exist here, whatever the host."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    except KeyError:
+        pytest.skip("this uid or gid has no name on this host")
+
+
+def backup_job(user: str, group: str) -> str:
+    return f"""\
+jobs:
+  - name: backup
+    schedule: "0 3 * * *"
+    command: [/usr/local/bin/backup]
+    user: {user}
+    group: {group}
+    env_from_file: /etc/clockd/backup.env
+    memory_limit: 512M
+    cpu_limit: 10m
+    nproc_limit: 64
+    permanent_exit_codes: [64, 2]
+    misfire: catch_up
+    catch_up_limit: 3
+"""
+
+
+def test_user_limits_and_policies_are_read(me: tuple[str, str]) -> None:
+    user, group = me
+    got = only_job(backup_job(user, group))
+    assert got.target == CommandTarget(
+        argv=("/usr/local/bin/backup",),
+        user=user,
+        group=group,
+        env_from_file="/etc/clockd/backup.env",
+        memory_limit=512 * 1024 * 1024,
+        cpu_limit=600,
+        nproc_limit=64,
+    )
+    assert got.retry == RetryPolicy(permanent_exit_codes=(2, 64))  # sorted, as clockctl add stores them
+    assert (got.misfire, got.catch_up_limit) == (MisfirePolicy.CATCH_UP, 3)
+
+
+@pytest.mark.parametrize(
+    ("written", "size"),
+    [("512M", 512 << 20), ("2GiB", 2 << 30), ("'1 g'", 1 << 30), ("1048576", 1 << 20), ("'3145728'", 3 << 20)],
+)
+def test_memory_limit_sizes(written: str, size: int) -> None:
+    got = only_job(job("every: 1m", "command: [x]", f"memory_limit: {written}"))
+    assert isinstance(got.target, CommandTarget) and got.target.memory_limit == size
+
+
+HTTP = """\
+jobs:
+  - name: ping
+    every: 5m
+    http:
+      method: post
+      url: https://hooks.example.com/ping
+      headers:
+        - "Authorization: Bearer ${file:/etc/clockd/token}"
+        - [X-Padded, "  kept  "]
+        - "X-Dup: 1"
+        - [X-Dup, 2]
+        - "X-Empty:"
+      body: |
+        {"event": "ping"}
+      expect_status: [200, 204]
+      insecure: true
+"""
+
+
+def test_http_target_is_read_headers_in_order_with_repeats() -> None:
+    assert only_job(HTTP).target == HttpTarget(
+        method="POST",  # canonical, as clockctl add stores it
+        url="https://hooks.example.com/ping",
+        headers=(
+            ("Authorization", "Bearer ${file:/etc/clockd/token}"),  # a reference, never resolved here
+            ("X-Padded", "  kept  "),
+            ("X-Dup", "1"),
+            ("X-Dup", "2"),
+            ("X-Empty", ""),
+        ),
+        body='{"event": "ping"}\n',
+        expect_status=(200, 204),
+        insecure=True,
+    )
+    plain = only_job(job("every: 1m", "http: {method: GET, url: 'https://example.com/health'}"))
+    assert plain.target == HttpTarget("GET", "https://example.com/health")
+
+
+HTTP_JOB = ("every: 1m", "http:")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (job(*VALID, "catch_up_limit: 0"), "f.yaml:5: catch_up_limit: 0 is out of range 1-10000"),
+        (job(*VALID, "catch_up_limit: ten"), "f.yaml:5: catch_up_limit: expected an integer, got a string"),
+        (
+            job(*VALID, "permanent_exit_codes: [2, 0]"),
+            "f.yaml:5: permanent_exit_codes: item 2: 0 is out of range 1-255",
+        ),
+        (job(*VALID, "permanent_exit_codes: [2, 2]"), "f.yaml:5: permanent_exit_codes: item 2: 2 is listed twice"),
+        (
+            job(*VALID, "permanent_exit_codes: 2"),
+            "f.yaml:5: permanent_exit_codes: expected a list of exit codes, e.g. [2, 64], got an integer",
+        ),
+        (
+            job("every: 1m", "command: [x]", "env_from_file: etc/x.env"),
+            "f.yaml:5: env_from_file: 'etc/x.env' must be an absolute path",
+        ),
+        (
+            job("every: 1m", "command: [x]", "memory_limit: 512Q"),
+            "f.yaml:5: memory_limit: size '512Q': expected a number with an optional unit K, M, G or T, e.g. 512M",
+        ),
+        (
+            job("every: 1m", "command: [x]", "memory_limit: 64K"),
+            "f.yaml:5: memory_limit: 64K is out of range: at least 1M, below 4E",
+        ),
+        (
+            job("every: 1m", "command: [x]", "cpu_limit: 1500ms"),
+            "f.yaml:5: cpu_limit: 1500ms is not a whole number of seconds",
+        ),
+        (job("every: 1m", "command: [x]", "cpu_limit: 30"), "f.yaml:5: cpu_limit: duration '30' has no unit"),
+        (job("every: 1m", "command: [x]", "nproc_limit: 0"), "f.yaml:5: nproc_limit: 0 is out of range 1-2147483648"),
+        (
+            job("every: 1m", "command: [x]", "user: 1000"),
+            "f.yaml:5: user: expected a string, got an integer (quote it to make it a string)",
+        ),
+        (
+            job("every: 1m", "command: [x]", "user: no-such-user-clockd-test"),
+            "f.yaml:5: user: 'no-such-user-clockd-test' does not exist on this host "
+            "(checked where clockctl runs; the worker checks again where the job runs)",
+        ),
+        (job("every: 1m", "command: [x]", "group: root"), "f.yaml:5: group: needs user"),
+        (job(*VALID, "user: root"), "f.yaml:5: user: not allowed with noop: true"),
+        (job(*VALID, "http: {method: GET, url: 'https://x'}"), "f.yaml:5: http: not allowed with noop: true"),
+        (
+            job("every: 1m", "http: {method: GET, url: 'https://x'}", "command: [x]"),
+            "f.yaml:5: command: not allowed with http: (line 4), which runs no command",
+        ),
+        (
+            job("every: 1m", "http: {method: GET, url: 'https://x'}", "cpu_limit: 1m"),
+            "f.yaml:5: cpu_limit: not allowed with http: (line 4), which runs no command",
+        ),
+        (
+            job("every: 1m", "http: https://x"),
+            "f.yaml:4: http: expected a mapping (method, url, headers, body, expect_status, insecure), got a string",
+        ),
+        (job("every: 1m", "http: {method: GET}"), "f.yaml:4: http: url: required (e.g. https://example.com/hook)"),
+        (
+            job("every: 1m", "http: {method: GET, url: 'ftp://x'}"),
+            "f.yaml:4: http: url: the URL must be http:// or https:// with a host",
+        ),
+        (
+            job("every: 1m", "http: {method: GET, url: 'https://x/?t=${file:/t}'}"),
+            "f.yaml:4: http: url: secret references are not supported in the URL",
+        ),
+        (
+            job("every: 1m", "http: {method: GET, url: 'https://x', headers: {A: b}}"),
+            'f.yaml:4: http: headers: expected a list of "Name: value" strings or [name, value] pairs, got a mapping',
+        ),
+        (
+            job("every: 1m", "http: {method: GET, url: 'https://x', body: {a: 1}}"),
+            "f.yaml:4: http: body: expected a string (JSON in quotes, or a | block), got a mapping",
+        ),
+        (
+            job("every: 1m", "http: {method: GET, url: 'https://x', expect_status: [99]}"),
+            "f.yaml:4: http: expect_status: item 1: 99 is out of range 100-599",
+        ),
+        (
+            job("every: 1m", "http: {method: GET, url: 'https://x', insecure: 'yes'}"),
+            "f.yaml:4: http: insecure: expected a boolean, got a string",
+        ),
+    ],
+)
+def test_refusals_of_the_newer_fields(text: str, expected: str) -> None:
+    result = load_text(text, "f.yaml")
+    assert result.jobs == []
+    messages = [str(e) for e in result.errors]
+    assert any(m.startswith(expected) for m in messages), messages
+
+
+def test_every_http_refusal_points_at_its_own_line() -> None:
+    text = """\
+jobs:
+  - name: ping
+    every: 5m
+    http:
+      method: "GET X"
+      url: https://example.com/ping
+      headers:
+        - NoColon
+        - Authorization: Bearer x
+        - [X-Ok, fine]
+        - "Idempotency-Key: 1"
+        - "Bad Name: x"
+        - "X-Token: ${file:relative}"
+      verb: PUT
+    user: root
+"""
+    assert errors_of(text) == [
+        "f.yaml:5: http: method: 'GET X' is not a valid HTTP method",
+        "f.yaml:8: http: headers: item 1: expected \"Name: value\", got 'NoColon'",
+        'f.yaml:9: http: headers: item 2: expected "Name: value" or a pair [name, value], got a mapping '
+        '(quote the whole header: - "Name: value")',
+        "f.yaml:11: http: headers: item 4: Idempotency-Key is set by clockd "
+        "(the occurrence id, scheduled time, attempt)",
+        "f.yaml:12: http: headers: item 5: 'Bad Name' is not a valid header name",
+        "f.yaml:13: http: headers: item 6: secret reference ${file:relative}: the path must be absolute",
+        "f.yaml:14: http: verb: unknown key (valid: method, url, headers, body, expect_status, insecure)",
+        "f.yaml:15: user: not allowed with http: (line 4), which runs no command",
+    ]
+
+
+def test_http_and_user_jobs_survive_export_as_written(me: tuple[str, str]) -> None:
+    user, group = me
+    http, backup = only_job(HTTP), only_job(backup_job(user, group))
+    assert exportable(http) is None and exportable(backup) is None
+    text = dump_jobs([http, backup])
+    assert (
+        """\
+    http:
+      method: POST
+      url: https://hooks.example.com/ping
+      headers:
+        - 'Authorization: Bearer ${file:/etc/clockd/token}'
+        - [X-Padded, '  kept  ']
+        - 'X-Dup: 1'
+        - 'X-Dup: 2'
+        - 'X-Empty:'
+      body: |
+        {"event": "ping"}
+      expect_status: [200, 204]
+      insecure: true
+"""
+        in text
+    )
+    assert (
+        f"""\
+    command: [/usr/local/bin/backup]
+    user: {user}
+    group: {group}
+    env_from_file: /etc/clockd/backup.env
+    memory_limit: 512M
+    cpu_limit: 10m
+    nproc_limit: 64
+    permanent_exit_codes: [2, 64]
+    misfire: catch_up
+    catch_up_limit: 3
+"""
+        in text
+    )
+    again = load_text(text, "exported.yaml")
+    assert [str(e) for e in again.errors] == []
+    assert [j.definition for j in again.jobs] == [http, backup]
+
+
+def test_odd_sizes_and_bodies_survive_export() -> None:
+    definition = ScheduleDef(
+        name="a",
+        kind=ScheduleKind.EVERY,
+        expr="1m",
+        tz="UTC",
+        target=HttpTarget("PUT", "https://x", body=" lead\n\ntrail  \n\n", headers=(("A", " b"),)),
+    )
+    limited = ScheduleDef(
+        name="b",
+        kind=ScheduleKind.EVERY,
+        expr="1m",
+        tz="UTC",
+        target=CommandTarget(("x",), memory_limit=(1 << 20) + 1, cpu_limit=3601),
+    )
+    text = dump_jobs([definition, limited])
+    assert "memory_limit: '1048577'\n    cpu_limit: 1h1s\n" in text
+    assert [j.definition for j in load_text(text, "x.yaml").jobs] == [definition, limited]
+
+
+def test_a_user_unknown_here_is_exported_and_named_when_applied() -> None:
+    definition = ScheduleDef(
+        name="a",
+        kind=ScheduleKind.EVERY,
+        expr="1m",
+        tz="UTC",
+        target=CommandTarget(("/bin/true",), user="no-such-user-clockd-test", group="no-such-group-clockd-test"),
+    )
+    assert exportable(definition) is None  # left out, apply --prune of the export would delete it
+    text = dump_jobs([definition])
+    assert "    user: no-such-user-clockd-test\n    group: no-such-group-clockd-test\n" in text
+    assert errors_of(text) == [
+        "f.yaml:6: user: 'no-such-user-clockd-test' does not exist on this host "
+        "(checked where clockctl runs; the worker checks again where the job runs)"
+    ]
+
+
+def test_changed_fields_of_http_targets() -> None:
+    http = only_job(HTTP)
+    moved = only_job(
+        HTTP.replace("/ping", "/pong").replace("    every: 5m\n", "    every: 5m\n    catch_up_limit: 2\n")
+    )
+    changes = changed_fields(http, moved)
+    assert [name for name, _, _ in changes] == ["http", "catch_up_limit"]
+    _, old, new = changes[0]
+    assert (old["url"], new["url"]) == ("https://hooks.example.com/ping", "https://hooks.example.com/pong")
+    assert changes[1] == ("catch_up_limit", 10, 2)
+    to_command = only_job(job("every: 5m", "command: [a]").replace("name: a", "name: ping"))
+    assert [(name, old is None, new is None) for name, old, new in changed_fields(http, to_command)] == [
+        ("command", True, False),
+        ("http", False, True),
+    ]
+
+
 # -- the JSON Schema ---------------------------------------------------------------------------
 
 
@@ -491,6 +811,8 @@ def test_schema_describes_every_field_and_regenerates_from_the_command_line() ->
     assert schema["$defs"]["job"]["additionalProperties"] is False
     assert schema["$defs"]["job"]["properties"]["misfire"]["enum"] == ["skip", "fire_once", "catch_up"]
     assert schema["$defs"]["job"]["properties"]["retries"]["default"] == 2
+    assert schema["$defs"]["job"]["properties"]["catch_up_limit"]["default"] == 10
+    assert schema["$defs"]["job"]["properties"]["http"]["required"] == ["method", "url"]
     out = subprocess.run(
         [sys.executable, "-m", "clockd.schedfile", "--schema"], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout

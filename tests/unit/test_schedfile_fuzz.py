@@ -4,6 +4,8 @@ definition, dumping then loading gives it back (what makes export → apply a no
 
 from __future__ import annotations
 
+import os
+import pwd
 from datetime import timedelta
 
 from hypothesis import HealthCheck, assume, given, settings
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 from clockd.core.durations import format_duration
 from clockd.core.model import (
     CommandTarget,
+    HttpTarget,
     MisfirePolicy,
     NoopTarget,
     OverlapPolicy,
@@ -89,6 +92,27 @@ _NAME = st.text(
 )
 _KEY = _TEXT.filter(lambda k: k != "" and "=" not in k and "\0" not in k and k != "clockd.managed-by")
 _DURATION = st.integers(1, 10**9).map(lambda s: timedelta(seconds=s))
+_TOKEN = st.text("abcXYZ019-_.!#$%&'*+^`|~", min_size=1, max_size=12)
+_HEADER_VALUE = _TEXT.filter(lambda v: not any(c in v for c in "\r\n\x00"))
+
+
+def _me() -> list[str]:
+    try:
+        return [pwd.getpwuid(os.getuid()).pw_name]  # a user that exists here
+    except KeyError:
+        return []
+
+
+@st.composite
+def http_targets(draw: st.DrawFn) -> HttpTarget:
+    return HttpTarget(
+        method=draw(st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE", "PURGE"])),
+        url=draw(st.sampled_from(["https://example.com/x?a=1", "http://10.0.0.1:8080/", "https://h/%20y#frag"])),
+        headers=tuple(draw(st.lists(st.tuples(_TOKEN, _HEADER_VALUE), max_size=4))),
+        body=draw(st.none() | _TEXT),
+        expect_status=tuple(draw(st.lists(st.integers(100, 599), max_size=3))),
+        insecure=draw(st.booleans()),
+    )
 
 
 @st.composite
@@ -99,8 +123,9 @@ def definitions(draw: st.DrawFn) -> ScheduleDef:
         ScheduleKind.ONCE: draw(st.sampled_from(["2030-01-01T00:00:00Z", "2031-06-30T12:34:56Z"])),
         ScheduleKind.EVERY: format_duration(draw(_DURATION)),
     }[kind]
+    target: NoopTarget | CommandTarget | HttpTarget
     if draw(st.booleans()):
-        target: NoopTarget | CommandTarget = NoopTarget()
+        target = NoopTarget() if draw(st.booleans()) else draw(http_targets())
     elif draw(st.booleans()):
         target = CommandTarget(
             argv=(draw(_TEXT.filter(lambda t: t.strip() != "")),),
@@ -113,6 +138,11 @@ def definitions(draw: st.DrawFn) -> ScheduleDef:
             argv=tuple(argv),
             env=tuple(sorted(draw(st.dictionaries(_KEY, _TEXT, max_size=3)).items())),
             cwd=draw(st.none() | _TEXT.filter(lambda t: t.strip() != "")),
+            user=draw(st.sampled_from([None, *_me()])),
+            env_from_file=draw(st.none() | _TEXT.map(lambda t: "/" + t)),
+            memory_limit=draw(st.none() | st.integers(1 << 20, (1 << 62) - 1)),
+            cpu_limit=draw(st.none() | st.integers(1, 1 << 31)),
+            nproc_limit=draw(st.none() | st.integers(1, 1 << 31)),
         )
     return ScheduleDef(
         name=draw(_NAME.filter(lambda n: n.strip() != "")),
@@ -122,12 +152,17 @@ def definitions(draw: st.DrawFn) -> ScheduleDef:
         target=target,
         queue=draw(_TEXT.filter(lambda t: t.strip() != "")),
         timeout=draw(st.none() | _DURATION),
-        retry=RetryPolicy(retries=draw(st.integers(0, 1000)), backoff=draw(_DURATION)),
+        retry=RetryPolicy(
+            retries=draw(st.integers(0, 1000)),
+            backoff=draw(_DURATION),
+            permanent_exit_codes=tuple(sorted(draw(st.sets(st.integers(1, 255), max_size=4)))),
+        ),
         misfire=draw(st.sampled_from(MisfirePolicy)),
         max_lateness=draw(_DURATION),
         overlap=draw(st.sampled_from(OverlapPolicy)),
         window=draw(st.sampled_from([timedelta(0), timedelta(seconds=1), timedelta(minutes=5)])),
         labels=tuple(sorted(draw(st.dictionaries(_KEY, _TEXT, max_size=3)).items())),
+        catch_up_limit=draw(st.integers(1, 10_000)),
     )
 
 

@@ -103,7 +103,8 @@ def register(app: typer.Typer) -> None:
         """Write the tenant's schedules as a schedule file (stdout).
 
         By default only the schedules apply manages, so that `clockctl apply -f` of the
-        output changes nothing. Definitions only: a paused schedule stays paused.
+        output changes nothing. Definitions only: a paused schedule stays paused. Values
+        are written as stored: secret references such as ${file:/path} stay references.
         """
         schedules = with_ops(lambda ops: ops.list_schedules(tenant))
         chosen = []
@@ -155,10 +156,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Import a crontab: each entry becomes a schedule (shell: true, retries: 0, misfire: skip).
 
-        Environment lines become the jobs' env, CRON_TZ=/TZ= their zone. Lines that cannot
-        be carried over (@reboot, stdin after %) are listed as file:line with the reason;
-        unparsable lines exit 2 and nothing is written. Without --dry-run the jobs are
-        applied like `clockctl apply` (names: <program>-<line>).
+        Environment lines become the jobs' env, CRON_TZ=/TZ= their zone, and the user
+        column of a system crontab their user:. Lines that cannot be carried over
+        (@reboot, stdin after %, a user that does not exist on this host) are listed as
+        file:line with the reason; unparsable lines exit 2 and nothing is written. Without
+        --dry-run the jobs are applied like `clockctl apply` (names: <program>-<line>).
         """
         zone, zone_note = _zone(tz)
         try:

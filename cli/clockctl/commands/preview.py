@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
@@ -10,9 +10,12 @@ from rich.table import Table
 
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockd.core.cron import parse_cron
+from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
+from clockd.core.planning import MAX_WINDOW
 from clockd.core.timeline import CronTimeline, Fire, Skip
 from clockd.core.zones import get_zone
+from clockd.errors import InvalidInput
 
 MAX_COUNT = 1000
 
@@ -34,6 +37,14 @@ def register(app: typer.Typer) -> None:
                 "a time without offset is read in --tz",
             ),
         ] = None,
+        window: Annotated[
+            str | None,
+            typer.Option(
+                "--window",
+                metavar="DURATION",
+                help="a flexible window (up to 5m): show the span each run may start in",
+            ),
+        ] = None,
         output: Annotated[
             OutputFormat, typer.Option("--output", "-o", help="table or json")
         ] = OutputFormat.table,
@@ -49,7 +60,11 @@ def register(app: typer.Typer) -> None:
         "note": null or "repeated hour: …", "skipped": ["2026-03-29T02:30"]}.
         "skipped" lists the local wall times (no offset: they do not exist)
         skipped in a gap since the previous fire; it is empty most of the time.
+        With --window, each object also has "starts_by": the end of the span the run
+        starts in (each run of a schedule starts at a fixed offset in [utc, starts_by),
+        derived from its occurrence id: `clockctl show` gives a schedule's exact starts).
         """
+        spread = _window(window)
         now = datetime.now(UTC)
         zone = get_zone(tz)
         cron = parse_cron(expr)
@@ -68,7 +83,11 @@ def register(app: typer.Typer) -> None:
                 break
 
         if output is OutputFormat.json:
-            emit_json([_doc(fire, skips) for fire, skips in rows])
+            docs = [_doc(fire, skips) for fire, skips in rows]
+            if spread:
+                for doc, (fire, _) in zip(docs, rows, strict=True):
+                    doc["starts_by"] = format_instant(fire.utc + spread)
+            emit_json(docs)
             return
 
         console.print(f"{cron.describe()} ({tz}) — next {count} after {format_instant(start)}")
@@ -76,20 +95,33 @@ def register(app: typer.Typer) -> None:
         table.add_column("#", justify="right")
         table.add_column(f"local ({tz})", no_wrap=True)
         table.add_column("UTC", no_wrap=True)
+        if spread:
+            table.add_column("starts by (UTC)", no_wrap=True)
         table.add_column("note")
         for number, (fire, skips) in enumerate(rows, start=1):
             notes = _skip_notes(skips)
             if fire.note:
                 notes.append(fire.note)
-            table.add_row(
+            cells = [
                 str(number),
                 fire.local.strftime("%a %Y-%m-%d %H:%M:%S ") + _offset(fire.local),
                 fire.utc.strftime("%Y-%m-%d %H:%M:%SZ"),
-                "; ".join(notes),
-            )
+            ]
+            if spread:
+                cells.append((fire.utc + spread).strftime("%Y-%m-%d %H:%M:%SZ"))
+            table.add_row(*cells, "; ".join(notes))
         console.print(table)
         if not rows:
             console.print("no fire times after that instant")
+
+
+def _window(text: str | None) -> timedelta | None:
+    if text is None or text.strip().lower() == "strict":
+        return None
+    spread = parse_duration(text)
+    if spread > MAX_WINDOW:
+        raise InvalidInput(f"--window: {format_duration(spread)} is longer than {format_duration(MAX_WINDOW)}")
+    return spread or None
 
 
 def _doc(fire: Fire, skips: list[Skip]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -11,9 +12,11 @@ from urllib.parse import urlsplit
 import typer
 from rich.table import Table
 
+from clockctl import policyopts
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockctl.render import (
+    describe_when,
     dur,
     iso,
     local,
@@ -21,6 +24,7 @@ from clockctl.render import (
     schedule_doc,
     short,
     target_rows,
+    version_doc,
     when,
 )
 from clockd.core.durations import parse_duration
@@ -38,7 +42,7 @@ from clockd.core.model import (
 )
 from clockd.core.spec import compile_spec
 from clockd.errors import InvalidInput
-from clockd.ops import Change, Ops, next_runs, spec_of
+from clockd.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
 from clockd.runner.limits import parse_size
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
@@ -296,6 +300,20 @@ def register(app: typer.Typer) -> None:
         insecure: Annotated[
             bool, typer.Option("--insecure", help="do not verify the server's TLS certificate")
         ] = False,
+        misfire: policyopts.Misfire = None,
+        max_lateness: policyopts.MaxLateness = None,
+        catch_up_limit: policyopts.CatchUpLimit = None,
+        overlap: policyopts.Overlap = None,
+        window: policyopts.Window = None,
+        permanent_exit_codes: policyopts.PermanentExitCodes = None,
+        idempotency_key: Annotated[
+            str | None,
+            typer.Option(
+                "--idempotency-key",
+                metavar="KEY",
+                help="add only once: the same KEY again gives back the schedule it created",
+            ),
+        ] = None,
         tenant: Tenant = "default",
         output: Output = OutputFormat.table,
     ) -> None:
@@ -331,12 +349,35 @@ def register(app: typer.Typer) -> None:
             expect_status=expect_status,
             insecure=insecure,
         )
-        schedule = with_ops(lambda ops: ops.add(definition))
+        definition = policyopts.apply_policies(
+            definition,
+            misfire=misfire,
+            max_lateness=max_lateness,
+            catch_up_limit=catch_up_limit,
+            overlap=overlap,
+            window=window,
+            permanent_exit_codes=permanent_exit_codes,
+        )
+        added = with_ops(lambda ops: ops.create(definition, idempotency_key))
+        schedule = added.schedule
         upcoming = next_runs(spec_of(schedule), schedule.created_at, 5)
         if output is OutputFormat.json:
-            emit_json({**schedule_doc(schedule), "next_runs": [iso(t) for t in upcoming]})
+            emit_json(
+                {
+                    **schedule_doc(schedule),
+                    "next_runs": [iso(t) for t in upcoming],
+                    "next_starts": [iso(t) for t in starts_of(schedule, upcoming)],
+                    "already_existed": added.existed,
+                }
+            )
             return
-        console.print(f"added [bold]{schedule.name}[/bold] ({schedule.id})")
+        if added.existed:
+            console.print(
+                f"[bold]{schedule.name}[/bold] ({schedule.id}) already exists "
+                f"(idempotency key {idempotency_key}): nothing added"
+            )
+        else:
+            console.print(f"added [bold]{schedule.name}[/bold] ({schedule.id})")
         _print_next(schedule, upcoming)
 
     @app.command("list")
@@ -366,14 +407,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command("show")
     @handle_errors
-    def show(name: NameArg, tenant: Tenant = "default", output: Output = OutputFormat.table) -> None:
-        """Show a schedule: definition, next runs and recent occurrences."""
+    def show(
+        name: NameArg,
+        versions: Annotated[bool, typer.Option("--versions", help="also list every version of the definition")] = False,
+        tenant: Tenant = "default",
+        output: Output = OutputFormat.table,
+    ) -> None:
+        """Show a schedule: definition, policies, next runs (with their start within a
+        flexible window), recent occurrences (each with the version it came from), and
+        with --versions its version history. JSON always has "versions"."""
 
-        async def go(ops: Ops) -> tuple[Schedule, list[Occurrence]]:
+        async def go(ops: Ops) -> tuple[Schedule, list[Occurrence], list[VersionRow]]:
             s = await ops.get(name, tenant)
-            return s, await ops.runs(name, 10, tenant)
+            return s, await ops.runs(name, 10, tenant), await ops.versions(name, tenant)
 
-        schedule, occurrences = with_ops(go)
+        schedule, occurrences, history = with_ops(go)
         recent = [occurrence_doc(o) for o in occurrences]
         upcoming = (
             next_runs(spec_of(schedule), schedule.next_run_at - timedelta(microseconds=1), 5)
@@ -385,7 +433,9 @@ def register(app: typer.Typer) -> None:
                 {
                     **schedule_doc(schedule),
                     "next_runs": [iso(t) for t in upcoming],
+                    "next_starts": [iso(t) for t in starts_of(schedule, upcoming)],
                     "recent": recent,
+                    "versions": [version_doc(*row) for row in history],
                 }
             )
             return
@@ -406,28 +456,54 @@ def register(app: typer.Typer) -> None:
             ("queue", schedule.definition.queue),
             ("timeout", doc["timeout"] or "none"),
             ("retries", f"{doc['retries']} (backoff {doc['backoff']}, exponential, full jitter)"),
-            ("misfire", f"{doc['misfire']} (max lateness {doc['max_lateness']})"),
+            (
+                "misfire",
+                f"{doc['misfire']} (max lateness {doc['max_lateness']}"
+                + (f", at most {doc['catch_up_limit']} late runs" if doc["misfire"] == "catch_up" else "")
+                + ")",
+            ),
             ("overlap", doc["overlap"]),
             (
                 "window",
-                "strict" if schedule.definition.window == timedelta(0) else dur(schedule.definition.window) or "",
+                "strict"
+                if schedule.definition.window == timedelta(0)
+                else f"{dur(schedule.definition.window)} (each run starts at a fixed offset within it)",
             ),
         ]
+        permanent = schedule.definition.retry.permanent_exit_codes
+        if permanent:
+            rows.append(("permanent", "exit codes " + ",".join(map(str, permanent)) + " (not retried)"))
         for key, value in rows:
             console.print(f"  {key:<9} {value}")
         _print_next(schedule, upcoming)
         if recent:
             console.print("recent occurrences:")
             table = Table(box=None, header_style="bold")
-            for col in ("ID", "SCHEDULED (UTC)", "STATE", "ATTEMPTS", "EXIT"):
+            for col in ("ID", "SCHEDULED (UTC)", "VERSION", "STATE", "ATTEMPTS", "EXIT"):
                 table.add_column(col)
             for o in recent:
                 table.add_row(
                     o["id"][:12],
                     o["scheduled_for"],
+                    str(o["version"]),
                     o["state"],
                     str(o["attempts"]),
                     str(o["exit_code"] if o["exit_code"] is not None else "-"),
+                )
+            console.print(table)
+        if versions:
+            console.print("versions:")
+            table = Table(box=None, header_style="bold")
+            for col in ("VERSION", "FROM (UTC)", "TO (UTC)", "STATE", "WHEN", "TARGET"):
+                table.add_column(col)
+            for version, valid_from, valid_to, definition, state in history:
+                table.add_row(
+                    str(version),
+                    short(valid_from),
+                    short(valid_to) if valid_to else "current",
+                    str(state),
+                    describe_when(definition),
+                    definition.target.describe(),
                 )
             console.print(table)
 
@@ -438,22 +514,34 @@ def register(app: typer.Typer) -> None:
             async def go(ops: Ops) -> Change:
                 if verb == "pause":
                     return await ops.pause(name, tenant)
-                if verb == "resume":
-                    return await ops.resume(name, tenant)
                 return await ops.remove(name, tenant)
 
-            result = with_ops(go)
-            if output is OutputFormat.json:
-                emit_json({**schedule_doc(result.schedule), "canceled": result.canceled})
-                return
-            past = {"pause": "paused", "resume": "resumed", "rm": "removed"}[verb]
-            extra = f"; canceled {result.canceled} pending occurrence(s)" if result.canceled else ""
-            console.print(f"{past} {result.schedule.name}{extra}")
-            if verb == "resume" and result.schedule.next_run_at:
-                console.print(f"next run: {local(result.schedule.next_run_at, result.schedule.definition.tz)}")
+            _print_change(with_ops(go), {"pause": "paused", "rm": "removed"}[verb], output)
 
     _change_command("pause", "Pause a schedule: no new occurrences until resumed.")
-    _change_command("resume", "Resume a paused schedule from now on (the paused period is not replayed).")
+
+    @app.command("resume")
+    @handle_errors
+    def resume(
+        name: NameArg,
+        from_: Annotated[
+            ResumeFrom,
+            typer.Option(
+                "--from",
+                metavar="now|paused-at",
+                help="now (default): the next run is the first after now, a long pause never bursts; "
+                "paused-at: replay the paused period through the misfire policy",
+            ),
+        ] = ResumeFrom.NOW,
+        tenant: Tenant = "default",
+        output: Output = OutputFormat.table,
+    ) -> None:
+        """Resume a paused schedule, from now on (the default) or from the pause."""
+        result = with_ops(lambda ops: ops.resume(name, tenant, from_))
+        _print_change(result, "resumed", output)
+        if output is OutputFormat.table and result.schedule.next_run_at:
+            console.print(f"next run: {local(result.schedule.next_run_at, result.schedule.definition.tz)}")
+
     _change_command("rm", "Delete a schedule (its history stays until retention prunes it).")
 
     @app.command("run-now")
@@ -467,10 +555,34 @@ def register(app: typer.Typer) -> None:
         console.print(f"queued {occ.id} for {name}")
 
 
+def _print_change(result: Change, past: str, output: OutputFormat) -> None:
+    """What a change did: canceled pending occurrences, older-version runs still going."""
+    if output is OutputFormat.json:
+        emit_json(
+            {
+                **schedule_doc(result.schedule),
+                "canceled": result.canceled,
+                "running": [occurrence_doc(o) for o in result.running],
+            }
+        )
+        return
+    extra = f"; canceled {result.canceled} pending occurrence(s)" if result.canceled else ""
+    console.print(f"{past} {result.schedule.name}{extra}")
+    for version, count in sorted(Counter(o.version for o in result.running).items()):
+        console.print(
+            f"{count} running occurrence{'s' if count > 1 else ''} of version {version} will finish "
+            f"under version {version}"
+        )
+
+
 def _print_next(schedule: Schedule, upcoming: list[datetime]) -> None:
     if not upcoming:
         console.print("next runs: none")
         return
     console.print("next runs:")
-    for t in upcoming:
-        console.print(f"  {local(t, schedule.definition.tz)}  ({iso(t)})")
+    flexible = schedule.definition.window > timedelta(0)
+    for t, start in zip(upcoming, starts_of(schedule, upcoming), strict=True):
+        line = f"  {local(t, schedule.definition.tz)}  ({iso(t)})"
+        if flexible:
+            line += f"  starts {iso(start)} (+{dur(start - t)})"
+        console.print(line)

@@ -12,3 +12,10 @@ SELECT pg_advisory_xact_lock(109317376404324);
 -- The server's clock for the clock-offset check (SQLite has no server: the local
 -- clock). clock_timestamp(), not now(): now() is the transaction's start.
 SELECT clock_timestamp();
+
+-- ------------------------------------------------------------------ operator read paths
+
+-- name: snapshot_read
+-- First statement of the reconciler's read transaction: every statement after it sees
+-- one snapshot (cursors, versions and occurrences agree), and it can write nothing.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;

@@ -58,10 +58,17 @@ RETURNING value;
 -- ------------------------------------------------------------------ schedules
 
 -- name: schedule_insert
-INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at,
-                       shard, created_at, updated_at, paused_at, spec)
-VALUES (%(id)s, %(tenant)s, %(name)s, %(kind)s, %(expr)s, %(tz)s, %(queue)s, 'active', 1,
-        %(next_run_at)s::timestamptz, %(shard)s, %(now)s, %(now)s, NULL, %(spec)s::jsonb);
+-- With its overlap slot when its policy is not `allow` (the claim locks that row; SQLite
+-- writes it lazily, overlap_slots_ensure, as its writers are serialized anyway).
+WITH inserted AS (
+    INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at,
+                           shard, created_at, updated_at, paused_at, spec)
+    VALUES (%(id)s, %(tenant)s, %(name)s, %(kind)s, %(expr)s, %(tz)s, %(queue)s, 'active', 1,
+            %(next_run_at)s::timestamptz, %(shard)s, %(now)s, %(now)s, NULL, %(spec)s::jsonb)
+    RETURNING id, spec
+)
+INSERT INTO overlap_slots (schedule_id)
+SELECT id FROM inserted WHERE spec->>'overlap' IN ('skip', 'queue_one');
 
 -- name: schedule_get
 SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
@@ -81,21 +88,35 @@ ORDER BY name, tenant;
 
 -- name: schedule_update
 -- Conditional on the version the caller read: no row back = someone else changed it.
-UPDATE schedules
-SET tenant = %(tenant)s, name = %(name)s, kind = %(kind)s, expr = %(expr)s, tz = %(tz)s,
-    queue = %(queue)s, state = %(state)s, version = version + 1,
-    next_run_at = %(next_run_at)s::timestamptz, updated_at = %(now)s,
-    paused_at = CASE WHEN %(state)s <> 'paused' THEN NULL
-                     WHEN state = 'paused' THEN paused_at
-                     ELSE %(now)s END,
-    spec = %(spec)s::jsonb
-WHERE id = %(id)s AND version = %(expected_version)s AND state <> 'deleted'
-RETURNING id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
-          created_at, updated_at, paused_at, spec;
+-- Writes the overlap slot if the new policy needs one (as schedule_insert).
+WITH updated AS (
+    UPDATE schedules
+    SET tenant = %(tenant)s, name = %(name)s, kind = %(kind)s, expr = %(expr)s, tz = %(tz)s,
+        queue = %(queue)s, state = %(state)s, version = version + 1,
+        next_run_at = %(next_run_at)s::timestamptz, updated_at = %(now)s,
+        paused_at = CASE WHEN %(state)s <> 'paused' THEN NULL
+                         WHEN state = 'paused' THEN paused_at
+                         ELSE %(now)s END,
+        spec = %(spec)s::jsonb
+    WHERE id = %(id)s AND version = %(expected_version)s AND state <> 'deleted'
+    RETURNING id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+              created_at, updated_at, paused_at, spec
+), slot AS (
+    INSERT INTO overlap_slots (schedule_id)
+    SELECT id FROM updated WHERE spec->>'overlap' IN ('skip', 'queue_one')
+    ON CONFLICT (schedule_id) DO NOTHING
+)
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM updated;
 
 -- name: schedule_version_insert
-INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason)
-VALUES (%(schedule_id)s, %(version)s, %(state)s, %(now)s, NULL, %(definition)s::jsonb, %(reason)s);
+-- Runs after the schedule row is written: next_run_at copies its cursor (0003), where
+-- this version's expectations begin (the reconciler's boundary between versions).
+INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason,
+                               next_run_at)
+VALUES (%(schedule_id)s, %(version)s, %(state)s, %(now)s, NULL, %(definition)s::jsonb, %(reason)s,
+        (SELECT next_run_at FROM schedules WHERE id = %(schedule_id)s));
 
 -- name: schedule_version_close
 UPDATE schedule_versions SET valid_to = %(now)s
@@ -289,29 +310,135 @@ CROSS JOIN LATERAL (
 ORDER BY d.visible_at, d.id LIMIT %(limit)s;
 
 -- name: claim_lease
--- The claim, one statement: pick (claim_pick), lease each row with a fresh token
--- (gen_random_uuid(), built in since PostgreSQL 13), start the occurrences
--- (claim_start) and write their attempt rows (claim_attempts). One row per claim,
--- oldest visible_at first.
-WITH leased AS (
+-- The claim, one statement chain. SQLite runs its steps as statements of their own:
+-- claim_tenants, claim_pick_fair and claim_pick (pick), claim_judge (decide), then
+-- claim_lease / claim_start / claim_attempts / tenant_claims_count / overlap_slots_take /
+-- claim_losers / dispatch_delete (write). Here:
+--   tenants   the tenants with unleased rows per queue (a skip scan of dispatch_ready_tenant);
+--   picked    per queue, a share of each tenant's oldest visible rows (when it has more
+--             than one tenant) and the queue's oldest :limit, locked SKIP LOCKED;
+--   limits    the capped tenants among them, locked SKIP LOCKED and read fresh (a row
+--             another claimer holds gives that tenant no room this time);
+--   slot      the overlap slots of their schedules, locked SKIP LOCKED and read fresh (a
+--             schedule whose slot another claimer holds is left alone this time);
+--   judged    claim_judge's decisions: start / skip / park (the waiter leaves the queue,
+--             still ENQUEUED, as its slot's waiting_id);
+-- then the writes, one data-modifying CTE each, on disjoint rows. One row per start,
+-- in round-robin order across tenants.
+WITH RECURSIVE tenants (queue, tenant) AS (
+    SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
+                     WHERE d.lease_token IS NULL AND d.queue = q.queue
+                     ORDER BY d.tenant LIMIT 1)
+    FROM unnest(%(queues)b::text[]) AS q(queue)
+    UNION ALL
+    SELECT t.queue, (SELECT d.tenant FROM dispatch AS d
+                     WHERE d.lease_token IS NULL AND d.queue = t.queue AND d.tenant > t.tenant
+                     ORDER BY d.tenant LIMIT 1)
+    FROM tenants AS t WHERE t.tenant IS NOT NULL
+), ready AS (
+    SELECT queue, tenant, count(*) OVER (PARTITION BY queue) AS n
+    FROM tenants WHERE tenant IS NOT NULL
+), picked AS (
+    SELECT f.id FROM ready AS r
+    CROSS JOIN LATERAL (
+        SELECT dispatch.id FROM dispatch
+        WHERE dispatch.lease_token IS NULL AND dispatch.queue = r.queue
+          AND dispatch.tenant = r.tenant AND dispatch.visible_at <= %(now)s
+          AND EXISTS (SELECT 1 FROM occurrences AS o
+                      WHERE o.id = dispatch.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
+        ORDER BY dispatch.visible_at, dispatch.id LIMIT (%(limit)s + r.n - 1) / r.n
+        FOR UPDATE SKIP LOCKED
+    ) AS f
+    WHERE r.n > 1
+    UNION
+    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT dispatch.id FROM dispatch
+        WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
+          AND dispatch.visible_at <= %(now)s
+          AND EXISTS (SELECT 1 FROM occurrences AS o
+                      WHERE o.id = dispatch.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
+        ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS g
+), cand AS MATERIALIZED (
+    SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
+           coalesce(s.spec->>'overlap', 'allow') AS overlap
+    FROM dispatch AS d
+    JOIN occurrences AS o ON o.id = d.occurrence_id
+    JOIN schedules AS s ON s.id = o.schedule_id
+    WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+), limits AS MATERIALIZED (
+    SELECT l.tenant,
+           least(coalesce(l.max_running - l.running, 1000000000),
+                 coalesce(l.max_triggers_per_minute
+                          - CASE WHEN l.window_start = %(minute)s THEN l.window_claims ELSE 0 END,
+                          1000000000)) AS n
+    FROM tenant_limits AS l
+    WHERE l.tenant = ANY(ARRAY(SELECT DISTINCT tenant FROM cand))
+      AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL)
+    FOR UPDATE SKIP LOCKED
+), room AS (
+    SELECT l.tenant, coalesce(k.n, 0) AS n
+    FROM tenant_limits AS l LEFT JOIN limits AS k ON k.tenant = l.tenant
+    WHERE l.tenant = ANY(ARRAY(SELECT DISTINCT tenant FROM cand))
+      AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL)
+), locked_slots AS MATERIALIZED (
+    SELECT g.schedule_id, g.running_id, g.waiting_id FROM overlap_slots AS g
+    WHERE g.schedule_id = ANY(ARRAY(SELECT DISTINCT schedule_id FROM cand WHERE overlap <> 'allow'))
+    FOR UPDATE SKIP LOCKED
+), slot AS (
+    SELECT g.schedule_id,
+           CASE WHEN r.state IN ('RUNNING', 'ENQUEUED', 'RETRY_WAIT') THEN g.running_id END AS holder,
+           CASE WHEN w.state IN ('ENQUEUED', 'RETRY_WAIT') THEN g.waiting_id END AS waiter
+    FROM locked_slots AS g
+    LEFT JOIN occurrences AS r ON r.id = g.running_id
+    LEFT JOIN occurrences AS w ON w.id = g.waiting_id
+), heads AS MATERIALIZED (
+    SELECT c.*, sl.holder, sl.waiter, sl.schedule_id IS NOT NULL AS slotted,
+           row_number() OVER (PARTITION BY c.schedule_id
+                              ORDER BY CASE WHEN c.occurrence_id = sl.holder THEN 0 ELSE 1 END,
+                                       c.scheduled_for, c.id) AS srank
+    FROM cand AS c LEFT JOIN slot AS sl ON sl.schedule_id = c.schedule_id AND c.overlap <> 'allow'
+), eligible AS (
+    SELECT h.*, row_number() OVER (PARTITION BY h.tenant ORDER BY h.visible_at, h.id) AS trank
+    FROM heads AS h
+    WHERE h.overlap = 'allow'
+       OR (h.slotted AND h.srank = 1
+           AND (h.occurrence_id = h.holder OR (h.holder IS NULL AND h.waiter IS NULL)))
+), starters AS MATERIALIZED (
+    SELECT e.* FROM eligible AS e LEFT JOIN room AS r ON r.tenant = e.tenant
+    WHERE r.tenant IS NULL OR e.trank <= r.n
+    ORDER BY e.trank, e.visible_at, e.id LIMIT %(limit)s
+), busy AS (
+    SELECT schedule_id, holder AS running_id FROM heads WHERE slotted AND holder IS NOT NULL
+    UNION
+    SELECT schedule_id, occurrence_id FROM starters WHERE overlap <> 'allow'
+), losers AS (
+    SELECT h.id, h.occurrence_id, h.tenant, h.schedule_id, h.overlap, h.waiter, b.running_id,
+           row_number() OVER w AS lrank, first_value(h.occurrence_id) OVER w AS first_loser
+    FROM heads AS h JOIN busy AS b ON b.schedule_id = h.schedule_id
+    WHERE h.slotted AND h.occurrence_id <> b.running_id
+      AND h.id <> ALL(ARRAY(SELECT id FROM starters))
+    WINDOW w AS (PARTITION BY h.schedule_id ORDER BY h.scheduled_for, h.id)
+), judged AS MATERIALIZED (
+    SELECT CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL THEN 'park' ELSE 'skip' END
+               AS action,
+           id, occurrence_id, tenant, schedule_id, overlap,
+           CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL
+                THEN 'waiting for occurrence ' || running_id || ' to finish (overlap queue_one)'
+                WHEN overlap = 'queue_one'
+                THEN 'skipped: occurrence ' || running_id || ' is running and '
+                     || coalesce(waiter, first_loser) || ' is already waiting (overlap queue_one)'
+                ELSE 'skipped: occurrence ' || running_id || ' is still running (overlap skip)' END
+               AS reason
+    FROM losers
+), leased AS (
     UPDATE dispatch
     SET lease_token = gen_random_uuid()::text, lease_until = %(lease_until)s,
         worker_id = %(worker_id)s
-    WHERE dispatch.id = ANY(ARRAY(
-        SELECT d.id
-        FROM unnest(%(queues)b::text[]) AS q(queue)
-        CROSS JOIN LATERAL (
-            SELECT dispatch.visible_at, dispatch.id FROM dispatch
-            WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
-              AND dispatch.visible_at <= %(now)s
-              AND EXISTS (SELECT 1 FROM occurrences AS o
-                          WHERE o.id = dispatch.occurrence_id
-                            AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
-            ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        ) AS d
-        ORDER BY d.visible_at, d.id LIMIT %(limit)s))
-    RETURNING dispatch.id, dispatch.occurrence_id, dispatch.lease_token, dispatch.visible_at
+    WHERE dispatch.id = ANY(ARRAY(SELECT id FROM starters))
+    RETURNING dispatch.id, dispatch.occurrence_id, dispatch.lease_token
 ), started AS (
     UPDATE occurrences AS o
     SET state = 'RUNNING', attempts = o.attempts + 1, started_at = coalesce(o.started_at, %(now)s)
@@ -321,11 +448,50 @@ WITH leased AS (
     INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome)
     SELECT started.id, started.attempts, leased.lease_token, %(worker_id)s, %(now)s, 'running'
     FROM started JOIN leased ON leased.occurrence_id = started.id
+), counted AS (
+    UPDATE tenant_limits AS l
+    SET running = l.running + c.n,
+        window_claims = CASE WHEN l.window_start = %(minute)s THEN l.window_claims ELSE 0 END + c.n,
+        window_start = %(minute)s
+    FROM (SELECT tenant, count(*) AS n FROM starters GROUP BY tenant) AS c
+    WHERE l.tenant = c.tenant AND l.tenant = ANY(ARRAY(SELECT tenant FROM limits))
+), taken AS (
+    UPDATE overlap_slots AS g
+    SET running_id = coalesce(t.running_id, g.running_id),
+        waiting_id = coalesce(t.waiting_id, g.waiting_id)
+    FROM (SELECT schedule_id, max(running_id) AS running_id, max(waiting_id) AS waiting_id
+          FROM (SELECT schedule_id, occurrence_id AS running_id, NULL::text AS waiting_id
+                FROM starters WHERE overlap <> 'allow'
+                UNION ALL
+                SELECT schedule_id, NULL, occurrence_id FROM judged WHERE action = 'park') AS u
+          GROUP BY schedule_id) AS t
+    WHERE g.schedule_id = t.schedule_id
+), ended AS (
+    UPDATE occurrences AS o
+    SET state = CASE WHEN j.action = 'skip' THEN 'SKIPPED_OVERLAP' ELSE o.state END,
+        finished_at = CASE WHEN j.action = 'skip' THEN %(now)s ELSE o.finished_at END,
+        reason = j.reason
+    FROM judged AS j
+    WHERE o.id = j.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+), dequeued AS (
+    -- Skipped rows leave the queue; so does the waiter (the slot keeps it, overlap_release
+    -- puts it back).
+    DELETE FROM dispatch WHERE id = ANY(ARRAY(SELECT id FROM judged))
+), made AS (
+    -- A slot missing (a schedule whose policy changed under a queued run-now): made now,
+    -- used from the next claim on.
+    INSERT INTO overlap_slots (schedule_id)
+    SELECT DISTINCT c.schedule_id FROM cand AS c
+    WHERE c.overlap <> 'allow'
+      AND NOT EXISTS (SELECT 1 FROM overlap_slots AS g WHERE g.schedule_id = c.schedule_id)
+    ON CONFLICT (schedule_id) DO NOTHING
 )
 SELECT started.id, leased.lease_token, started.attempts, started.schedule_id,
        started.schedule_version, started.scheduled_for, started.max_attempts
-FROM started JOIN leased ON leased.occurrence_id = started.id
-ORDER BY leased.visible_at, leased.id;
+FROM started
+JOIN leased ON leased.occurrence_id = started.id
+JOIN starters ON starters.id = leased.id
+ORDER BY starters.trank, starters.visible_at, starters.id;
 
 -- name: claim_start
 -- Step 2 of claim_lease on its own (not called by the store).
@@ -350,7 +516,7 @@ RETURNING lease_token;
 -- The claims behind these tokens, if still held (finish, release). Locks the dispatch
 -- rows: a reaper that got there first has unleased them (re-read: not held any more),
 -- one that comes later skips them.
-SELECT d.id, d.occurrence_id, d.lease_token, o.attempts
+SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token = ANY(%(tokens)b::text[]) AND o.state = 'RUNNING'
 FOR UPDATE OF d;
@@ -405,7 +571,7 @@ WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 
 -- name: reap_pick
 -- Rows a finishing worker holds (leases_held) are skipped: that worker wins.
-SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts
+SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IS NOT NULL AND d.lease_until < %(now)s
 ORDER BY d.lease_until, d.id LIMIT %(limit)s
@@ -444,3 +610,461 @@ SELECT (SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <=
        (SELECT count(*) FROM dispatch WHERE lease_token IS NULL),
        (SELECT count(*) FROM dispatch WHERE lease_token IS NOT NULL),
        (SELECT min(visible_at) FROM dispatch WHERE lease_token IS NULL);
+
+-- ================================================================== policies (schema 0002)
+-- Misfire, overlap, tenant limits, idempotent create, dead letters. DESIGN.md §4.
+
+-- ------------------------------------------------------------------ idempotent create, quotas
+
+-- name: schedule_set_idempotency_key
+-- Unique per tenant among live schedules (schedules_idempotency): a duplicate raises.
+UPDATE schedules SET idempotency_key = %(key)s WHERE id = %(id)s;
+
+-- name: schedule_get_by_idempotency_key
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM schedules WHERE tenant = %(tenant)s AND idempotency_key = %(key)s AND state <> 'deleted';
+
+-- name: tenant_limits_lock
+-- A create's quota check, step 1: the tenant's schedule cap, locked until the create
+-- commits, so concurrent creates of one tenant count one after the other (step 2 is a
+-- statement of its own: it sees what the previous holder committed).
+SELECT max_schedules FROM tenant_limits
+WHERE tenant = %(tenant)s AND max_schedules IS NOT NULL
+FOR UPDATE;
+
+-- name: tenant_schedules_count
+-- Step 2: the tenant's live schedules (an index range of schedules_live_name).
+SELECT count(*) FROM schedules WHERE tenant = %(tenant)s AND state <> 'deleted';
+
+-- ------------------------------------------------------------------ tenant limits
+
+-- name: tenant_limits_upsert
+INSERT INTO tenant_limits (tenant, max_schedules, max_running, max_triggers_per_minute,
+                           catch_up_rate, updated_at)
+VALUES (%(tenant)s, %(max_schedules)s::integer, %(max_running)s::integer,
+        %(max_triggers_per_minute)s::integer, %(catch_up_rate)s::integer, %(now)s)
+ON CONFLICT (tenant) DO UPDATE
+SET max_schedules = EXCLUDED.max_schedules, max_running = EXCLUDED.max_running,
+    max_triggers_per_minute = EXCLUDED.max_triggers_per_minute,
+    catch_up_rate = EXCLUDED.catch_up_rate, updated_at = EXCLUDED.updated_at;
+
+-- name: tenant_running_recount
+-- After tenant_limits_upsert, whose row lock keeps the tenant's claims out (they skip a
+-- locked row) and its finishes waiting: a new statement, so the count sees every claim
+-- committed before the lock was taken.
+UPDATE tenant_limits
+SET running = (SELECT count(*) FROM dispatch
+               WHERE tenant = %(tenant)s AND lease_token IS NOT NULL)
+WHERE tenant = %(tenant)s;
+
+-- name: tenant_limits_all
+SELECT tenant, max_schedules, max_running, max_triggers_per_minute, catch_up_rate
+FROM tenant_limits ORDER BY tenant;
+
+-- name: tenant_usage
+-- Every tenant that has live schedules (a skip scan of schedules_live_name) or limits,
+-- with its limits and what it uses.
+WITH RECURSIVE named (tenant) AS (
+    SELECT (SELECT tenant FROM schedules WHERE state <> 'deleted' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.tenant FROM schedules AS s
+            WHERE s.state <> 'deleted' AND s.tenant > named.tenant ORDER BY s.tenant LIMIT 1)
+    FROM named WHERE named.tenant IS NOT NULL
+), tenants (tenant) AS (
+    SELECT tenant FROM named WHERE tenant IS NOT NULL
+    UNION
+    SELECT tenant FROM tenant_limits
+)
+SELECT t.tenant, l.max_schedules, l.max_running, l.max_triggers_per_minute, l.catch_up_rate,
+       (SELECT count(*) FROM schedules AS s WHERE s.tenant = t.tenant AND s.state <> 'deleted'),
+       (SELECT count(*) FROM dispatch AS d WHERE d.tenant = t.tenant AND d.lease_token IS NOT NULL)
+FROM tenants AS t LEFT JOIN tenant_limits AS l ON l.tenant = t.tenant
+ORDER BY t.tenant;
+
+-- name: tenant_claims_count
+-- Step `counted` of claim_lease on its own (not called by the store).
+UPDATE tenant_limits AS l
+SET running = l.running + c.n,
+    window_claims = CASE WHEN l.window_start = %(minute)s THEN l.window_claims ELSE 0 END + c.n,
+    window_start = %(minute)s
+FROM unnest(%(tenants)b::text[], %(counts)b::integer[]) AS c(tenant, n)
+WHERE l.tenant = c.tenant
+  AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL);
+
+-- name: tenant_running_release
+-- :tenants = one entry per claim that ends or is given back (finish, release, reap): a
+-- capped tenant's running count goes down.
+UPDATE tenant_limits AS l SET running = greatest(0, l.running - c.n)
+FROM (SELECT tenant, count(*) AS n FROM unnest(%(tenants)b::text[]) AS t(tenant)
+      GROUP BY tenant) AS c
+WHERE l.tenant = c.tenant
+  AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL);
+
+-- ------------------------------------------------------------------ claim: fairness and overlap
+-- The steps of claim_lease, each on its own (not called by the store).
+
+-- name: claim_tenants
+-- Step `tenants` of claim_lease, for one queue.
+WITH RECURSIVE t (tenant) AS (
+    SELECT (SELECT tenant FROM dispatch
+            WHERE lease_token IS NULL AND queue = %(queue)s ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.tenant FROM dispatch AS d
+            WHERE d.lease_token IS NULL AND d.queue = %(queue)s AND d.tenant > t.tenant
+            ORDER BY d.tenant LIMIT 1)
+    FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL;
+
+-- name: claim_pick_fair
+-- The fair half of step `picked` of claim_lease, for one queue.
+SELECT d.visible_at, d.id, d.occurrence_id
+FROM unnest(%(tenants)b::text[]) AS t(tenant)
+CROSS JOIN LATERAL (
+    SELECT x.visible_at, x.id, x.occurrence_id FROM dispatch AS x
+    WHERE x.lease_token IS NULL AND x.queue = %(queue)s AND x.tenant = t.tenant
+      AND x.visible_at <= %(now)s
+      AND EXISTS (SELECT 1 FROM occurrences AS o
+                  WHERE o.id = x.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
+    ORDER BY x.visible_at, x.id LIMIT %(share)s
+    FOR UPDATE SKIP LOCKED
+) AS d;
+
+-- name: overlap_slots_ensure
+-- Step `made` of claim_lease on its own (not called by the store): PostgreSQL writes the
+-- slot with the schedule (schedule_insert, schedule_update).
+INSERT INTO overlap_slots (schedule_id)
+SELECT DISTINCT o.schedule_id
+FROM dispatch AS d
+JOIN occurrences AS o ON o.id = d.occurrence_id
+JOIN schedules AS s ON s.id = o.schedule_id
+WHERE d.id = ANY(%(ids)b::bigint[]) AND s.spec->>'overlap' IN ('skip', 'queue_one')
+ON CONFLICT (schedule_id) DO NOTHING;
+
+-- name: claim_judge
+-- Steps `cand` to `judged` of claim_lease on their own, without the row locks (not
+-- called by the store): the decisions for the picked rows.
+WITH cand AS (
+    SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
+           coalesce(s.spec->>'overlap', 'allow') AS overlap
+    FROM dispatch AS d
+    JOIN occurrences AS o ON o.id = d.occurrence_id
+    JOIN schedules AS s ON s.id = o.schedule_id
+    WHERE d.id = ANY(%(picked)b::bigint[]) AND d.lease_token IS NULL
+      AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+), slot AS (
+    SELECT g.schedule_id,
+           CASE WHEN r.state IN ('RUNNING', 'ENQUEUED', 'RETRY_WAIT') THEN g.running_id END AS holder,
+           CASE WHEN w.state IN ('ENQUEUED', 'RETRY_WAIT') THEN g.waiting_id END AS waiter
+    FROM overlap_slots AS g
+    LEFT JOIN occurrences AS r ON r.id = g.running_id
+    LEFT JOIN occurrences AS w ON w.id = g.waiting_id
+    WHERE g.schedule_id IN (SELECT schedule_id FROM cand WHERE overlap <> 'allow')
+), heads AS (
+    SELECT c.*, sl.holder, sl.waiter, sl.schedule_id IS NOT NULL AS slotted,
+           row_number() OVER (PARTITION BY c.schedule_id
+                              ORDER BY CASE WHEN c.occurrence_id = sl.holder THEN 0 ELSE 1 END,
+                                       c.scheduled_for, c.id) AS srank
+    FROM cand AS c LEFT JOIN slot AS sl ON sl.schedule_id = c.schedule_id AND c.overlap <> 'allow'
+), eligible AS (
+    SELECT h.*, row_number() OVER (PARTITION BY h.tenant ORDER BY h.visible_at, h.id) AS trank
+    FROM heads AS h
+    WHERE h.overlap = 'allow'
+       OR (h.slotted AND h.srank = 1
+           AND (h.occurrence_id = h.holder OR (h.holder IS NULL AND h.waiter IS NULL)))
+), room AS (
+    SELECT l.tenant,
+           least(coalesce(l.max_running - l.running, 1000000000),
+                 coalesce(l.max_triggers_per_minute
+                          - CASE WHEN l.window_start = %(minute)s THEN l.window_claims ELSE 0 END,
+                          1000000000)) AS n
+    FROM tenant_limits AS l
+    WHERE l.tenant IN (SELECT tenant FROM cand)
+      AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL)
+), starters AS (
+    SELECT e.* FROM eligible AS e LEFT JOIN room AS r ON r.tenant = e.tenant
+    WHERE r.tenant IS NULL OR e.trank <= r.n
+    ORDER BY e.trank, e.visible_at, e.id LIMIT %(limit)s
+), busy AS (
+    SELECT schedule_id, holder AS running_id FROM heads WHERE slotted AND holder IS NOT NULL
+    UNION
+    SELECT schedule_id, occurrence_id FROM starters WHERE overlap <> 'allow'
+), losers AS (
+    SELECT h.id, h.occurrence_id, h.tenant, h.schedule_id, h.overlap, h.waiter, b.running_id,
+           row_number() OVER w AS lrank, first_value(h.occurrence_id) OVER w AS first_loser
+    FROM heads AS h JOIN busy AS b ON b.schedule_id = h.schedule_id
+    WHERE h.slotted AND h.occurrence_id <> b.running_id AND h.id NOT IN (SELECT id FROM starters)
+    WINDOW w AS (PARTITION BY h.schedule_id ORDER BY h.scheduled_for, h.id)
+)
+SELECT 'start' AS action, id, occurrence_id, tenant, schedule_id, overlap, NULL AS reason,
+       trank, visible_at
+FROM starters
+UNION ALL
+SELECT CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL THEN 'park' ELSE 'skip' END,
+       id, occurrence_id, tenant, schedule_id, overlap,
+       CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL
+            THEN 'waiting for occurrence ' || running_id || ' to finish (overlap queue_one)'
+            WHEN overlap = 'queue_one'
+            THEN 'skipped: occurrence ' || running_id || ' is running and '
+                 || coalesce(waiter, first_loser) || ' is already waiting (overlap queue_one)'
+            ELSE 'skipped: occurrence ' || running_id || ' is still running (overlap skip)' END,
+       NULL, NULL
+FROM losers
+ORDER BY 8, 9, 2;
+
+-- name: claim_losers
+-- Step `ended` of claim_lease on its own (not called by the store).
+UPDATE occurrences AS o
+SET state = CASE WHEN c.action = 'skip' THEN 'SKIPPED_OVERLAP' ELSE o.state END,
+    finished_at = CASE WHEN c.action = 'skip' THEN %(now)s ELSE o.finished_at END,
+    reason = c.reason
+FROM unnest(%(ids)b::text[], %(actions)b::text[], %(reasons)b::text[]) AS c(id, action, reason)
+WHERE o.id = c.id AND o.state IN ('ENQUEUED', 'RETRY_WAIT');
+
+-- name: overlap_slots_take
+-- Step `taken` of claim_lease on its own (not called by the store).
+UPDATE overlap_slots AS g
+SET running_id = coalesce(t.running_id, g.running_id),
+    waiting_id = coalesce(t.waiting_id, g.waiting_id)
+FROM unnest(%(schedule_ids)b::text[], %(running_ids)b::text[], %(waiting_ids)b::text[])
+     AS t(schedule_id, running_id, waiting_id)
+WHERE g.schedule_id = t.schedule_id;
+
+-- name: overlap_unpark
+-- Step 2 of overlap_release on its own (not called by the store).
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT o.id, o.queue, o.tenant, %(now)s
+FROM overlap_slots AS g JOIN occurrences AS o ON o.id = g.waiting_id
+WHERE g.running_id = ANY(%(ids)b::text[]) AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+ON CONFLICT (occurrence_id) DO NOTHING;
+
+-- name: overlap_release
+-- The slots held by these ended occurrences (SUCCEEDED, DEAD, MISSED, …) pass to their
+-- waiter, which goes back into the queue claimable now; or they become free.
+WITH released AS (
+    UPDATE overlap_slots AS g
+    SET running_id = (SELECT o.id FROM occurrences AS o
+                      WHERE o.id = g.waiting_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT')),
+        waiting_id = NULL
+    WHERE g.running_id = ANY(%(ids)b::text[])
+    RETURNING g.running_id AS handed_to
+)
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT o.id, o.queue, o.tenant, %(now)s
+FROM released JOIN occurrences AS o ON o.id = released.handed_to
+WHERE o.state IN ('ENQUEUED', 'RETRY_WAIT')
+ON CONFLICT (occurrence_id) DO NOTHING;
+
+-- ------------------------------------------------------------------ leader: misfire sweep
+
+-- name: misfire_pick
+-- Queued rows (ENQUEUED / RETRY_WAIT, not run-now) claimable for longer than their
+-- schedule's max_lateness. The oldest :limit waiting rows of each queue (older than
+-- :floor) name the schedules to look at; then every late row of those schedules comes
+-- back, locked (a row being claimed right now is skipped: the claim wins), with what the
+-- misfire policy needs (clockd.core.planning.sweep_verdict): its rank from the latest
+-- late row of its schedule (1 = latest) and whether a newer instant of the schedule is
+-- already due and not missed. Parked rows (visible_at infinity) are never late.
+WITH RECURSIVE queues (queue) AS (
+    SELECT (SELECT queue FROM dispatch WHERE lease_token IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM dispatch AS d
+            WHERE d.lease_token IS NULL AND d.queue > queues.queue ORDER BY d.queue LIMIT 1)
+    FROM queues WHERE queues.queue IS NOT NULL
+), scanned AS (
+    SELECT x.id FROM queues AS q
+    CROSS JOIN LATERAL (
+        SELECT dispatch.id FROM dispatch
+        WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
+          AND dispatch.visible_at < %(now)s::timestamptz - %(floor)s::interval
+        ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
+    ) AS x
+    WHERE q.queue IS NOT NULL
+), late_schedules AS (
+    SELECT DISTINCT o.schedule_id
+    FROM dispatch AS d
+    JOIN occurrences AS o ON o.id = d.occurrence_id
+    JOIN schedules AS s ON s.id = o.schedule_id
+    WHERE d.id = ANY(ARRAY(SELECT id FROM scanned))
+      AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND NOT o.manual
+      AND d.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, 600000000)
+                                   * interval '1 microsecond'
+), late AS (
+    SELECT d.id AS dispatch_id, o.id, o.schedule_id, o.scheduled_for, d.visible_at,
+           coalesce(s.spec->>'misfire', 'fire_once') AS misfire,
+           coalesce((s.spec->>'max_lateness_us')::bigint, 600000000) AS max_lateness_us,
+           coalesce((s.spec->>'catch_up_limit')::integer, 10) AS catch_up_limit
+    FROM occurrences AS o
+    JOIN dispatch AS d ON d.occurrence_id = o.id
+    JOIN schedules AS s ON s.id = o.schedule_id
+    WHERE o.schedule_id = ANY(ARRAY(SELECT schedule_id FROM late_schedules))
+      AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND NOT o.manual AND d.lease_token IS NULL
+      AND d.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, 600000000)
+                                   * interval '1 microsecond'
+    FOR UPDATE OF d SKIP LOCKED
+)
+SELECT late.dispatch_id, late.id, late.visible_at, late.misfire, late.max_lateness_us,
+       late.catch_up_limit,
+       row_number() OVER (PARTITION BY late.schedule_id
+                          ORDER BY late.scheduled_for DESC, late.id DESC) AS newest,
+       EXISTS (SELECT 1 FROM occurrences AS n
+               WHERE n.schedule_id = late.schedule_id AND NOT n.manual
+                 AND n.scheduled_for > late.scheduled_for AND n.scheduled_for <= %(now)s::timestamptz
+                 AND n.state NOT IN ('MISSED', 'CANCELED', 'SKIPPED_OVERLAP')) AS newer_due
+FROM late;
+
+-- name: misfire_mark
+UPDATE occurrences AS o SET state = 'MISSED', finished_at = %(now)s, reason = c.reason
+FROM unnest(%(ids)b::text[], %(reasons)b::text[]) AS c(id, reason)
+WHERE o.id = c.id AND o.state IN ('ENQUEUED', 'RETRY_WAIT');
+
+-- name: overlap_stale
+-- Slots whose holder ended without releasing them (canceled or missed while it waited
+-- to retry), for overlap_release. A slot a claimer holds is skipped.
+SELECT g.running_id
+FROM overlap_slots AS g LEFT JOIN occurrences AS o ON o.id = g.running_id
+WHERE g.running_id IS NOT NULL
+  AND (o.id IS NULL OR o.state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED'))
+LIMIT %(limit)s
+FOR UPDATE OF g SKIP LOCKED;
+
+-- ------------------------------------------------------------------ occurrences: running, dead letters
+
+-- name: occurrences_running
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.schedule_id = %(schedule_id)s AND o.state = 'RUNNING'
+ORDER BY o.scheduled_for, o.id;
+
+-- name: dlq_list
+-- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error.
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.state = 'DEAD' AND (%(tenant)s::text IS NULL OR o.tenant = %(tenant)s)
+ORDER BY o.finished_at DESC, o.id DESC LIMIT %(limit)s;
+
+-- name: dlq_list_by_schedule
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.schedule_id = %(schedule_id)s AND o.state = 'DEAD'
+ORDER BY o.finished_at DESC, o.id DESC LIMIT %(limit)s;
+
+-- name: dlq_replay
+-- A DEAD occurrence back to the queue, same id, allowed one attempt more than it has
+-- had (the claim numbers it attempts + 1). last_error stays until that attempt ends.
+UPDATE occurrences
+SET state = 'ENQUEUED', max_attempts = attempts + 1, finished_at = NULL,
+    enqueued_at = %(now)s, reason = %(reason)s
+WHERE id = %(id)s AND state = 'DEAD'
+RETURNING id;
+
+-- name: dlq_dispatch
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT id, queue, tenant, %(now)s FROM occurrences WHERE id = %(id)s AND state = 'ENQUEUED'
+ON CONFLICT (occurrence_id) DO NOTHING;
+
+-- name: dlq_drop
+-- Dropped from the dead-letter queue: CANCELED with the reason, history (attempts,
+-- last_error) kept until retention prunes it.
+UPDATE occurrences SET state = 'CANCELED', finished_at = %(now)s, reason = %(reason)s
+WHERE id = %(id)s AND state = 'DEAD'
+RETURNING id;
+
+-- ================================================================== operator read paths
+-- clockctl reconcile / explain / status and the leader's samples. Reads only; the
+-- SQLite store has the same names. The reconcile pair runs in one REPEATABLE READ,
+-- READ ONLY transaction (postgres_only.sql: snapshot_read), so cursors, versions and
+-- occurrences come from one snapshot.
+
+-- name: reconcile_versions
+-- Every version of the schedules that matter for [:start, :end]: one with a version in
+-- force during the range (a deletion before :start does not count), or with a planned
+-- occurrence in it. Each line carries the schedule's current row (cursor, anchor).
+SELECT s.id, s.tenant, s.name, s.state, s.version, s.next_run_at, s.created_at,
+       v.version, v.state, v.valid_from, v.valid_to, v.definition, v.next_run_at
+FROM schedule_versions AS v JOIN schedules AS s ON s.id = v.schedule_id
+WHERE v.schedule_id IN (
+    SELECT schedule_id FROM schedule_versions
+    WHERE valid_from <= %(end)s AND (valid_to IS NULL OR valid_to >= %(start)s)
+      AND NOT (state = 'deleted' AND valid_from < %(start)s)
+    UNION
+    SELECT schedule_id FROM occurrences
+    WHERE scheduled_for >= %(start)s AND scheduled_for <= %(end)s AND NOT manual)
+ORDER BY v.schedule_id, v.version;
+
+-- name: reconcile_versions_of
+SELECT s.id, s.tenant, s.name, s.state, s.version, s.next_run_at, s.created_at,
+       v.version, v.state, v.valid_from, v.valid_to, v.definition, v.next_run_at
+FROM schedule_versions AS v JOIN schedules AS s ON s.id = v.schedule_id
+WHERE v.schedule_id = %(schedule_id)s
+ORDER BY v.version;
+
+-- name: reconcile_occurrences
+-- Planned occurrences due in [:start, :end], any state (occurrences_recent).
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.scheduled_for >= %(start)s AND o.scheduled_for <= %(end)s AND NOT o.manual;
+
+-- name: reconcile_occurrences_of
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.schedule_id = %(schedule_id)s AND o.scheduled_for >= %(start)s
+  AND o.scheduled_for <= %(end)s AND NOT o.manual;
+
+-- name: queue_stats
+-- The queue per queue name. `staged` includes rows waiting out a retry backoff and
+-- queue_one's parked waiter.
+SELECT queue,
+       count(*) FILTER (WHERE lease_token IS NULL AND visible_at <= %(now)s),
+       count(*) FILTER (WHERE lease_token IS NOT NULL),
+       count(*) FILTER (WHERE lease_token IS NULL AND visible_at > %(now)s),
+       min(visible_at) FILTER (WHERE lease_token IS NULL AND visible_at <= %(now)s)
+FROM dispatch GROUP BY queue ORDER BY queue;
+
+-- name: start_lag
+-- Seconds from due to the first attempt's start of the occurrences due in [:since, :now]
+-- (found through occurrences_recent: available_at is at most the 5-minute window after
+-- scheduled_for); one still waiting counts with its lag so far. NULL percentiles when
+-- there is none.
+SELECT count(*),
+       percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
+           ORDER BY extract(epoch FROM coalesce(started_at, %(now)s) - available_at)::float8)
+FROM occurrences
+WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND scheduled_for <= %(now)s
+  AND available_at >= %(since)s AND available_at <= %(now)s
+  AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'));
+
+-- name: dead_count
+-- The dead-letter queue's size, from the occurrences_dead partial index.
+SELECT count(*) FROM occurrences WHERE state = 'DEAD';
+
+-- name: not_run_counts
+-- MISSED / SKIPPED_OVERLAP occurrences that ended in [:since, :until) (occurrences_finished),
+-- by kind: never queued = misfire at materialization, queued = the leader's lateness sweep.
+SELECT state,
+       CASE WHEN state = 'SKIPPED_OVERLAP' THEN 'overlap'
+            WHEN enqueued_at IS NULL THEN 'misfire'
+            ELSE 'lateness' END AS kind,
+       count(*)
+FROM occurrences
+WHERE finished_at >= %(since)s AND finished_at < %(until)s AND state IN ('MISSED', 'SKIPPED_OVERLAP')
+GROUP BY 1, 2;
+
+-- name: enqueue_lags
+-- Due minus staged (seconds) of the occurrences due in [:since, :until), at most :limit.
+SELECT extract(epoch FROM coalesce(enqueued_at, %(until)s) - available_at)::float8 FROM occurrences
+WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND scheduled_for < %(until)s
+  AND available_at >= %(since)s AND available_at < %(until)s
+  AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
+LIMIT %(limit)s;

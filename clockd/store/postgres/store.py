@@ -45,6 +45,7 @@ next one does not need (finish, release, reap) go out together in one pipeline.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -64,11 +65,15 @@ from clockd.core.model import (
     Schedule,
     ScheduleDef,
     ScheduleState,
+    TenantLimits,
+    TenantUsage,
 )
 from clockd.errors import (
+    ClockdError,
     Conflict,
     FencedOut,
     NotFound,
+    QuotaExceeded,
     SchemaMismatch,
     StoreLocked,
     StoreUnavailable,
@@ -80,13 +85,29 @@ from clockd.store import (
     Completion,
     CursorAdvance,
     Fence,
+    LagStats,
+    LateRow,
     MaterializeResult,
     NewOccurrence,
     NewSchedule,
+    QueueStats,
     Reaped,
+    ReconcileRows,
     ScheduleChange,
+    ScheduleHistory,
+    VersionRecord,
+    idempotency_conflict_message,
+    misfire_verdicts,
+    not_dead_message,
+    schedule_quota_message,
 )
-from clockd.store.codec import definition_from_dict, definition_from_parts, definition_json, spec_json
+from clockd.store.codec import (
+    definition_from_dict,
+    definition_from_parts,
+    definition_json,
+    minute_of,
+    spec_json,
+)
 from clockd.store.sql import load_migrations, load_queries
 
 log = logging.getLogger(__name__)
@@ -110,6 +131,8 @@ _PLANNED_STATES = frozenset({OccurrenceState.SCHEDULED}) | {s for s in Occurrenc
 _DEFINITION_CACHE_MAX = 8192
 _END_OF_TIME = datetime.max.replace(tzinfo=UTC)
 _LEASE_LOST = "lease expired (worker crashed, paused or partitioned)"
+# Leader's misfire sweep: rows waiting less than this are not even looked at.
+_MISFIRE_FLOOR = timedelta(seconds=1)
 
 
 class PostgresStore:
@@ -363,10 +386,32 @@ class PostgresStore:
         shard: int,
         next_run_at: datetime | None,
         now: datetime,
+        *,
+        idempotency_key: str | None = None,
     ) -> Schedule:
         new = NewSchedule(schedule_id, definition, shard, next_run_at)
         stamp = _utc(now)
-        return await self._call(lambda conn: _insert_schedule(conn, new, stamp), write=True)
+
+        async def run(conn: Conn) -> Schedule:
+            schedule = await _insert_schedule(conn, new, stamp)
+            if idempotency_key is not None:
+                try:
+                    await conn.execute(Q["schedule_set_idempotency_key"], {"id": schedule.id, "key": idempotency_key})
+                except pg_errors.UniqueViolation as exc:
+                    if exc.diag.constraint_name != "schedules_idempotency":
+                        raise
+                    raise Conflict(idempotency_conflict_message(idempotency_key, definition.tenant)) from exc
+            return schedule
+
+        return await self._call(run, write=True)
+
+    async def get_schedule_by_idempotency_key(self, tenant: str, key: str) -> Schedule | None:
+        async def run(conn: Conn) -> Schedule | None:
+            cur = await conn.execute(Q["schedule_get_by_idempotency_key"], {"tenant": tenant, "key": key})
+            row = await cur.fetchone()
+            return None if row is None else _schedule(row)
+
+        return await self._call(run, write=False)
 
     async def get_schedule(self, tenant: str, name: str) -> Schedule | None:
         async def run(conn: Conn) -> Schedule | None:
@@ -661,6 +706,7 @@ class PostgresStore:
             "limit": limit,
             "now": stamp,
             "lease_until": lease_until,
+            "minute": minute_of(stamp),
         }
 
         async def run(conn: Conn) -> list[Claim]:
@@ -738,7 +784,8 @@ class PostgresStore:
             rows: list[tuple[Any, ...]] = []
             done: list[int] = []
             retry: list[tuple[int, datetime]] = []
-            for dispatch_id, occ, token, attempt in held:
+            ended: list[str] = []
+            for dispatch_id, occ, token, attempt, _ in held:
                 c = by_token[token]
                 reason = None
                 if c.next_state is OccurrenceState.DEAD:
@@ -753,6 +800,7 @@ class PostgresStore:
                     retry.append((dispatch_id, stamp if c.retry_at is None else _utc(c.retry_at)))
                 else:
                     done.append(dispatch_id)
+                    ended.append(occ)
             occ_ids, attempts, outcomes, exit_codes, signals, outputs, errors, next_states, reasons = _columns(rows, 9)
             # Four independent writes: one pipeline, one round trip.
             async with conn.pipeline():
@@ -785,6 +833,9 @@ class PostgresStore:
                 if retry:
                     retry_ids, visible_at = _columns(retry, 2)
                     await conn.execute(Q["dispatch_retry"], {"ids": retry_ids, "visible_at": visible_at})
+                await conn.execute(Q["tenant_running_release"], {"tenants": [row[4] for row in held]})
+                if ended:  # a RETRY_WAIT holder keeps its overlap slot until it ends
+                    await conn.execute(Q["overlap_release"], {"ids": ended, "now": stamp})
             return {row[2] for row in held}
 
         return await self._call(run, write=True)
@@ -806,6 +857,7 @@ class PostgresStore:
                 )
                 await conn.execute(Q["release_occurrences"], {"ids": [row[1] for row in held]})
                 await conn.execute(Q["dispatch_unlease"], {"ids": [row[0] for row in held], "visible_at": None})
+                await conn.execute(Q["tenant_running_release"], {"tenants": [row[4] for row in held]})
             return len(held)
 
         return await self._call(run, write=True)
@@ -838,13 +890,15 @@ class PostgresStore:
                 if dead:
                     await conn.execute(Q["dispatch_delete"], {"ids": [row[0] for row in dead]})
                     await conn.execute(Q["reap_dead"], {"ids": [row[1] for row in dead], "now": stamp})
+                    await conn.execute(Q["overlap_release"], {"ids": [row[1] for row in dead], "now": stamp})
+                await conn.execute(Q["tenant_running_release"], {"tenants": [row[4] for row in picked]})
             return [
                 Reaped(
                     occurrence_id=occ,
                     attempt=int(attempt),
                     next_state=OccurrenceState.RETRY_WAIT if attempt < max_attempts else OccurrenceState.DEAD,
                 )
-                for _, occ, attempt, max_attempts in picked
+                for _, occ, attempt, max_attempts, _ in picked
             ]
 
         return await self._call(run, write=True)
@@ -857,6 +911,124 @@ class PostgresStore:
             return (await conn.execute(Q["prune"], params)).rowcount
 
         return await self._call(run, write=True)
+
+    async def sweep_misfires(self, fence: Fence, limit: int, now: datetime) -> int:
+        """See the port."""
+        stamp = _utc(now)
+
+        async def run(conn: Conn) -> int:
+            await self._advance_fence(conn, fence)
+            cur = await conn.execute(Q["misfire_pick"], {"now": stamp, "floor": _MISFIRE_FLOOR, "limit": limit})
+            missed = misfire_verdicts(
+                [
+                    LateRow(did, occ, _utc(visible), policy, timedelta(microseconds=int(lateness)),
+                            int(catch_up), int(newest), bool(newer))
+                    for did, occ, visible, policy, lateness, catch_up, newest, newer in await cur.fetchall()
+                ],
+                stamp,
+            )  # fmt: skip
+            if not missed:
+                return 0
+            ids = [m.occurrence_id for m in missed]
+            async with conn.pipeline():
+                await conn.execute(
+                    Q["misfire_mark"], {"ids": ids, "reasons": [m.reason for m in missed], "now": stamp}
+                )
+                await conn.execute(Q["dispatch_delete"], {"ids": [m.dispatch_id for m in missed]})
+                await conn.execute(Q["overlap_release"], {"ids": ids, "now": stamp})
+            return len(missed)
+
+        return await self._call(run, write=True)
+
+    async def release_stale_slots(self, fence: Fence, limit: int, now: datetime) -> int:
+        """See the port."""
+        stamp = _utc(now)
+
+        async def run(conn: Conn) -> int:
+            await self._advance_fence(conn, fence)
+            stale = [row[0] for row in await (await conn.execute(Q["overlap_stale"], {"limit": limit})).fetchall()]
+            if stale:
+                await conn.execute(Q["overlap_release"], {"ids": stale, "now": stamp})
+            return len(stale)
+
+        return await self._call(run, write=True)
+
+    # -- occurrences: running, dead letters ------------------------------------------------
+
+    async def running_occurrences(self, schedule_id: str) -> list[Occurrence]:
+        async def run(conn: Conn) -> list[Occurrence]:
+            cur = await conn.execute(Q["occurrences_running"], {"schedule_id": schedule_id})
+            return [_occurrence(row) for row in await cur.fetchall()]
+
+        return await self._call(run, write=False)
+
+    async def list_dead(
+        self, schedule_id: str | None = None, tenant: str | None = None, limit: int = 50
+    ) -> list[Occurrence]:
+        async def run(conn: Conn) -> list[Occurrence]:
+            if schedule_id is None:
+                cur = await conn.execute(Q["dlq_list"], {"tenant": tenant, "limit": limit})
+            else:
+                cur = await conn.execute(Q["dlq_list_by_schedule"], {"schedule_id": schedule_id, "limit": limit})
+            return [dataclasses.replace(_occurrence(row[:15]), last_error=row[15]) for row in await cur.fetchall()]
+
+        return await self._call(run, write=False)
+
+    async def replay_dead(self, occurrence_id: str, reason: str, now: datetime) -> Occurrence:
+        """See the port."""
+        params = {"id": occurrence_id, "now": _utc(now), "reason": _text(reason)}
+
+        async def run(conn: Conn) -> Occurrence:
+            if await (await conn.execute(Q["dlq_replay"], params)).fetchone() is None:
+                raise await _not_dead(conn, occurrence_id)
+            await conn.execute(Q["dlq_dispatch"], params)
+            return await _one_occurrence(conn, occurrence_id)
+
+        return await self._call(run, write=True)
+
+    async def drop_dead(self, occurrence_id: str, reason: str, now: datetime) -> Occurrence:
+        """See the port."""
+        params = {"id": occurrence_id, "now": _utc(now), "reason": _text(reason)}
+
+        async def run(conn: Conn) -> Occurrence:
+            if await (await conn.execute(Q["dlq_drop"], params)).fetchone() is None:
+                raise await _not_dead(conn, occurrence_id)
+            return await _one_occurrence(conn, occurrence_id)
+
+        return await self._call(run, write=True)
+
+    # -- tenants ---------------------------------------------------------------------------
+
+    async def set_tenant_limits(self, limits: TenantLimits, now: datetime) -> TenantLimits:
+        """See the port. The upsert locks the row; the recount is a statement of its own."""
+        params = {
+            "tenant": limits.tenant,
+            "max_schedules": limits.max_schedules,
+            "max_running": limits.max_running,
+            "max_triggers_per_minute": limits.max_triggers_per_minute,
+            "catch_up_rate": limits.catch_up_rate,
+            "now": _utc(now),
+        }
+
+        async def run(conn: Conn) -> TenantLimits:
+            await conn.execute(Q["tenant_limits_upsert"], params)
+            await conn.execute(Q["tenant_running_recount"], {"tenant": limits.tenant})
+            return limits
+
+        return await self._call(run, write=True)
+
+    async def tenant_limits(self) -> list[TenantLimits]:
+        async def run(conn: Conn) -> list[TenantLimits]:
+            return [TenantLimits(*row) for row in await (await conn.execute(Q["tenant_limits_all"])).fetchall()]
+
+        return await self._call(run, write=False)
+
+    async def tenant_usage(self) -> list[TenantUsage]:
+        async def run(conn: Conn) -> list[TenantUsage]:
+            rows = await (await conn.execute(Q["tenant_usage"])).fetchall()
+            return [TenantUsage(TenantLimits(*row[:5]), schedules=int(row[5]), running=int(row[6])) for row in rows]
+
+        return await self._call(run, write=False)
 
     # -- observation -----------------------------------------------------------------------
 
@@ -884,6 +1056,78 @@ class PostgresStore:
             row = await (await conn.execute(PG["server_time"])).fetchone()
             assert row is not None
             return _utc(row[0])
+
+        return await self._call(run, write=False)
+
+    # -- operator read paths ---------------------------------------------------------------
+
+    async def reconcile_rows(self, start: datetime, end: datetime, schedule_id: str | None = None) -> ReconcileRows:
+        """See the port: both statements in one REPEATABLE READ, READ ONLY transaction."""
+        params = {"start": _utc(start), "end": _utc(end), "schedule_id": schedule_id}
+
+        async def run(conn: Conn) -> ReconcileRows:
+            await conn.execute(PG["snapshot_read"])
+            if schedule_id is None:
+                versions = await (await conn.execute(Q["reconcile_versions"], params)).fetchall()
+                rows = await (await conn.execute(Q["reconcile_occurrences"], params)).fetchall()
+            else:
+                versions = await (await conn.execute(Q["reconcile_versions_of"], params)).fetchall()
+                rows = await (await conn.execute(Q["reconcile_occurrences_of"], params)).fetchall()
+            return ReconcileRows(
+                schedules=_histories(versions),
+                occurrences=[dataclasses.replace(_occurrence(row[:15]), last_error=row[15]) for row in rows],
+            )
+
+        return await self._call(run, write=True)
+
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
+        params = {"now": _utc(now)}
+
+        async def run(conn: Conn) -> list[QueueStats]:
+            rows = await (await conn.execute(Q["queue_stats"], params)).fetchall()
+            return [
+                QueueStats(queue, int(ready), int(running), int(staged), _opt_utc(oldest))
+                for queue, ready, running, staged, oldest in rows
+            ]
+
+        return await self._call(run, write=False)
+
+    async def start_lag(self, since: datetime, now: datetime) -> LagStats:
+        params = {"since": _utc(since), "now": _utc(now)}
+
+        async def run(conn: Conn) -> LagStats:
+            row = await (await conn.execute(Q["start_lag"], params)).fetchone()
+            assert row is not None
+            count, ranks = row
+            if not count or ranks is None:
+                return LagStats(0, None, None, None)
+            p50, p95, p99 = (float(v) for v in ranks)
+            return LagStats(int(count), p50, p95, p99)
+
+        return await self._call(run, write=False)
+
+    async def dead_count(self) -> int:
+        async def run(conn: Conn) -> int:
+            row = await (await conn.execute(Q["dead_count"])).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return await self._call(run, write=False)
+
+    async def not_run_counts(self, since: datetime, until: datetime) -> dict[tuple[OccurrenceState, str], int]:
+        params = {"since": _utc(since), "until": _utc(until)}
+
+        async def run(conn: Conn) -> dict[tuple[OccurrenceState, str], int]:
+            rows = await (await conn.execute(Q["not_run_counts"], params)).fetchall()
+            return {(OccurrenceState(state), str(kind)): int(n) for state, kind, n in rows}
+
+        return await self._call(run, write=False)
+
+    async def enqueue_lags(self, since: datetime, until: datetime, limit: int) -> list[float]:
+        params = {"since": _utc(since), "until": _utc(until), "limit": limit}
+
+        async def run(conn: Conn) -> list[float]:
+            return [float(lag) for (lag,) in await (await conn.execute(Q["enqueue_lags"], params)).fetchall()]
 
         return await self._call(run, write=False)
 
@@ -942,6 +1186,7 @@ async def _insert_schedule(conn: Conn, new: NewSchedule, stamp: datetime) -> Sch
     ``schedule_versions`` row. ``Conflict`` when the live name (or the id) is taken."""
     definition = new.definition
     next_run_at = _opt_utc(new.next_run_at)
+    await _check_schedule_quota(conn, definition.tenant)
     try:
         await conn.execute(
             Q["schedule_insert"],
@@ -1050,6 +1295,34 @@ async def _change_schedule(conn: Conn, change: ScheduleChange, stamp: datetime) 
     return schedule, canceled
 
 
+async def _check_schedule_quota(conn: Conn, tenant: str) -> None:
+    """``QuotaExceeded`` when ``tenant`` already has ``max_schedules`` live schedules. The
+    limits row is locked first and the count is a statement of its own, so it sees every
+    create of the tenant committed before the lock: two creates cannot both take the last
+    place."""
+    row = await (await conn.execute(Q["tenant_limits_lock"], {"tenant": tenant})).fetchone()
+    if row is None:
+        return
+    counted = await (await conn.execute(Q["tenant_schedules_count"], {"tenant": tenant})).fetchone()
+    assert counted is not None
+    if int(counted[0]) >= int(row[0]):
+        raise QuotaExceeded(schedule_quota_message(tenant, int(row[0])))
+
+
+async def _not_dead(conn: Conn, occurrence_id: str) -> ClockdError:
+    row = await (await conn.execute(Q["occurrence_get"], {"id": occurrence_id})).fetchone()
+    if row is None:
+        return NotFound(f"no occurrence {occurrence_id!r}")
+    return Conflict(not_dead_message(_occurrence(row)))
+
+
+async def _one_occurrence(conn: Conn, occurrence_id: str) -> Occurrence:
+    row = await (await conn.execute(Q["occurrence_get"], {"id": occurrence_id})).fetchone()
+    if row is None:
+        raise NotFound(f"no occurrence {occurrence_id!r}")
+    return _occurrence(row)
+
+
 # -- row decoding ----------------------------------------------------------------------------
 
 
@@ -1097,6 +1370,43 @@ def _occurrence(row: Sequence[Any]) -> Occurrence:
         exit_code=exit_code,
         reason=reason,
     )
+
+
+# -- operator read paths: row decoding ---------------------------------------------------------
+
+
+def _histories(rows: Sequence[Sequence[Any]]) -> list[ScheduleHistory]:
+    """``reconcile_versions`` lines (one per version, grouped by schedule) as histories."""
+    out: list[ScheduleHistory] = []
+    versions: list[VersionRecord] = []
+    for index, row in enumerate(rows):
+        (sid, tenant, name, state, version, next_run_at, created_at,
+         v_version, v_state, valid_from, valid_to, definition, v_next) = row  # fmt: skip
+        versions.append(
+            VersionRecord(
+                version=int(v_version),
+                state=ScheduleState(v_state),
+                valid_from=_utc(valid_from),
+                valid_to=_opt_utc(valid_to),
+                definition=definition_from_dict(definition),
+                next_run_at=_opt_utc(v_next),
+            )
+        )
+        if index + 1 == len(rows) or rows[index + 1][0] != sid:
+            out.append(
+                ScheduleHistory(
+                    schedule_id=sid,
+                    name=name,
+                    tenant=tenant,
+                    state=ScheduleState(state),
+                    version=int(version),
+                    next_run_at=_opt_utc(next_run_at),
+                    created_at=_utc(created_at),
+                    versions=tuple(versions),
+                )
+            )
+            versions = []
+    return out
 
 
 __all__ = ["KNOWN_VERSION", "MIGRATIONS", "PostgresStore"]

@@ -79,8 +79,12 @@ RETURNING id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, 
           created_at, updated_at, paused_at, spec;
 
 -- name: schedule_version_insert
-INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason)
-VALUES (:schedule_id, :version, :state, :now, NULL, :definition, :reason);
+-- Runs after the schedule row is written: next_run_at copies its cursor (0003), where
+-- this version's expectations begin (the reconciler's boundary between versions).
+INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason,
+                               next_run_at)
+VALUES (:schedule_id, :version, :state, :now, NULL, :definition, :reason,
+        (SELECT next_run_at FROM schedules WHERE id = :schedule_id));
 
 -- name: schedule_version_close
 UPDATE schedule_versions SET valid_to = :now WHERE schedule_id = :schedule_id AND valid_to IS NULL;
@@ -258,7 +262,7 @@ RETURNING lease_token;
 
 -- name: leases_held
 -- The claims behind these tokens, if still held (finish, release).
-SELECT d.id, d.occurrence_id, d.lease_token, o.attempts
+SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IN (SELECT value FROM json_each(:tokens)) AND o.state = 'RUNNING';
 
@@ -314,7 +318,7 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'RUNNING';
 -- ------------------------------------------------------------------ leader
 
 -- name: reap_pick
-SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts
+SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IS NOT NULL AND d.lease_until < :now
 ORDER BY d.lease_until, d.id LIMIT :limit;
@@ -352,3 +356,466 @@ SELECT (SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <=
        (SELECT count(*) FROM dispatch WHERE lease_token IS NULL),
        (SELECT count(*) FROM dispatch WHERE lease_token IS NOT NULL),
        (SELECT min(visible_at) FROM dispatch WHERE lease_token IS NULL);
+
+-- ================================================================== policies (schema 0002)
+-- Misfire, overlap, tenant limits, idempotent create, dead letters. DESIGN.md §4.
+
+-- ------------------------------------------------------------------ idempotent create, quotas
+
+-- name: schedule_set_idempotency_key
+-- Unique per tenant among live schedules (schedules_idempotency): a duplicate raises.
+UPDATE schedules SET idempotency_key = :key WHERE id = :id;
+
+-- name: schedule_get_by_idempotency_key
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM schedules WHERE tenant = :tenant AND idempotency_key = :key AND state != 'deleted';
+
+-- name: tenant_limits_lock
+-- A create's quota check, step 1: the tenant's schedule cap. PostgreSQL locks the row
+-- until the create commits, so concurrent creates of one tenant count one at a time
+-- (SQLite: the write lock already serializes them).
+SELECT max_schedules FROM tenant_limits WHERE tenant = :tenant AND max_schedules IS NOT NULL;
+
+-- name: tenant_schedules_count
+-- Step 2: the tenant's live schedules (an index range of schedules_live_name).
+SELECT count(*) FROM schedules WHERE tenant = :tenant AND state != 'deleted';
+
+-- ------------------------------------------------------------------ tenant limits
+
+-- name: tenant_limits_upsert
+INSERT INTO tenant_limits (tenant, max_schedules, max_running, max_triggers_per_minute,
+                           catch_up_rate, updated_at)
+VALUES (:tenant, :max_schedules, :max_running, :max_triggers_per_minute, :catch_up_rate, :now)
+ON CONFLICT (tenant) DO UPDATE
+SET max_schedules = excluded.max_schedules, max_running = excluded.max_running,
+    max_triggers_per_minute = excluded.max_triggers_per_minute,
+    catch_up_rate = excluded.catch_up_rate, updated_at = excluded.updated_at;
+
+-- name: tenant_running_recount
+-- After tenant_limits_upsert (whose row lock keeps claims of the tenant out meanwhile):
+-- the running count from the queue itself.
+UPDATE tenant_limits
+SET running = (SELECT count(*) FROM dispatch WHERE tenant = :tenant AND lease_token IS NOT NULL)
+WHERE tenant = :tenant;
+
+-- name: tenant_limits_all
+SELECT tenant, max_schedules, max_running, max_triggers_per_minute, catch_up_rate
+FROM tenant_limits ORDER BY tenant;
+
+-- name: tenant_usage
+-- Every tenant that has live schedules (a skip scan of schedules_live_name) or limits,
+-- with its limits and what it uses.
+WITH RECURSIVE named(tenant) AS (
+    SELECT (SELECT tenant FROM schedules WHERE state != 'deleted' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.tenant FROM schedules AS s
+            WHERE s.state != 'deleted' AND s.tenant > named.tenant ORDER BY s.tenant LIMIT 1)
+    FROM named WHERE named.tenant IS NOT NULL
+), tenants(tenant) AS (
+    SELECT tenant FROM named WHERE tenant IS NOT NULL
+    UNION
+    SELECT tenant FROM tenant_limits
+)
+SELECT t.tenant, l.max_schedules, l.max_running, l.max_triggers_per_minute, l.catch_up_rate,
+       (SELECT count(*) FROM schedules AS s WHERE s.tenant = t.tenant AND s.state != 'deleted'),
+       (SELECT count(*) FROM dispatch AS d WHERE d.tenant = t.tenant AND d.lease_token IS NOT NULL)
+FROM tenants AS t LEFT JOIN tenant_limits AS l ON l.tenant = t.tenant
+ORDER BY t.tenant;
+
+-- name: tenant_claims_count
+-- :counts = [[tenant, n], ...]: claims just leased. A capped tenant's running count and
+-- this minute's claim count go up (the window restarts when :minute moved on).
+UPDATE tenant_limits
+SET running = running + json_extract(c.value, '$[1]'),
+    window_claims = CASE WHEN window_start = :minute THEN window_claims ELSE 0 END
+                    + json_extract(c.value, '$[1]'),
+    window_start = :minute
+FROM json_each(:counts) AS c
+WHERE tenant_limits.tenant = json_extract(c.value, '$[0]')
+  AND (tenant_limits.max_running IS NOT NULL OR tenant_limits.max_triggers_per_minute IS NOT NULL);
+
+-- name: tenant_running_release
+-- :tenants = one entry per claim that ends or is given back (finish, release, reap): a
+-- capped tenant's running count goes down.
+UPDATE tenant_limits SET running = max(0, running - c.n)
+FROM (SELECT value AS tenant, count(*) AS n FROM json_each(:tenants) GROUP BY value) AS c
+WHERE tenant_limits.tenant = c.tenant
+  AND (tenant_limits.max_running IS NOT NULL OR tenant_limits.max_triggers_per_minute IS NOT NULL);
+
+-- ------------------------------------------------------------------ claim: fairness and overlap
+-- The claim (SqliteStore.claim; PostgreSQL: the claim_lease chain) picks rows two ways
+-- per queue: claim_tenants + claim_pick_fair (a share of each tenant's oldest rows, so a
+-- tenant's burst cannot hide another tenant's row behind it) and claim_pick (the oldest
+-- rows, so one busy tenant still gets a full batch). claim_judge then decides each
+-- picked row; the statements after it write the decisions.
+
+-- name: claim_tenants
+-- The tenants with unleased rows in :queue: a skip scan of dispatch_ready_tenant (one
+-- index probe per tenant), however long any tenant's backlog is.
+WITH RECURSIVE t(tenant) AS (
+    SELECT (SELECT tenant FROM dispatch
+            WHERE lease_token IS NULL AND queue = :queue ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.tenant FROM dispatch AS d
+            WHERE d.lease_token IS NULL AND d.queue = :queue AND d.tenant > t.tenant
+            ORDER BY d.tenant LIMIT 1)
+    FROM t WHERE t.tenant IS NOT NULL
+)
+SELECT tenant FROM t WHERE tenant IS NOT NULL;
+
+-- name: claim_pick_fair
+-- Up to :share of the oldest visible rows of each tenant of :tenants in :queue, one
+-- ordered probe of dispatch_ready_tenant per tenant.
+SELECT d.visible_at, d.id, d.occurrence_id
+FROM json_each(:tenants) AS t
+JOIN dispatch AS d ON d.id IN (
+    SELECT x.id FROM dispatch AS x
+    WHERE x.lease_token IS NULL AND x.queue = :queue AND x.tenant = t.value
+      AND x.visible_at <= :now
+      AND EXISTS (SELECT 1 FROM occurrences AS o
+                  WHERE o.id = x.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
+    ORDER BY x.visible_at, x.id LIMIT :share);
+
+-- name: overlap_slots_ensure
+-- The overlap slot of every schedule among these dispatch rows whose policy is not
+-- `allow` (PostgreSQL writes it with the schedule: schedule_insert, schedule_update).
+INSERT INTO overlap_slots (schedule_id)
+SELECT DISTINCT o.schedule_id
+FROM dispatch AS d
+JOIN occurrences AS o ON o.id = d.occurrence_id
+JOIN schedules AS s ON s.id = o.schedule_id
+WHERE d.id IN (SELECT value FROM json_each(:ids))
+  AND json_extract(s.spec, '$.overlap') IN ('skip', 'queue_one')
+ON CONFLICT (schedule_id) DO NOTHING;
+
+-- name: claim_judge
+-- The decision for each picked row (:picked = dispatch ids), one row each:
+--   start - lease it: within its tenant's room (tenant_limits) and :limit, taken in
+--           round-robin order across tenants (the n-th row of every tenant before the
+--           n+1-th of any);
+--   skip  - its schedule (overlap skip, or queue_one with one already waiting) has an
+--           occurrence running: SKIPPED_OVERLAP, the reason names the running one;
+--   park  - queue_one: the one occurrence that waits for the running one (it leaves the
+--           queue, still ENQUEUED, as the slot's waiter; overlap_release puts it back).
+-- Rows not returned stay queued as they are: over a cap or :limit, or their schedule's
+-- slot is held by another claimer (PostgreSQL) or has a waiter whose holder ended (the
+-- leader's overlap repair lets that waiter go first).
+-- A slot's holder counts while it has not ended (a RETRY_WAIT holder keeps the slot and
+-- may start again); a waiter while it is still queued.
+WITH cand AS (
+    SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
+           coalesce(json_extract(s.spec, '$.overlap'), 'allow') AS overlap
+    FROM dispatch AS d
+    JOIN occurrences AS o ON o.id = d.occurrence_id
+    JOIN schedules AS s ON s.id = o.schedule_id
+    WHERE d.id IN (SELECT value FROM json_each(:picked)) AND d.lease_token IS NULL
+      AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+), slot AS (
+    SELECT g.schedule_id,
+           CASE WHEN r.state IN ('RUNNING', 'ENQUEUED', 'RETRY_WAIT') THEN g.running_id END AS holder,
+           CASE WHEN w.state IN ('ENQUEUED', 'RETRY_WAIT') THEN g.waiting_id END AS waiter
+    FROM overlap_slots AS g
+    LEFT JOIN occurrences AS r ON r.id = g.running_id
+    LEFT JOIN occurrences AS w ON w.id = g.waiting_id
+    WHERE g.schedule_id IN (SELECT schedule_id FROM cand WHERE overlap != 'allow')
+), heads AS (
+    SELECT c.*, sl.holder, sl.waiter, sl.schedule_id IS NOT NULL AS slotted,
+           row_number() OVER (PARTITION BY c.schedule_id
+                              ORDER BY CASE WHEN c.occurrence_id = sl.holder THEN 0 ELSE 1 END,
+                                       c.scheduled_for, c.id) AS srank
+    FROM cand AS c LEFT JOIN slot AS sl ON sl.schedule_id = c.schedule_id AND c.overlap != 'allow'
+), eligible AS (
+    SELECT h.*, row_number() OVER (PARTITION BY h.tenant ORDER BY h.visible_at, h.id) AS trank
+    FROM heads AS h
+    WHERE h.overlap = 'allow'
+       OR (h.slotted AND h.srank = 1
+           AND (h.occurrence_id = h.holder OR (h.holder IS NULL AND h.waiter IS NULL)))
+), room AS (
+    SELECT l.tenant,
+           min(coalesce(l.max_running - l.running, 1000000000),
+               coalesce(l.max_triggers_per_minute
+                        - CASE WHEN l.window_start = :minute THEN l.window_claims ELSE 0 END,
+                        1000000000)) AS n
+    FROM tenant_limits AS l
+    WHERE l.tenant IN (SELECT tenant FROM cand)
+      AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL)
+), starters AS (
+    SELECT e.* FROM eligible AS e LEFT JOIN room AS r ON r.tenant = e.tenant
+    WHERE r.tenant IS NULL OR e.trank <= r.n
+    ORDER BY e.trank, e.visible_at, e.id LIMIT :limit
+), busy AS (
+    SELECT schedule_id, holder AS running_id FROM heads WHERE slotted AND holder IS NOT NULL
+    UNION
+    SELECT schedule_id, occurrence_id FROM starters WHERE overlap != 'allow'
+), losers AS (
+    SELECT h.id, h.occurrence_id, h.tenant, h.schedule_id, h.overlap, h.waiter, b.running_id,
+           row_number() OVER w AS lrank, first_value(h.occurrence_id) OVER w AS first_loser
+    FROM heads AS h JOIN busy AS b ON b.schedule_id = h.schedule_id
+    WHERE h.slotted AND h.occurrence_id != b.running_id AND h.id NOT IN (SELECT id FROM starters)
+    WINDOW w AS (PARTITION BY h.schedule_id ORDER BY h.scheduled_for, h.id)
+)
+SELECT 'start' AS action, id, occurrence_id, tenant, schedule_id, overlap, NULL AS reason,
+       trank, visible_at
+FROM starters
+UNION ALL
+SELECT CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL THEN 'park' ELSE 'skip' END,
+       id, occurrence_id, tenant, schedule_id, overlap,
+       CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL
+            THEN 'waiting for occurrence ' || running_id || ' to finish (overlap queue_one)'
+            WHEN overlap = 'queue_one'
+            THEN 'skipped: occurrence ' || running_id || ' is running and '
+                 || coalesce(waiter, first_loser) || ' is already waiting (overlap queue_one)'
+            ELSE 'skipped: occurrence ' || running_id || ' is still running (overlap skip)' END,
+       NULL, NULL
+FROM losers
+ORDER BY 8, 9, 2;
+
+-- name: claim_losers
+-- :rows = [[occurrence_id, action, reason], ...] from claim_judge: `skip` ends the
+-- occurrence SKIPPED_OVERLAP, `park` only notes why it waits.
+UPDATE occurrences
+SET state = CASE WHEN json_extract(c.value, '$[1]') = 'skip' THEN 'SKIPPED_OVERLAP' ELSE state END,
+    finished_at = CASE WHEN json_extract(c.value, '$[1]') = 'skip' THEN :now ELSE finished_at END,
+    reason = json_extract(c.value, '$[2]')
+FROM json_each(:rows) AS c
+WHERE occurrences.id = json_extract(c.value, '$[0]') AND occurrences.state IN ('ENQUEUED', 'RETRY_WAIT');
+
+-- name: overlap_slots_take
+-- :rows = [[schedule_id, running_id|null, waiting_id|null], ...]: the claim's starts and
+-- parks (one row per schedule); null keeps what is there.
+UPDATE overlap_slots
+SET running_id = coalesce(json_extract(c.value, '$[1]'), running_id),
+    waiting_id = coalesce(json_extract(c.value, '$[2]'), waiting_id)
+FROM json_each(:rows) AS c
+WHERE overlap_slots.schedule_id = json_extract(c.value, '$[0]');
+
+-- name: overlap_unpark
+-- Step 1 of overlap_release: the waiters of the slots held by these ended occurrences
+-- go back into the queue, claimable now (a waiter has no queue row while it waits).
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT o.id, o.queue, o.tenant, :now
+FROM overlap_slots AS g JOIN occurrences AS o ON o.id = g.waiting_id
+WHERE g.running_id IN (SELECT value FROM json_each(:ids))
+  AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+ON CONFLICT (occurrence_id) DO NOTHING;
+
+-- name: overlap_release
+-- The slots held by these ended occurrences (SUCCEEDED, DEAD, MISSED, …) pass to their
+-- waiter, or become free.
+UPDATE overlap_slots
+SET running_id = (SELECT o.id FROM occurrences AS o
+                  WHERE o.id = overlap_slots.waiting_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT')),
+    waiting_id = NULL
+WHERE running_id IN (SELECT value FROM json_each(:ids));
+
+-- ------------------------------------------------------------------ leader: misfire sweep
+
+-- name: misfire_pick
+-- Queued rows (ENQUEUED / RETRY_WAIT, not run-now) claimable for longer than their
+-- schedule's max_lateness. The oldest :limit waiting rows of each queue (older than
+-- :floor) name the schedules to look at; then every late row of those schedules comes
+-- back with what the misfire policy needs (clockd.core.planning.sweep_verdict): its rank
+-- from the latest late row of its schedule (1 = latest) and whether a newer instant of
+-- the schedule is already due and not missed.
+WITH RECURSIVE queues(queue) AS (
+    SELECT (SELECT queue FROM dispatch WHERE lease_token IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM dispatch AS d
+            WHERE d.lease_token IS NULL AND d.queue > queues.queue ORDER BY d.queue LIMIT 1)
+    FROM queues WHERE queues.queue IS NOT NULL
+), scanned AS (
+    SELECT d.id FROM queues AS q
+    JOIN dispatch AS d ON d.id IN (
+        SELECT x.id FROM dispatch AS x
+        WHERE x.lease_token IS NULL AND x.queue = q.queue AND x.visible_at < :now - :floor
+        ORDER BY x.visible_at, x.id LIMIT :limit)
+), late_schedules AS (
+    SELECT DISTINCT o.schedule_id
+    FROM dispatch AS d
+    JOIN occurrences AS o ON o.id = d.occurrence_id
+    JOIN schedules AS s ON s.id = o.schedule_id
+    WHERE d.id IN (SELECT id FROM scanned) AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND o.manual = 0
+      AND d.visible_at < :now - coalesce(json_extract(s.spec, '$.max_lateness_us'), 600000000)
+), late AS (
+    SELECT d.id AS dispatch_id, o.id, o.schedule_id, o.scheduled_for, d.visible_at,
+           coalesce(json_extract(s.spec, '$.misfire'), 'fire_once') AS misfire,
+           coalesce(json_extract(s.spec, '$.max_lateness_us'), 600000000) AS max_lateness_us,
+           coalesce(json_extract(s.spec, '$.catch_up_limit'), 10) AS catch_up_limit
+    FROM occurrences AS o
+    JOIN dispatch AS d ON d.occurrence_id = o.id
+    JOIN schedules AS s ON s.id = o.schedule_id
+    WHERE o.schedule_id IN (SELECT schedule_id FROM late_schedules)
+      AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND o.manual = 0 AND d.lease_token IS NULL
+      AND d.visible_at < :now - coalesce(json_extract(s.spec, '$.max_lateness_us'), 600000000)
+)
+SELECT late.dispatch_id, late.id, late.visible_at, late.misfire, late.max_lateness_us,
+       late.catch_up_limit,
+       row_number() OVER (PARTITION BY late.schedule_id
+                          ORDER BY late.scheduled_for DESC, late.id DESC) AS newest,
+       EXISTS (SELECT 1 FROM occurrences AS n
+               WHERE n.schedule_id = late.schedule_id AND n.manual = 0
+                 AND n.scheduled_for > late.scheduled_for AND n.scheduled_for <= :now
+                 AND n.state NOT IN ('MISSED', 'CANCELED', 'SKIPPED_OVERLAP')) AS newer_due
+FROM late;
+
+-- name: misfire_mark
+-- :rows = [[occurrence_id, reason], ...]: MISSED, if still queued.
+UPDATE occurrences SET state = 'MISSED', finished_at = :now, reason = json_extract(c.value, '$[1]')
+FROM json_each(:rows) AS c
+WHERE occurrences.id = json_extract(c.value, '$[0]') AND occurrences.state IN ('ENQUEUED', 'RETRY_WAIT');
+
+-- name: overlap_stale
+-- Slots whose holder ended without releasing them (canceled or missed while it waited
+-- to retry), for overlap_release.
+SELECT g.running_id
+FROM overlap_slots AS g LEFT JOIN occurrences AS o ON o.id = g.running_id
+WHERE g.running_id IS NOT NULL
+  AND (o.id IS NULL OR o.state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED'))
+LIMIT :limit;
+
+-- ------------------------------------------------------------------ occurrences: running, dead letters
+
+-- name: occurrences_running
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.schedule_id = :schedule_id AND o.state = 'RUNNING'
+ORDER BY o.scheduled_for, o.id;
+
+-- name: dlq_list
+-- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error.
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.state = 'DEAD' AND (:tenant IS NULL OR o.tenant = :tenant)
+ORDER BY o.finished_at DESC, o.id DESC LIMIT :limit;
+
+-- name: dlq_list_by_schedule
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.schedule_id = :schedule_id AND o.state = 'DEAD'
+ORDER BY o.finished_at DESC, o.id DESC LIMIT :limit;
+
+-- name: dlq_replay
+-- A DEAD occurrence back to the queue, same id, allowed one attempt more than it has
+-- had (the claim numbers it attempts + 1). last_error stays until that attempt ends.
+UPDATE occurrences
+SET state = 'ENQUEUED', max_attempts = attempts + 1, finished_at = NULL, enqueued_at = :now,
+    reason = :reason
+WHERE id = :id AND state = 'DEAD'
+RETURNING id;
+
+-- name: dlq_dispatch
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT id, queue, tenant, :now FROM occurrences WHERE id = :id AND state = 'ENQUEUED'
+ON CONFLICT (occurrence_id) DO NOTHING;
+
+-- name: dlq_drop
+-- Dropped from the dead-letter queue: CANCELED with the reason, history (attempts,
+-- last_error) kept until retention prunes it.
+UPDATE occurrences SET state = 'CANCELED', finished_at = :now, reason = :reason
+WHERE id = :id AND state = 'DEAD'
+RETURNING id;
+
+-- ================================================================== operator read paths
+-- clockctl reconcile / explain / status and the leader's samples. Reads only; the
+-- PostgreSQL store has the same names.
+
+-- name: reconcile_versions
+-- Every version of the schedules that matter for [:start, :end]: one with a version in
+-- force during the range (a deletion before :start does not count), or with a planned
+-- occurrence in it. Each line carries the schedule's current row (cursor, anchor).
+SELECT s.id, s.tenant, s.name, s.state, s.version, s.next_run_at, s.created_at,
+       v.version, v.state, v.valid_from, v.valid_to, v.definition, v.next_run_at
+FROM schedule_versions AS v JOIN schedules AS s ON s.id = v.schedule_id
+WHERE v.schedule_id IN (
+    SELECT schedule_id FROM schedule_versions
+    WHERE valid_from <= :end AND (valid_to IS NULL OR valid_to >= :start)
+      AND NOT (state = 'deleted' AND valid_from < :start)
+    UNION
+    SELECT schedule_id FROM occurrences
+    WHERE scheduled_for >= :start AND scheduled_for <= :end AND manual = 0)
+ORDER BY v.schedule_id, v.version;
+
+-- name: reconcile_versions_of
+SELECT s.id, s.tenant, s.name, s.state, s.version, s.next_run_at, s.created_at,
+       v.version, v.state, v.valid_from, v.valid_to, v.definition, v.next_run_at
+FROM schedule_versions AS v JOIN schedules AS s ON s.id = v.schedule_id
+WHERE v.schedule_id = :schedule_id
+ORDER BY v.version;
+
+-- name: reconcile_occurrences
+-- Planned occurrences due in [:start, :end], any state (occurrences_recent).
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.scheduled_for >= :start AND o.scheduled_for <= :end AND o.manual = 0;
+
+-- name: reconcile_occurrences_of
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason, o.last_error
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.schedule_id = :schedule_id AND o.scheduled_for >= :start AND o.scheduled_for <= :end
+  AND o.manual = 0;
+
+-- name: queue_stats
+-- The queue per queue name. `staged` includes rows waiting out a retry backoff and
+-- queue_one's parked waiter.
+SELECT queue,
+       sum(CASE WHEN lease_token IS NULL AND visible_at <= :now THEN 1 ELSE 0 END),
+       sum(CASE WHEN lease_token IS NOT NULL THEN 1 ELSE 0 END),
+       sum(CASE WHEN lease_token IS NULL AND visible_at > :now THEN 1 ELSE 0 END),
+       min(CASE WHEN lease_token IS NULL AND visible_at <= :now THEN visible_at END)
+FROM dispatch GROUP BY queue ORDER BY queue;
+
+-- name: start_lag
+-- Lag (µs) from due to the first attempt's start of the occurrences due in
+-- [:since, :now] (found through occurrences_recent: available_at is at most the 5-minute
+-- window after scheduled_for); one still waiting counts with its lag so far. SQLite has
+-- no percentile function: for each rank p the two neighbouring values (offsets
+-- floor((n-1)p) and the next one) come back, and the store interpolates between them
+-- as PostgreSQL's percentile_cont does.
+WITH w AS MATERIALIZED (
+    SELECT coalesce(started_at, :now) - available_at AS lag FROM occurrences
+    WHERE scheduled_for >= :since - 300000000 AND scheduled_for <= :now
+      AND available_at >= :since AND available_at <= :now
+      AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'))
+), n AS (SELECT count(*) AS c FROM w)
+SELECT (SELECT c FROM n),
+       (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT (c - 1) * 50 / 100 FROM n)),
+       (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT min(c - 1, (c - 1) * 50 / 100 + 1) FROM n)),
+       (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT (c - 1) * 95 / 100 FROM n)),
+       (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT min(c - 1, (c - 1) * 95 / 100 + 1) FROM n)),
+       (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT (c - 1) * 99 / 100 FROM n)),
+       (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT min(c - 1, (c - 1) * 99 / 100 + 1) FROM n));
+
+-- name: dead_count
+-- The dead-letter queue's size, from the occurrences_dead partial index.
+SELECT count(*) FROM occurrences WHERE state = 'DEAD';
+
+-- name: not_run_counts
+-- MISSED / SKIPPED_OVERLAP occurrences that ended in [:since, :until) (occurrences_finished),
+-- by kind: never queued = misfire at materialization, queued = the leader's lateness sweep.
+SELECT state,
+       CASE WHEN state = 'SKIPPED_OVERLAP' THEN 'overlap'
+            WHEN enqueued_at IS NULL THEN 'misfire'
+            ELSE 'lateness' END AS kind,
+       count(*)
+FROM occurrences
+WHERE finished_at >= :since AND finished_at < :until AND state IN ('MISSED', 'SKIPPED_OVERLAP')
+GROUP BY state, kind;
+
+-- name: enqueue_lags
+-- Due minus staged (µs) of the occurrences due in [:since, :until), at most :limit.
+SELECT coalesce(enqueued_at, :until) - available_at FROM occurrences
+WHERE scheduled_for >= :since - 300000000 AND scheduled_for < :until
+  AND available_at >= :since AND available_at < :until
+  AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
+LIMIT :limit;

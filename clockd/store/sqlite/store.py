@@ -20,6 +20,7 @@ so each batch step is one statement (see ``queries.sql``). Requires SQLite ≥ 3
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import logging
@@ -36,14 +37,19 @@ from clockd.core.model import (
     AttemptOutcome,
     Occurrence,
     OccurrenceState,
+    OverlapPolicy,
     Schedule,
     ScheduleDef,
     ScheduleState,
+    TenantLimits,
+    TenantUsage,
 )
 from clockd.errors import (
+    ClockdError,
     Conflict,
     FencedOut,
     NotFound,
+    QuotaExceeded,
     SchemaMismatch,
     StoreLocked,
     StoreUnavailable,
@@ -55,11 +61,21 @@ from clockd.store import (
     Completion,
     CursorAdvance,
     Fence,
+    LagStats,
+    LateRow,
     MaterializeResult,
     NewOccurrence,
     NewSchedule,
+    QueueStats,
     Reaped,
+    ReconcileRows,
     ScheduleChange,
+    ScheduleHistory,
+    VersionRecord,
+    idempotency_conflict_message,
+    misfire_verdicts,
+    not_dead_message,
+    schedule_quota_message,
 )
 from clockd.store.codec import (
     definition_from_json,
@@ -67,6 +83,7 @@ from clockd.store.codec import (
     definition_json,
     dumps,
     from_us,
+    minute_of,
     opt_from_us,
     opt_to_us,
     spec_json,
@@ -99,6 +116,8 @@ _SQLITE_NOTADB = 26
 _FINISH_STATES = frozenset({OccurrenceState.SUCCEEDED, OccurrenceState.DEAD, OccurrenceState.RETRY_WAIT})
 _PLANNED_STATES = frozenset({OccurrenceState.SCHEDULED}) | {s for s in OccurrenceState if s.terminal}
 _DEFINITION_CACHE_MAX = 8192
+# Leader's misfire sweep: rows waiting less than this are not even looked at.
+_MISFIRE_FLOOR_US: Final = 1_000_000
 
 
 class SqliteStore:
@@ -380,9 +399,26 @@ class SqliteStore:
         shard: int,
         next_run_at: datetime | None,
         now: datetime,
+        *,
+        idempotency_key: str | None = None,
     ) -> Schedule:
         new = NewSchedule(schedule_id, definition, shard, next_run_at)
-        return await self._call(lambda conn: _insert_schedule(conn, new, to_us(now)), write=True)
+        now_us = to_us(now)
+
+        def run(conn: sqlite3.Connection) -> Schedule:
+            schedule = _insert_schedule(conn, new, now_us)
+            if idempotency_key is not None:
+                _set_idempotency_key(conn, schedule, idempotency_key)
+            return schedule
+
+        return await self._call(run, write=True)
+
+    async def get_schedule_by_idempotency_key(self, tenant: str, key: str) -> Schedule | None:
+        def run(conn: sqlite3.Connection) -> Schedule | None:
+            row = conn.execute(Q["schedule_get_by_idempotency_key"], {"tenant": tenant, "key": key}).fetchone()
+            return None if row is None else _schedule(row)
+
+        return await self._call(run, write=False)
 
     async def get_schedule(self, tenant: str, name: str) -> Schedule | None:
         def run(conn: sqlite3.Connection) -> Schedule | None:
@@ -658,16 +694,41 @@ class SqliteStore:
         lease_until = from_us(lease_until_us)  # aware UTC whatever zone `now` came in
         wanted = list(dict.fromkeys(queues))
 
+        minute_us = to_us(minute_of(now))
+
         def run(conn: sqlite3.Connection) -> list[Claim]:
-            found: list[tuple[int, int, str]] = []
+            # Pick: per queue, a share of each tenant's oldest rows and the queue's oldest.
+            found: set[int] = set()
             for queue in wanted:
-                found += conn.execute(Q["claim_pick"], {"queue": queue, "now": now_us, "limit": limit}).fetchall()
+                tenants = [row[0] for row in conn.execute(Q["claim_tenants"], {"queue": queue})]
+                if not tenants:
+                    continue
+                if len(tenants) > 1:
+                    params = {
+                        "queue": queue,
+                        "tenants": dumps(tenants),
+                        "share": -(-limit // len(tenants)),
+                        "now": now_us,
+                    }
+                    found.update(row[1] for row in conn.execute(Q["claim_pick_fair"], params))
+                found.update(
+                    row[1] for row in conn.execute(Q["claim_pick"], {"queue": queue, "now": now_us, "limit": limit})
+                )
             if not found:
                 return []
-            if len(wanted) > 1:  # oldest visible_at first across the queues
-                found.sort()
-                del found[limit:]
-            picked = [(did, occ) for _, did, occ in found]
+            # Judge (caps, fairness, overlap), then write the decisions, one statement each.
+            picked_ids = dumps(sorted(found))
+            conn.execute(Q["overlap_slots_ensure"], {"ids": picked_ids})
+            judged = conn.execute(
+                Q["claim_judge"], {"picked": picked_ids, "minute": minute_us, "limit": limit}
+            ).fetchall()
+            starts = [row for row in judged if row[0] == "start"]
+            losers = [row for row in judged if row[0] != "start"]
+            if losers:
+                self._write_losers(conn, losers, now_us)
+            if not starts:
+                return []
+            picked = [(row[1], row[2]) for row in starts]
             tokens = {occ: uuid.uuid4().hex for _, occ in picked}
             dispatch_ids = dumps([row[0] for row in picked])
             conn.execute(
@@ -683,6 +744,16 @@ class SqliteStore:
                 for row in conn.execute(Q["claim_start"], {"ids": dumps(list(tokens)), "now": now_us}).fetchall()
             }
             conn.execute(Q["claim_attempts"], {"dispatch_ids": dispatch_ids, "now": now_us})
+            per_tenant: dict[str, int] = {}
+            for row in starts:
+                per_tenant[row[3]] = per_tenant.get(row[3], 0) + 1
+            conn.execute(
+                Q["tenant_claims_count"],
+                {"counts": dumps([[t, n] for t, n in per_tenant.items()]), "minute": minute_us},
+            )
+            taken = [[row[4], row[2], None] for row in starts if row[5] != OverlapPolicy.ALLOW]
+            if taken:
+                conn.execute(Q["overlap_slots_take"], {"rows": dumps(taken)})
             definitions = self._definitions_for(conn, {(row[2], int(row[3])) for row in started.values()})
             claims: list[Claim] = []
             for _, occ in picked:
@@ -713,6 +784,20 @@ class SqliteStore:
             return claims
 
         return await self._call(run, write=True)
+
+    @staticmethod
+    def _write_losers(conn: sqlite3.Connection, losers: list[Any], now_us: int) -> None:
+        """Overlap losers of a claim (claim_judge): skipped ones end SKIPPED_OVERLAP; the
+        parked one stays ENQUEUED as its slot's waiter. Both leave the queue (the waiter
+        comes back when the slot's holder ends: overlap_release)."""
+        conn.execute(
+            Q["claim_losers"],
+            {"rows": dumps([[row[2], row[0], row[6]] for row in losers]), "now": now_us},
+        )
+        conn.execute(Q["dispatch_delete"], {"ids": dumps([row[1] for row in losers])})
+        parked = [[row[4], None, row[2]] for row in losers if row[0] == "park"]
+        if parked:
+            conn.execute(Q["overlap_slots_take"], {"rows": dumps(parked)})
 
     def _definitions_for(
         self, conn: sqlite3.Connection, keys: set[tuple[str, int]]
@@ -757,7 +842,8 @@ class SqliteStore:
             rows: list[list[Any]] = []
             done: list[int] = []
             retry: list[list[int]] = []
-            for dispatch_id, occ, token, attempt in held:
+            ended: list[str] = []
+            for dispatch_id, occ, token, attempt, _ in held:
                 c = by_token[token]
                 reason = None
                 if c.next_state is OccurrenceState.DEAD:
@@ -773,6 +859,7 @@ class SqliteStore:
                     retry.append([dispatch_id, at])
                 else:
                     done.append(dispatch_id)
+                    ended.append(occ)
             encoded = dumps(rows)
             conn.execute(Q["finish_attempts"], {"rows": encoded, "now": now_us})
             conn.execute(Q["finish_occurrences"], {"rows": encoded, "now": now_us})
@@ -780,6 +867,9 @@ class SqliteStore:
                 conn.execute(Q["dispatch_delete"], {"ids": dumps(done)})
             if retry:
                 conn.execute(Q["dispatch_retry"], {"rows": dumps(retry)})
+            conn.execute(Q["tenant_running_release"], {"tenants": dumps([row[4] for row in held])})
+            if ended:  # a RETRY_WAIT holder keeps its overlap slot until it ends
+                _release_slots(conn, ended, now_us)
             return {row[2] for row in held}
 
         return await self._call(run, write=True)
@@ -794,12 +884,13 @@ class SqliteStore:
             held = conn.execute(Q["leases_held"], params).fetchall()
             if not held:
                 return 0
-            conn.execute(Q["release_attempts"], {"keys": dumps([[occ, att] for _, occ, _, att in held])})
+            conn.execute(Q["release_attempts"], {"keys": dumps([[occ, att] for _, occ, _, att, _ in held])})
             conn.execute(Q["release_occurrences"], {"ids": dumps([row[1] for row in held])})
             conn.execute(
                 Q["dispatch_unlease"],
                 {"ids": dumps([row[0] for row in held]), "visible_at": None},
             )
+            conn.execute(Q["tenant_running_release"], {"tenants": dumps([row[4] for row in held])})
             return len(held)
 
         return await self._call(run, write=True)
@@ -817,7 +908,7 @@ class SqliteStore:
             conn.execute(
                 Q["reap_attempts"],
                 {
-                    "keys": dumps([[occ, att] for _, occ, att, _ in picked]),
+                    "keys": dumps([[occ, att] for _, occ, att, _, _ in picked]),
                     "now": now_us,
                     "error": "lease expired (worker crashed, paused or partitioned)",
                 },
@@ -833,13 +924,15 @@ class SqliteStore:
             if dead:
                 conn.execute(Q["dispatch_delete"], {"ids": dumps([row[0] for row in dead])})
                 conn.execute(Q["reap_dead"], {"ids": dumps([row[1] for row in dead]), "now": now_us})
+                _release_slots(conn, [row[1] for row in dead], now_us)
+            conn.execute(Q["tenant_running_release"], {"tenants": dumps([row[4] for row in picked])})
             return [
                 Reaped(
                     occurrence_id=occ,
                     attempt=int(attempt),
                     next_state=OccurrenceState.RETRY_WAIT if attempt < max_attempts else OccurrenceState.DEAD,
                 )
-                for _, occ, attempt, max_attempts in picked
+                for _, occ, attempt, max_attempts, _ in picked
             ]
 
         return await self._call(run, write=True)
@@ -852,6 +945,128 @@ class SqliteStore:
             return int(conn.execute(Q["prune"], params).rowcount)
 
         return await self._call(run, write=True)
+
+    async def sweep_misfires(self, fence: Fence, limit: int, now: datetime) -> int:
+        """See the port."""
+        now_us = to_us(now)
+
+        def run(conn: sqlite3.Connection) -> int:
+            self._advance_fence(conn, fence)
+            rows = conn.execute(
+                Q["misfire_pick"], {"now": now_us, "floor": _MISFIRE_FLOOR_US, "limit": limit}
+            ).fetchall()
+            missed = misfire_verdicts(
+                [
+                    LateRow(did, occ, from_us(visible), policy, timedelta(microseconds=int(lateness)),
+                            int(catch_up), int(newest), bool(newer))
+                    for did, occ, visible, policy, lateness, catch_up, newest, newer in rows
+                ],
+                now,
+            )  # fmt: skip
+            if not missed:
+                return 0
+            marks = dumps([[m.occurrence_id, m.reason] for m in missed])
+            conn.execute(Q["misfire_mark"], {"rows": marks, "now": now_us})
+            conn.execute(Q["dispatch_delete"], {"ids": dumps([m.dispatch_id for m in missed])})
+            _release_slots(conn, [m.occurrence_id for m in missed], now_us)
+            return len(missed)
+
+        return await self._call(run, write=True)
+
+    async def release_stale_slots(self, fence: Fence, limit: int, now: datetime) -> int:
+        """See the port."""
+        now_us = to_us(now)
+
+        def run(conn: sqlite3.Connection) -> int:
+            self._advance_fence(conn, fence)
+            stale = [row[0] for row in conn.execute(Q["overlap_stale"], {"limit": limit})]
+            if stale:
+                _release_slots(conn, stale, now_us)
+            return len(stale)
+
+        return await self._call(run, write=True)
+
+    # -- occurrences: running, dead letters ------------------------------------------------
+
+    async def running_occurrences(self, schedule_id: str) -> list[Occurrence]:
+        def run(conn: sqlite3.Connection) -> list[Occurrence]:
+            rows = conn.execute(Q["occurrences_running"], {"schedule_id": schedule_id}).fetchall()
+            return [_occurrence(row) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def list_dead(
+        self, schedule_id: str | None = None, tenant: str | None = None, limit: int = 50
+    ) -> list[Occurrence]:
+        def run(conn: sqlite3.Connection) -> list[Occurrence]:
+            if schedule_id is None:
+                rows = conn.execute(Q["dlq_list"], {"tenant": tenant, "limit": limit}).fetchall()
+            else:
+                rows = conn.execute(
+                    Q["dlq_list_by_schedule"], {"schedule_id": schedule_id, "limit": limit}
+                ).fetchall()
+            return [dataclasses.replace(_occurrence(row[:15]), last_error=row[15]) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def replay_dead(self, occurrence_id: str, reason: str, now: datetime) -> Occurrence:
+        """See the port."""
+        now_us = to_us(now)
+
+        def run(conn: sqlite3.Connection) -> Occurrence:
+            params = {"id": occurrence_id, "now": now_us, "reason": reason}
+            if conn.execute(Q["dlq_replay"], params).fetchone() is None:
+                raise _not_dead(conn, occurrence_id)
+            conn.execute(Q["dlq_dispatch"], params)
+            return _occurrence(conn.execute(Q["occurrence_get"], {"id": occurrence_id}).fetchone())
+
+        return await self._call(run, write=True)
+
+    async def drop_dead(self, occurrence_id: str, reason: str, now: datetime) -> Occurrence:
+        """See the port."""
+        now_us = to_us(now)
+
+        def run(conn: sqlite3.Connection) -> Occurrence:
+            if conn.execute(Q["dlq_drop"], {"id": occurrence_id, "now": now_us, "reason": reason}).fetchone() is None:
+                raise _not_dead(conn, occurrence_id)
+            return _occurrence(conn.execute(Q["occurrence_get"], {"id": occurrence_id}).fetchone())
+
+        return await self._call(run, write=True)
+
+    # -- tenants ---------------------------------------------------------------------------
+
+    async def set_tenant_limits(self, limits: TenantLimits, now: datetime) -> TenantLimits:
+        """See the port."""
+        params = {
+            "tenant": limits.tenant,
+            "max_schedules": limits.max_schedules,
+            "max_running": limits.max_running,
+            "max_triggers_per_minute": limits.max_triggers_per_minute,
+            "catch_up_rate": limits.catch_up_rate,
+            "now": to_us(now),
+        }
+
+        def run(conn: sqlite3.Connection) -> TenantLimits:
+            conn.execute(Q["tenant_limits_upsert"], params)
+            conn.execute(Q["tenant_running_recount"], {"tenant": limits.tenant})
+            return limits
+
+        return await self._call(run, write=True)
+
+    async def tenant_limits(self) -> list[TenantLimits]:
+        def run(conn: sqlite3.Connection) -> list[TenantLimits]:
+            return [TenantLimits(*row) for row in conn.execute(Q["tenant_limits_all"])]
+
+        return await self._call(run, write=False)
+
+    async def tenant_usage(self) -> list[TenantUsage]:
+        def run(conn: sqlite3.Connection) -> list[TenantUsage]:
+            return [
+                TenantUsage(TenantLimits(*row[:5]), schedules=int(row[5]), running=int(row[6]))
+                for row in conn.execute(Q["tenant_usage"])
+            ]
+
+        return await self._call(run, write=False)
 
     # -- observation -----------------------------------------------------------------------
 
@@ -874,6 +1089,75 @@ class SqliteStore:
         """SQLite has no server: the local clock (the offset check is then zero)."""
         return datetime.now(UTC)
 
+    # -- operator read paths ---------------------------------------------------------------
+
+    async def reconcile_rows(self, start: datetime, end: datetime, schedule_id: str | None = None) -> ReconcileRows:
+        """See the port: one read transaction (WAL: one snapshot) for both statements."""
+        params = {"start": to_us(start), "end": to_us(end), "schedule_id": schedule_id}
+
+        def run(conn: sqlite3.Connection) -> ReconcileRows:
+            if schedule_id is None:
+                versions = conn.execute(Q["reconcile_versions"], params).fetchall()
+                rows = conn.execute(Q["reconcile_occurrences"], params).fetchall()
+            else:
+                versions = conn.execute(Q["reconcile_versions_of"], params).fetchall()
+                rows = conn.execute(Q["reconcile_occurrences_of"], params).fetchall()
+            return ReconcileRows(
+                schedules=_histories(versions),
+                occurrences=[dataclasses.replace(_occurrence(row[:15]), last_error=row[15]) for row in rows],
+            )
+
+        return await self._call(run, write=False)
+
+    async def queue_stats(self, now: datetime) -> list[QueueStats]:
+        params = {"now": to_us(now)}
+
+        def run(conn: sqlite3.Connection) -> list[QueueStats]:
+            return [
+                QueueStats(queue, int(ready), int(running), int(staged), opt_from_us(oldest))
+                for queue, ready, running, staged, oldest in conn.execute(Q["queue_stats"], params)
+            ]
+
+        return await self._call(run, write=False)
+
+    async def start_lag(self, since: datetime, now: datetime) -> LagStats:
+        """See the port: nearest ranks from SQL, interpolated here as ``percentile_cont``."""
+        params = {"since": to_us(since), "now": to_us(now)}
+
+        def run(conn: sqlite3.Connection) -> LagStats:
+            count, *pairs = conn.execute(Q["start_lag"], params).fetchone()
+            if not count:
+                return LagStats(0, None, None, None)
+            p50, p95, p99 = (
+                _interpolate(int(count), rank, pairs[2 * i], pairs[2 * i + 1]) for i, rank in enumerate((50, 95, 99))
+            )
+            return LagStats(int(count), p50, p95, p99)
+
+        return await self._call(run, write=False)
+
+    async def dead_count(self) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(Q["dead_count"]).fetchone()[0])
+
+        return await self._call(run, write=False)
+
+    async def not_run_counts(self, since: datetime, until: datetime) -> dict[tuple[OccurrenceState, str], int]:
+        params = {"since": to_us(since), "until": to_us(until)}
+
+        def run(conn: sqlite3.Connection) -> dict[tuple[OccurrenceState, str], int]:
+            rows = conn.execute(Q["not_run_counts"], params).fetchall()
+            return {(OccurrenceState(state), str(kind)): int(n) for state, kind, n in rows}
+
+        return await self._call(run, write=False)
+
+    async def enqueue_lags(self, since: datetime, until: datetime, limit: int) -> list[float]:
+        params = {"since": to_us(since), "until": to_us(until), "limit": limit}
+
+        def run(conn: sqlite3.Connection) -> list[float]:
+            return [int(lag) / 1e6 for (lag,) in conn.execute(Q["enqueue_lags"], params)]
+
+        return await self._call(run, write=False)
+
 
 # -- schedule writes (one connection, inside the caller's transaction) -------------------------
 
@@ -882,6 +1166,7 @@ def _insert_schedule(conn: sqlite3.Connection, new: NewSchedule, now_us: int) ->
     """``create_schedule``'s statements: the schedule row at version 1 and its first
     ``schedule_versions`` row. ``Conflict`` when the live name (or the id) is taken."""
     definition = new.definition
+    _check_schedule_quota(conn, definition.tenant)
     try:
         conn.execute(
             Q["schedule_insert"],
@@ -991,6 +1276,41 @@ def _change_schedule(conn: sqlite3.Connection, change: ScheduleChange, now_us: i
     return schedule, canceled
 
 
+def _not_dead(conn: sqlite3.Connection, occurrence_id: str) -> ClockdError:
+    row = conn.execute(Q["occurrence_get"], {"id": occurrence_id}).fetchone()
+    if row is None:
+        return NotFound(f"no occurrence {occurrence_id!r}")
+    return Conflict(not_dead_message(_occurrence(row)))
+
+
+def _check_schedule_quota(conn: sqlite3.Connection, tenant: str) -> None:
+    """``QuotaExceeded`` when ``tenant`` already has ``max_schedules`` live schedules.
+    (The write lock serializes creates; PostgreSQL locks the tenant's limits row.)"""
+    row = conn.execute(Q["tenant_limits_lock"], {"tenant": tenant}).fetchone()
+    if row is None:
+        return
+    count = int(conn.execute(Q["tenant_schedules_count"], {"tenant": tenant}).fetchone()[0])
+    if count >= int(row[0]):
+        raise QuotaExceeded(schedule_quota_message(tenant, int(row[0])))
+
+
+def _set_idempotency_key(conn: sqlite3.Connection, schedule: Schedule, key: str) -> None:
+    try:
+        conn.execute(Q["schedule_set_idempotency_key"], {"id": schedule.id, "key": key})
+    except sqlite3.IntegrityError as exc:
+        if "schedules.tenant" not in str(exc) and "idempotency" not in str(exc):
+            raise
+        raise Conflict(idempotency_conflict_message(key, schedule.definition.tenant)) from exc
+
+
+def _release_slots(conn: sqlite3.Connection, ended: Sequence[str], now_us: int) -> None:
+    """``overlap_release`` for occurrences that just ended: the slots they held pass to
+    their waiter, which becomes claimable now."""
+    ids = dumps(list(ended))
+    conn.execute(Q["overlap_unpark"], {"ids": ids, "now": now_us})
+    conn.execute(Q["overlap_release"], {"ids": ids})
+
+
 # -- row decoding ----------------------------------------------------------------------------
 
 
@@ -1056,6 +1376,53 @@ def _statements(script: LiteralString) -> list[LiteralString]:
     if rest:
         raise ValueError(f"unterminated statement at the end of a migration: {rest[:80]!r}")
     return statements
+
+
+# -- operator read paths: row decoding ---------------------------------------------------------
+
+
+def _histories(rows: Sequence[Sequence[Any]]) -> list[ScheduleHistory]:
+    """``reconcile_versions`` lines (one per version, grouped by schedule) as histories."""
+    out: list[ScheduleHistory] = []
+    versions: list[VersionRecord] = []
+    for index, row in enumerate(rows):
+        (sid, tenant, name, state, version, next_run_at, created_at,
+         v_version, v_state, valid_from, valid_to, definition, v_next) = row  # fmt: skip
+        versions.append(
+            VersionRecord(
+                version=int(v_version),
+                state=ScheduleState(v_state),
+                valid_from=from_us(valid_from),
+                valid_to=opt_from_us(valid_to),
+                definition=definition_from_json(definition),
+                next_run_at=opt_from_us(v_next),
+            )
+        )
+        if index + 1 == len(rows) or rows[index + 1][0] != sid:
+            out.append(
+                ScheduleHistory(
+                    schedule_id=sid,
+                    name=name,
+                    tenant=tenant,
+                    state=ScheduleState(state),
+                    version=int(version),
+                    next_run_at=opt_from_us(next_run_at),
+                    created_at=from_us(created_at),
+                    versions=tuple(versions),
+                )
+            )
+            versions = []
+    return out
+
+
+def _interpolate(count: int, rank: int, low: int | None, high: int | None) -> float | None:
+    """``percentile_cont(rank/100)`` from the values at offsets floor((n-1)·p) and the next
+    one (µs in, seconds out)."""
+    if low is None:
+        return None
+    fraction = ((count - 1) * rank % 100) / 100
+    upper = low if high is None else high
+    return (low + (upper - low) * fraction) / 1e6
 
 
 __all__ = ["KNOWN_VERSION", "MIGRATIONS", "SqliteStore"]

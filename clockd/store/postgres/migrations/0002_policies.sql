@@ -13,8 +13,9 @@ CREATE UNIQUE INDEX schedules_idempotency ON schedules (tenant, idempotency_key)
 -- policy is not `allow` (written with the schedule: schedule_insert, schedule_update).
 -- running_id holds the slot: the occurrence that is running (or retrying: a RETRY_WAIT
 -- holder keeps it until it ends); waiting_id is the one occurrence queue_one lets wait
--- (its dispatch row is parked: visible_at = 'infinity'). Released (handed to
--- waiting_id) when the holder ends. The claim locks these rows FOR UPDATE SKIP LOCKED:
+-- (still ENQUEUED, but out of the queue: no dispatch row while it waits). Released when
+-- the holder ends: the slot passes to waiting_id, whose dispatch row is written back,
+-- claimable at once. The claim locks these rows FOR UPDATE SKIP LOCKED:
 -- two workers racing for one schedule never both decide it is free.
 CREATE TABLE overlap_slots (
     schedule_id text COLLATE "C" PRIMARY KEY REFERENCES schedules (id),
@@ -49,3 +50,6 @@ CREATE TABLE tenant_limits (
     window_claims           integer NOT NULL DEFAULT 0,
     updated_at              timestamptz NOT NULL
 );
+
+-- The dead-letter queue (`clockctl dlq list`), newest first, without a scan.
+CREATE INDEX occurrences_dead ON occurrences (finished_at, id) WHERE state = 'DEAD';

@@ -11,8 +11,9 @@ CREATE UNIQUE INDEX schedules_idempotency ON schedules (tenant, idempotency_key)
 -- Overlap policy (skip, queue_one), enforced by the claim: one row per schedule whose
 -- policy is not `allow`. running_id holds the slot: the occurrence that is running (or
 -- retrying: a RETRY_WAIT holder keeps it until it ends); waiting_id is the one
--- occurrence queue_one lets wait (its dispatch row is parked: visible_at = the end
--- of time). Released (handed to waiting_id) when the holder ends.
+-- occurrence queue_one lets wait (still ENQUEUED, but out of the queue: no dispatch
+-- row while it waits). Released when the holder ends: the slot passes to waiting_id,
+-- whose dispatch row is written back, claimable at once.
 CREATE TABLE overlap_slots (
     schedule_id TEXT PRIMARY KEY REFERENCES schedules (id),
     running_id  TEXT,
@@ -45,3 +46,6 @@ CREATE TABLE tenant_limits (
     window_claims           INTEGER NOT NULL DEFAULT 0,
     updated_at              INTEGER NOT NULL
 );
+
+-- The dead-letter queue (`clockctl dlq list`), newest first, without a scan.
+CREATE INDEX occurrences_dead ON occurrences (finished_at) WHERE state = 'DEAD';

@@ -1,0 +1,205 @@
+"""``clockctl update``: a new version of a schedule's definition.
+
+The store writes the new version and cancels the not-yet-claimed occurrences of
+older versions in one transaction; the cursor never moves back, so no instant is
+materialized twice; occurrences already claimed finish under their version (the
+command says how many).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import typer
+
+from clockctl import policyopts
+from clockctl.context import with_ops
+from clockctl.output import OutputFormat, console, emit_json, handle_errors
+from clockctl.render import iso, local, occurrence_doc, schedule_doc
+from clockd.core.durations import parse_duration
+from clockd.core.instants import format_instant, parse_instant
+from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef, ScheduleKind, Target
+from clockd.errors import InvalidInput
+from clockd.ops import Change, Ops, next_runs, spec_of, starts_of
+
+Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "update",
+        context_settings={"allow_extra_args": False},
+        epilog='Example: clockctl update report --cron "30 9 * * 1-5" --overlap skip',
+    )
+    @handle_errors
+    def update(
+        name: Annotated[str, typer.Argument(metavar="NAME", help="schedule name")],
+        args: Annotated[
+            list[str] | None,
+            typer.Argument(metavar="[-- COMMAND [ARGS]...]", help="a new command, after --"),
+        ] = None,
+        cron: Annotated[str | None, typer.Option("--cron", metavar="EXPR", help="a new cron expression")] = None,
+        every: Annotated[
+            str | None, typer.Option("--every", metavar="DURATION", help="run at a fixed rate instead")
+        ] = None,
+        at: Annotated[str | None, typer.Option("--at", metavar="INSTANT", help="run once at INSTANT instead")] = None,
+        tz: Annotated[str | None, typer.Option("--tz", metavar="ZONE", help="a new IANA time zone")] = None,
+        command: Annotated[
+            str | None,
+            typer.Option("--command", metavar="TEXT", help="a new command line (split like a shell would)"),
+        ] = None,
+        shell: Annotated[bool, typer.Option("--shell", help="run the new command string through /bin/sh -c")] = False,
+        queue: Annotated[str | None, typer.Option("--queue", metavar="QUEUE", help="a new queue")] = None,
+        timeout: Annotated[
+            str | None, typer.Option("--timeout", metavar="DURATION|none", help="a new attempt timeout")
+        ] = None,
+        retries: Annotated[int | None, typer.Option("--retries", metavar="N", help="retries after a failure")] = None,
+        backoff: Annotated[str | None, typer.Option("--backoff", metavar="DURATION", help="first retry delay")] = None,
+        misfire: policyopts.Misfire = None,
+        max_lateness: policyopts.MaxLateness = None,
+        catch_up_limit: policyopts.CatchUpLimit = None,
+        overlap: policyopts.Overlap = None,
+        window: policyopts.Window = None,
+        permanent_exit_codes: policyopts.PermanentExitCodes = None,
+        tenant: Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant of the schedule")] = "default",
+        output: Output = OutputFormat.table,
+    ) -> None:
+        """Change a schedule: a new version. Pending occurrences of the old version are
+        canceled; running ones finish under it; the next runs follow the new definition
+        (no instant runs twice). Options left out keep their value."""
+        edits = _Edits(
+            args or [], cron, every, at, tz, command, shell, queue, timeout, retries, backoff,
+            misfire, max_lateness, catch_up_limit, overlap, window, permanent_exit_codes,
+        )  # fmt: skip
+
+        async def go(ops: Ops) -> tuple[int, Change]:
+            current = await ops.get(name, tenant)
+            return current.version, await ops.update(name, edits.apply(current.definition), tenant)
+
+        before, change = with_ops(go)
+        schedule = change.schedule
+        upcoming = (
+            next_runs(spec_of(schedule), schedule.next_run_at - timedelta(microseconds=1), 5)
+            if schedule.next_run_at and schedule.state == "active"
+            else []
+        )
+        if output is OutputFormat.json:
+            emit_json(
+                {
+                    **schedule_doc(schedule),
+                    "previous_version": before,
+                    "canceled": change.canceled,
+                    "running": [occurrence_doc(o) for o in change.running],
+                    "next_runs": [iso(t) for t in upcoming],
+                    "next_starts": [iso(t) for t in starts_of(schedule, upcoming)],
+                }
+            )
+            return
+        if schedule.version == before:
+            console.print(f"{schedule.name} unchanged (version {before})")
+            return
+        console.print(
+            f"updated {schedule.name}: version {before} → {schedule.version}; canceled {change.canceled} "
+            f"pending occurrence{'s' if change.canceled != 1 else ''} of older versions"
+        )
+        for version, count in sorted(Counter(o.version for o in change.running).items()):
+            console.print(
+                f"{count} running occurrence{'s' if count > 1 else ''} of version {version} will finish "
+                f"under version {version}"
+            )
+        if upcoming:
+            console.print("next runs:")
+            for t, start in zip(upcoming, starts_of(schedule, upcoming), strict=True):
+                line = f"  {local(t, schedule.definition.tz)}  ({iso(t)})"
+                if start != t:
+                    line += f"  starts {iso(start)}"
+                console.print(line)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Edits:
+    args: list[str]
+    cron: str | None
+    every: str | None
+    at: str | None
+    tz: str | None
+    command: str | None
+    shell: bool
+    queue: str | None
+    timeout: str | None
+    retries: int | None
+    backoff: str | None
+    misfire: MisfirePolicy | None
+    max_lateness: str | None
+    catch_up_limit: int | None
+    overlap: OverlapPolicy | None
+    window: str | None
+    permanent_exit_codes: str | None
+
+    def apply(self, current: ScheduleDef) -> ScheduleDef:
+        """``current`` with these edits (validated later by ``Ops``)."""
+        if sum(x is not None for x in (self.cron, self.every, self.at)) > 1:
+            raise InvalidInput("give one of --cron, --every or --at")
+        if self.command is not None and self.args:
+            raise InvalidInput("give the new command either with --command or after --, not both")
+        changes: dict[str, object] = {}
+        tz = self.tz if self.tz is not None else current.tz
+        if self.tz is not None:
+            changes["tz"] = self.tz
+        if self.cron is not None:
+            changes["kind"], changes["expr"] = ScheduleKind.CRON, self.cron
+        elif self.every is not None:
+            changes["kind"], changes["expr"] = ScheduleKind.EVERY, self.every
+        elif self.at is not None:
+            instant = parse_instant(self.at, tz, datetime.now(UTC))
+            changes["kind"], changes["expr"] = ScheduleKind.ONCE, format_instant(instant)
+        target = self._target(current.target)
+        if target is not None:
+            changes["target"] = target
+        elif self.shell:
+            raise InvalidInput("--shell applies to a new command (--command or after --)")
+        if self.queue is not None:
+            changes["queue"] = self.queue
+        if self.timeout is not None:
+            changes["timeout"] = None if self.timeout.strip().lower() == "none" else parse_duration(self.timeout)
+        retry = current.retry
+        if self.retries is not None:
+            if self.retries < 0:
+                raise InvalidInput("--retries: must be 0 or more")
+            retry = dataclasses.replace(retry, retries=self.retries)
+        if self.backoff is not None:
+            retry = dataclasses.replace(retry, backoff=parse_duration(self.backoff))
+        changes["retry"] = retry
+        edited = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+        return policyopts.apply_policies(
+            edited,
+            misfire=self.misfire,
+            max_lateness=self.max_lateness,
+            catch_up_limit=self.catch_up_limit,
+            overlap=self.overlap,
+            window=self.window,
+            permanent_exit_codes=self.permanent_exit_codes,
+        )
+
+    def _target(self, current: Target) -> Target | None:
+        """The new command target, keeping what the old command ran with (env, cwd, user…)."""
+        if self.command is None and not self.args:
+            return None
+        if self.shell:
+            argv: tuple[str, ...] = (self.command if self.command is not None else " ".join(self.args),)
+        elif self.command is not None:
+            try:
+                argv = tuple(shlex.split(self.command))
+            except ValueError as exc:
+                raise InvalidInput(f"--command: {exc}") from None
+        else:
+            argv = tuple(self.args)
+        if not argv or not argv[0]:
+            raise InvalidInput("the new command is empty")
+        if isinstance(current, CommandTarget):
+            return dataclasses.replace(current, argv=argv, shell=self.shell)
+        return CommandTarget(argv=argv, shell=self.shell)

@@ -1,0 +1,121 @@
+"""The leader's samples: cluster-wide figures read from the store, exported as metrics.
+
+Only the leader samples (one process, so a figure is never counted twice), from its
+tick, on its own cadence:
+
+* every ``sample_every`` (10 s): queue depth and the oldest claimable row's age per
+  queue (``clockd_queue_depth``, ``clockd_queue_oldest_age_seconds``), the dead-letter
+  queue's size (``clockd_dlq_size``), the MISSED / SKIPPED_OVERLAP occurrences that ended
+  since the last sample by reason (``clockd_occurrences_not_run_total``; by their
+  ``finished_at``, so a row committed after its window was sampled is not counted: a
+  lower bound), and the lag from due to staged in the queue of the occurrences due since
+  the last sample (``clockd_schedule_lag_seconds{step="enqueued"}``; the relay does not
+  read ``available_at``, so it is observed here — 0 when staged ahead, as it should be);
+* every ``reconcile_every`` (60 s): the reconciler over the last ``reconcile_window``
+  (1 h) ending ``reconcile_margin`` before now (two materializer horizons: by then every
+  instant of the window has been within the materializer's reach for a whole horizon),
+  exported as ``clockd_occurrences_unaccounted`` and logged (``reconcile_unaccounted``)
+  when not zero.
+
+A failed sample is logged and skipped: observing must never stop the leader's work.
+Reads only, so nothing here is fenced.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from clockd.core.clock import Clock
+from clockd.core.instants import format_instant
+from clockd.errors import StoreError
+from clockd.obs import metrics
+from clockd.reconcile import run_reconcile
+from clockd.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerSettings:
+    sample_every: float = 10.0  # seconds
+    reconcile_every: float = 60.0  # seconds; 0 turns the reconciler off
+    reconcile_window: timedelta = timedelta(hours=1)
+    reconcile_margin: timedelta = timedelta(minutes=4)  # 2 × the default horizon
+    lag_rows: int = 50_000  # enqueue lags observed per sample at most
+
+
+class Sampler:
+    def __init__(self, store: Store, clock: Clock, settings: SamplerSettings | None = None) -> None:
+        self.store, self.clock = store, clock
+        self.settings = settings or SamplerSettings()
+        self._last_sample: float | None = None
+        self._last_reconcile: float | None = None
+        self._since: datetime | None = None  # end of the last sampled window
+        self._queues: set[str] = set()
+        self.last_unaccounted: int | None = None
+
+    async def maybe(self, now: datetime) -> None:
+        """Sample what is due; called by the leader's tick while it leads."""
+        mono = self.clock.monotonic()
+        if self._last_sample is None or mono - self._last_sample >= self.settings.sample_every:
+            self._last_sample = mono
+            await self._guarded("sample", self.sample(now))
+        every = self.settings.reconcile_every
+        if every > 0 and (self._last_reconcile is None or mono - self._last_reconcile >= every):
+            self._last_reconcile = mono
+            await self._guarded("reconcile", self.reconcile(now))
+
+    async def _guarded(self, what: str, work: Awaitable[object]) -> None:
+        try:
+            await work
+        except StoreError as exc:
+            log.warning("leader %s failed: %s", what, exc.message, extra={"action": "sample_failed", "what": what})
+
+    async def sample(self, now: datetime) -> None:
+        since = self._since if self._since is not None else now - timedelta(seconds=self.settings.sample_every)
+        queues = await self.store.queue_stats(now)
+        seen = set()
+        for q in queues:
+            seen.add(q.queue)
+            metrics.queue_depth.labels(queue=q.queue).set(q.ready)
+            age = (now - q.oldest_ready_at).total_seconds() if q.oldest_ready_at else 0.0
+            metrics.oldest_queued_age.labels(queue=q.queue).set(max(0.0, age))
+        for gone in self._queues - seen:
+            metrics.queue_depth.labels(queue=gone).set(0)
+            metrics.oldest_queued_age.labels(queue=gone).set(0)
+        self._queues |= seen
+        metrics.dlq_size.set(await self.store.dead_count())
+        if since < now:
+            for (state, reason), count in (await self.store.not_run_counts(since, now)).items():
+                metrics.occurrences_not_run.labels(state=str(state), reason=reason).inc(count)
+            histogram = metrics.schedule_lag.labels(step="enqueued")
+            for lag in await self.store.enqueue_lags(since, now, self.settings.lag_rows):
+                histogram.observe(max(0.0, lag))
+        self._since = now
+
+    async def reconcile(self, now: datetime) -> int:
+        end = now - self.settings.reconcile_margin
+        start = end - self.settings.reconcile_window
+        report = await run_reconcile(self.store, start, end)
+        self.last_unaccounted = report.unaccounted
+        metrics.occurrences_unaccounted.set(report.unaccounted)
+        if report.unaccounted:
+            shown = "; ".join(f"{e.schedule} {format_instant(e.instant)} {e.status}" for e in report.problems[:5])
+            log.warning(
+                "%d expected instant(s) not accounted for between %s and %s: %s",
+                report.unaccounted,
+                format_instant(start),
+                format_instant(end),
+                shown,
+                extra={"action": "reconcile_unaccounted", "count": report.unaccounted},
+            )
+        else:
+            log.debug(
+                "reconciled %d expected instant(s): all accounted for",
+                report.expected,
+                extra={"action": "reconciled", "count": report.expected},
+            )
+        return report.unaccounted

@@ -1,0 +1,326 @@
+"""The reconciler: is every instant the time contract expected accounted for, exactly once?
+
+Pure logic over what ``Store.reconcile_rows`` reads (one snapshot): each schedule's
+version history and the planned occurrences of a range. ``clockctl reconcile``, the
+leader (every minute, exported as ``clockd_occurrences_unaccounted``), ``clockctl
+status`` and ``clockctl explain`` all use it.
+
+What a schedule expects, from its versions (``schedule_versions``) and the time
+contract (``compile_spec(kind, expr, tz, created_at)``):
+
+* an **active** version ``k`` expects the instants of its definition from its start
+  cursor ``s_k`` (the schedule's ``next_run_at`` when the version was written: an
+  update never re-materializes an instant the old version materialized, so the new
+  version starts at the old cursor, see ``clockd.ops.cursor_after_update``) up to,
+  not including, the end of its validity ``u_k`` (``valid_to``). Versions written
+  before schema 0003 have no recorded start: they start strictly after ``valid_from``;
+* a **paused** or **deleted** version expects nothing;
+* instants of an active version at or after ``u_k`` and before the next version's start
+  ``s_{k+1}`` may have been materialized ahead of time (up to the horizon) before the
+  change: they are *optional* — absent is fine, present once is accounted for
+  (normally CANCELED by the change, with its reason);
+* instants of the current active version at or after the schedule's cursor
+  (``next_run_at``) are **not yet due** (not materialized yet), never missing.
+
+Every expected instant must have exactly one planned occurrence, in one of the
+accounted states: SUCCEEDED, RUNNING, queued (SCHEDULED, ENQUEUED, RETRY_WAIT), DEAD,
+MISSED, SKIPPED_OVERLAP, CANCELED — each with its reason where it has one. The
+problems: **missing** (no occurrence), **doubled** (more than one occurrence at one
+instant, whatever their versions), **unexpected** (an occurrence at an instant no
+version expects, or of another version than the one that expects it). DST gap
+instants are never expected (the contract skips them); a repeated wall time of a
+fixed-hour job is expected once, at its first instant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from clockd.core.instants import format_instant
+from clockd.core.model import Occurrence, OccurrenceState, ScheduleState
+from clockd.core.spec import Spec, compile_spec
+from clockd.errors import ClockdError
+from clockd.store import ReconcileRows, ScheduleHistory, Store, VersionRecord
+
+_EPSILON = timedelta(microseconds=1)
+
+
+class Status(StrEnum):
+    """How one instant is accounted for (the first eight), or what is wrong with it."""
+
+    SUCCEEDED = "SUCCEEDED"
+    RUNNING = "RUNNING"
+    QUEUED = "queued"  # SCHEDULED, ENQUEUED, RETRY_WAIT
+    DEAD = "DEAD"
+    MISSED = "MISSED"
+    SKIPPED_OVERLAP = "SKIPPED_OVERLAP"
+    CANCELED = "CANCELED"
+    NOT_YET_DUE = "not_yet_due"
+    MISSING = "missing"
+    DOUBLED = "doubled"
+    UNEXPECTED = "unexpected"
+
+    @property
+    def problem(self) -> bool:
+        return self in PROBLEMS
+
+
+PROBLEMS = frozenset({Status.MISSING, Status.DOUBLED, Status.UNEXPECTED})
+
+_BY_STATE = {
+    OccurrenceState.SUCCEEDED: Status.SUCCEEDED,
+    OccurrenceState.RUNNING: Status.RUNNING,
+    OccurrenceState.SCHEDULED: Status.QUEUED,
+    OccurrenceState.ENQUEUED: Status.QUEUED,
+    OccurrenceState.RETRY_WAIT: Status.QUEUED,
+    OccurrenceState.DEAD: Status.DEAD,
+    OccurrenceState.MISSED: Status.MISSED,
+    OccurrenceState.SKIPPED_OVERLAP: Status.SKIPPED_OVERLAP,
+    OccurrenceState.CANCELED: Status.CANCELED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One instant of one schedule and how it is accounted for."""
+
+    schedule_id: str
+    schedule: str  # name
+    instant: datetime
+    status: Status
+    expected_version: int | None  # the version that expects it (None: optional or unexpected)
+    occurrences: tuple[Occurrence, ...] = ()
+    detail: str = ""
+
+    @property
+    def reason(self) -> str | None:
+        return self.occurrences[0].reason if len(self.occurrences) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    start: datetime
+    end: datetime
+    schedules: int
+    expected: int  # instants some version expects in [start, end]
+    counts: dict[Status, int]
+    entries: list[Entry] = field(default_factory=list)  # every instant looked at, in order
+
+    @property
+    def problems(self) -> list[Entry]:
+        return [e for e in self.entries if e.status.problem]
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.counts.get(s, 0) for s in PROBLEMS)
+
+    @property
+    def unaccounted(self) -> int:
+        return sum(self.counts.get(s, 0) for s in PROBLEMS)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What one version expects: its fires in (``after``, ``until``), and may have in
+    [``until``, ``optional_until``)."""
+
+    version: VersionRecord
+    spec: Spec | None  # None: expects nothing (paused, deleted, or the definition no longer compiles)
+    after: datetime  # exclusive
+    until: datetime | None  # exclusive; None = open
+    optional_until: datetime | None  # exclusive; None = open
+    problem: str = ""  # why spec is None although the version is active
+
+    def expects(self, instant: datetime) -> bool:
+        return (
+            self.spec is not None
+            and self.after < instant
+            and (self.until is None or instant < self.until)
+            and is_fire(self.spec, instant)
+        )
+
+    def allows(self, instant: datetime) -> bool:
+        """An instant materialized before the version ended (then canceled, normally)."""
+        return (
+            self.spec is not None
+            and self.until is not None
+            and instant >= self.until
+            and (self.optional_until is None or instant < self.optional_until)
+            and is_fire(self.spec, instant)
+        )
+
+
+def is_fire(spec: Spec, instant: datetime) -> bool:
+    return spec.next_after(instant - _EPSILON) == instant
+
+
+def windows(history: ScheduleHistory) -> list[Window]:
+    """Each version's expectations (see the module docstring), oldest first."""
+    out: list[Window] = []
+    versions = history.versions
+    for index, v in enumerate(versions):
+        nxt = versions[index + 1] if index + 1 < len(versions) else None
+        until = v.valid_to
+        # The next version's start: where instants this one materialized ahead must stop.
+        optional_until = nxt.next_run_at if nxt is not None and nxt.next_run_at is not None else None
+        after = v.next_run_at - _EPSILON if v.next_run_at is not None else v.valid_from
+        spec: Spec | None = None
+        problem = ""
+        if v.state is ScheduleState.ACTIVE:
+            d = v.definition
+            try:
+                spec = compile_spec(d.kind, d.expr, d.tz, history.created_at)
+            except ClockdError as exc:
+                problem = f"version {v.version} no longer compiles: {exc.message}"
+        out.append(Window(v, spec, after, until, optional_until, problem))
+    return out
+
+
+def reconcile(
+    rows: ReconcileRows,
+    start: datetime,
+    end: datetime,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> Report:
+    """Account for every instant in ``[start, end]`` of the schedules in ``rows``."""
+    by_schedule: dict[str, list[Occurrence]] = defaultdict(list)
+    for occ in rows.occurrences:
+        by_schedule[occ.schedule_id].append(occ)
+    entries: list[Entry] = []
+    expected = 0
+    for history in rows.schedules:
+        found, count = reconcile_schedule(history, by_schedule.get(history.schedule_id, ()), start, end)
+        entries.extend(found)
+        expected += count
+        if progress is not None:
+            progress(1)
+    counts = Counter(e.status for e in entries)
+    return Report(start, end, len(rows.schedules), expected, dict(counts), entries)
+
+
+def reconcile_schedule(
+    history: ScheduleHistory, occurrences: Iterable[Occurrence], start: datetime, end: datetime
+) -> tuple[list[Entry], int]:
+    """The entries of one schedule over ``[start, end]``, and how many instants it expects."""
+    wins = windows(history)
+    expected: dict[datetime, int] = {}
+    for w in wins:
+        if w.spec is None:
+            continue
+        t = w.spec.next_after(max(w.after, start - _EPSILON))
+        while t is not None and t <= end and (w.until is None or t < w.until):
+            expected[t] = w.version.version
+            t = w.spec.next_after(t)
+    at: dict[datetime, list[Occurrence]] = defaultdict(list)
+    for occ in occurrences:
+        if start <= occ.scheduled_for <= end and not occ.manual:
+            at[occ.scheduled_for].append(occ)
+    current = wins[-1] if wins else None
+    cursor = history.next_run_at
+    entries: list[Entry] = []
+    for instant in sorted(set(expected) | set(at)):
+        version = expected.get(instant)
+        rows = tuple(sorted(at.get(instant, ()), key=lambda o: (o.version, o.id)))
+        entries.append(_account(history, wins, current, cursor, instant, version, rows))
+    return entries, len(expected)
+
+
+def _account(
+    history: ScheduleHistory,
+    wins: list[Window],
+    current: Window | None,
+    cursor: datetime | None,
+    instant: datetime,
+    version: int | None,
+    rows: tuple[Occurrence, ...],
+) -> Entry:
+    def entry(status: Status, detail: str = "") -> Entry:
+        return Entry(history.schedule_id, history.name, instant, status, version, rows, detail)
+
+    if len(rows) > 1 and version is not None:
+        # A CANCELED occurrence of an older version that the expecting version planned again
+        # (``resume --from paused-at`` re-plans the paused period) never ran: superseded.
+        live = [o for o in rows if not (o.state is OccurrenceState.CANCELED and o.version < version)]
+        if len(live) == 1 and live[0].version == version:
+            superseded = ", ".join(f"{o.id} (version {o.version})" for o in rows if o is not live[0])
+            return Entry(
+                history.schedule_id, history.name, instant, _BY_STATE[live[0].state], version,
+                (live[0],), f"supersedes canceled {superseded}",
+            )  # fmt: skip
+    if len(rows) > 1:
+        listed = ", ".join(f"{o.id} (version {o.version}, {o.state})" for o in rows)
+        return entry(Status.DOUBLED, f"{len(rows)} occurrences at one instant: {listed}")
+    if rows:
+        occ = rows[0]
+        if version is not None:
+            if occ.version == version or _legacy_cover(wins, version, occ, instant):
+                return entry(_BY_STATE[occ.state])
+            return entry(
+                Status.UNEXPECTED,
+                f"version {version} expects this instant, but its occurrence {occ.id} is of version {occ.version}",
+            )
+        owner = next((w for w in wins if w.version.version == occ.version), None)
+        if owner is not None and owner.allows(instant):
+            return entry(_BY_STATE[occ.state])
+        return entry(Status.UNEXPECTED, _why_unexpected(owner, occ))
+    # No occurrence at an expected instant.
+    if (
+        current is not None
+        and version == current.version.version
+        and history.state is ScheduleState.ACTIVE
+        and cursor is not None
+        and instant >= cursor
+    ):
+        return entry(Status.NOT_YET_DUE, f"not materialized yet: the cursor is at {_iso(cursor)}")
+    detail = "no occurrence"
+    if current is not None and version == current.version.version and cursor is not None and instant >= cursor:
+        detail = f"no occurrence (the schedule is {history.state}; its cursor is at {_iso(cursor)})"
+    return entry(Status.MISSING, detail)
+
+
+def _legacy_cover(wins: list[Window], version: int, occ: Occurrence, instant: datetime) -> bool:
+    """A version written before schema 0003 has no recorded start: it is taken to start at
+    ``valid_from``, so an instant an older version materialized ahead (and the update then
+    canceled) covers it."""
+    expecting = next((w for w in wins if w.version.version == version), None)
+    if expecting is None or expecting.version.next_run_at is not None or occ.version >= version:
+        return False
+    owner = next((w for w in wins if w.version.version == occ.version), None)
+    return owner is not None and owner.spec is not None and is_fire(owner.spec, instant)
+
+
+def _why_unexpected(owner: Window | None, occ: Occurrence) -> str:
+    if owner is None:
+        return f"occurrence {occ.id} is of version {occ.version}, which the schedule never had"
+    if owner.spec is None:
+        what = owner.problem or f"version {occ.version} was {owner.version.state}"
+        return f"occurrence {occ.id} ({occ.state}): {what}, so it expects nothing"
+    if not is_fire(owner.spec, occ.scheduled_for):
+        return f"occurrence {occ.id} ({occ.state}): not an instant of version {occ.version}'s definition"
+    return f"occurrence {occ.id} ({occ.state}): outside the span of version {occ.version}"
+
+
+def _iso(instant: datetime) -> str:
+    return format_instant(instant)
+
+
+async def run_reconcile(
+    store: Store,
+    start: datetime,
+    end: datetime,
+    schedule_id: str | None = None,
+    *,
+    progress: Callable[[int], None] | None = None,
+    on_loaded: Callable[[int], None] | None = None,
+) -> Report:
+    """Read the rows (one snapshot) and reconcile them. ``on_loaded(n)`` is called with
+    the number of schedules before the work starts (a progress bar's total)."""
+    rows = await store.reconcile_rows(start, end, schedule_id)
+    if on_loaded is not None:
+        on_loaded(len(rows.schedules))
+    return reconcile(rows, start, end, progress=progress)
