@@ -26,10 +26,9 @@ def _text(page: str) -> str:
 
 def _commands() -> list[tuple[str, click.Command]]:
     root = typer.main.get_command(app)
-    assert isinstance(root, click.Group)
     out: list[tuple[str, click.Command]] = []
-    for name, cmd in root.commands.items():
-        if isinstance(cmd, click.Group):
+    for name, cmd in root.commands.items():  # type: ignore[attr-defined]  # a TyperGroup
+        if hasattr(cmd, "commands"):
             out.extend((f"{name} {sub}", subcmd) for sub, subcmd in cmd.commands.items())
         out.append((name, cmd))
     return out
