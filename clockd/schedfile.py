@@ -528,8 +528,8 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec(
         "user",
         FieldKind.STRING,
-        "Run the job as this user (the worker must be root; it must exist where clockctl runs "
-        "and on the worker, and the daemon's allowed_users must allow it for the tenant).",
+        "Run the job as this user (only a root worker switches users; the user must exist where "
+        "clockctl runs and on the worker, and the daemon's allowed_users must allow it for the tenant).",
         export=_command_attr("user"),
     ),
     FieldSpec(
