@@ -108,7 +108,7 @@ class Report:
     schedules: int
     expected: int  # instants some version expects in [start, end]
     counts: dict[Status, int]
-    entries: list[Entry] = field(default_factory=list)  # every instant looked at, in order
+    entries: list[Entry] = field(default_factory=list)  # every instant looked at (or only the problems)
 
     @property
     def problems(self) -> list[Entry]:
@@ -186,20 +186,24 @@ def reconcile(
     end: datetime,
     *,
     progress: Callable[[int], None] | None = None,
+    keep_accounted: bool = True,
 ) -> Report:
-    """Account for every instant in ``[start, end]`` of the schedules in ``rows``."""
+    """Account for every instant in ``[start, end]`` of the schedules in ``rows``. With
+    ``keep_accounted`` False the report's entries are the problems only (the counts are
+    complete): what the leader keeps every minute."""
     by_schedule: dict[str, list[Occurrence]] = defaultdict(list)
     for occ in rows.occurrences:
         by_schedule[occ.schedule_id].append(occ)
     entries: list[Entry] = []
+    counts: Counter[Status] = Counter()
     expected = 0
     for history in rows.schedules:
         found, count = reconcile_schedule(history, by_schedule.get(history.schedule_id, ()), start, end)
-        entries.extend(found)
+        counts.update(e.status for e in found)
+        entries.extend(found if keep_accounted else [e for e in found if e.status.problem])
         expected += count
         if progress is not None:
             progress(1)
-    counts = Counter(e.status for e in entries)
     return Report(start, end, len(rows.schedules), expected, dict(counts), entries)
 
 
@@ -317,10 +321,11 @@ async def run_reconcile(
     *,
     progress: Callable[[int], None] | None = None,
     on_loaded: Callable[[int], None] | None = None,
+    keep_accounted: bool = True,
 ) -> Report:
     """Read the rows (one snapshot) and reconcile them. ``on_loaded(n)`` is called with
     the number of schedules before the work starts (a progress bar's total)."""
     rows = await store.reconcile_rows(start, end, schedule_id)
     if on_loaded is not None:
         on_loaded(len(rows.schedules))
-    return reconcile(rows, start, end, progress=progress)
+    return reconcile(rows, start, end, progress=progress, keep_accounted=keep_accounted)

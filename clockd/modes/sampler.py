@@ -99,7 +99,7 @@ class Sampler:
     async def reconcile(self, now: datetime) -> int:
         end = now - self.settings.reconcile_margin
         start = end - self.settings.reconcile_window
-        report = await run_reconcile(self.store, start, end)
+        report = await run_reconcile(self.store, start, end, keep_accounted=False)
         self.last_unaccounted = report.unaccounted
         metrics.occurrences_unaccounted.set(report.unaccounted)
         if report.unaccounted:

@@ -129,7 +129,7 @@ async def gather(
     dead = await store.dead_count()
     start, end = reconcile_range(now, settings.horizon)
     if cache.report is None or cache.at is None or now - cache.at >= RECONCILE_EVERY:
-        cache.report, cache.at = await run_reconcile(store, start, end), now
+        cache.report, cache.at = await run_reconcile(store, start, end, keep_accounted=False), now
     report = cache.report
     return {
         "now": iso(now),
