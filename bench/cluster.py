@@ -181,12 +181,21 @@ class Cluster:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
 
-    def sample(self) -> None:
-        """Sample every process; a process that exited on its own fails the scenario."""
+    def sample(self, *, strict: bool = True) -> None:
+        """Sample every process; a process that exited on its own fails the scenario
+        (``strict``), or is only remembered (``died()``) so the others keep being measured."""
         for proc in self.procs.values():
             proc.sample()
-            if not proc.alive() and not self._stopping:
+            if strict and not proc.alive() and not self._stopping:
                 raise RuntimeError(f"clockd {proc.name} exited {proc.popen.returncode}:\n{proc.tail()}")
+
+    def died(self) -> dict[str, str]:
+        """Processes that exited on their own: name → exit code and last log line."""
+        return {
+            p.name: f"exit {p.popen.returncode}: {p.tail(1).strip()[:160]}"
+            for p in self.procs.values()
+            if not p.alive() and not self._stopping
+        }
 
     def peak_rss_mib(self) -> dict[str, float]:
         for proc in self.procs.values():

@@ -45,6 +45,11 @@ class SamplerSettings:
     reconcile_window: timedelta = timedelta(hours=1)
     reconcile_margin: timedelta = timedelta(minutes=4)  # 2 × the default horizon
     lag_rows: int = 50_000  # enqueue lags observed per sample at most
+    # The periodic reconciliation loads every live schedule's versions and an hour of
+    # occurrences into the leader's memory; above this many schedules it is skipped (and
+    # the gauge reads -1) so the leader's memory never grows with the fleet. Run
+    # `clockctl reconcile NAME` or per tenant for larger fleets.
+    reconcile_max_schedules: int = 20_000
 
 
 class Sampler:
@@ -53,6 +58,7 @@ class Sampler:
         self.settings = settings or SamplerSettings()
         self._last_sample: float | None = None
         self._last_reconcile: float | None = None
+        self._reconcile_skipped = False
         self._since: datetime | None = None  # end of the last sampled window
         self._queues: set[str] = set()
         self.last_unaccounted: int | None = None
@@ -97,6 +103,20 @@ class Sampler:
         self._since = now
 
     async def reconcile(self, now: datetime) -> int:
+        live = await self.store.live_schedules_count()
+        if live > self.settings.reconcile_max_schedules:
+            if not self._reconcile_skipped:
+                log.warning(
+                    "periodic reconciliation skipped: %d live schedules exceed %d "
+                    "(run clockctl reconcile per schedule or tenant instead)",
+                    live,
+                    self.settings.reconcile_max_schedules,
+                    extra={"action": "reconcile_skipped", "count": live},
+                )
+            self._reconcile_skipped = True
+            metrics.occurrences_unaccounted.set(-1)
+            return -1
+        self._reconcile_skipped = False
         end = now - self.settings.reconcile_margin
         start = end - self.settings.reconcile_window
         report = await run_reconcile(self.store, start, end, keep_accounted=False)

@@ -563,6 +563,10 @@ class Store(Protocol):
         interpolation, from the two neighbouring rows of each rank (ORDER BY … OFFSET)."""
         ...
 
+    async def live_schedules_count(self) -> int:
+        """Schedules not deleted (active and paused)."""
+        ...
+
     async def dead_count(self) -> int:
         """DEAD occurrences: the size of the dead-letter queue (``occurrences_dead``)."""
         ...

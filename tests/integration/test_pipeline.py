@@ -177,3 +177,14 @@ async def test_clock_skew_makes_leader_and_materializer_step_down(node: Node) ->
     node.clock.advance(timedelta(minutes=5))
     assert await node.materializer.tick() is False
     assert await node.store.list_occurrences(None, 10, None) == []
+
+
+async def test_periodic_reconcile_is_skipped_above_the_schedule_limit(node: Node) -> None:
+    from clockd.modes.sampler import Sampler, SamplerSettings
+
+    await node.ops.add(cron("a", "* * * * *"))
+    await node.ops.add(cron("b", "* * * * *"))
+    small = Sampler(node.store, node.clock, SamplerSettings(reconcile_max_schedules=1))
+    assert await small.reconcile(node.clock.now()) == -1
+    roomy = Sampler(node.store, node.clock, SamplerSettings(reconcile_max_schedules=10))
+    assert await roomy.reconcile(node.clock.now()) >= 0

@@ -1045,6 +1045,10 @@ WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND schedul
   AND available_at >= %(since)s AND available_at <= %(now)s
   AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'));
 
+-- name: live_schedules_count
+-- Schedules not deleted: the leader's reconciler checks the fleet size before loading it.
+SELECT count(*) FROM schedules WHERE state <> 'deleted';
+
 -- name: dead_count
 -- The dead-letter queue's size, from the occurrences_dead partial index.
 SELECT count(*) FROM occurrences WHERE state = 'DEAD';

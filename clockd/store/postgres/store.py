@@ -742,7 +742,10 @@ class PostgresStore:
 
     async def _definitions_for(self, conn: Conn, keys: set[tuple[str, int]]) -> dict[tuple[str, int], ScheduleDef]:
         cache = self._definitions
-        missing = [key for key in keys if key not in cache]
+        # Take the hits before the cache may be cleared below: a burst spanning more
+        # distinct schedules than the cache holds must not lose the ones it already had.
+        found = {key: cache[key] for key in keys if key in cache}
+        missing = [key for key in keys if key not in found]
         if missing:
             if len(cache) + len(missing) > _DEFINITION_CACHE_MAX:
                 cache.clear()
@@ -751,8 +754,10 @@ class PostgresStore:
                 {"schedule_ids": [k[0] for k in missing], "versions": [k[1] for k in missing]},
             )
             for schedule_id, version, document in await cur.fetchall():
-                cache[(schedule_id, int(version))] = definition_from_dict(document)
-        return {key: cache[key] for key in keys}
+                definition = definition_from_dict(document)
+                cache[(schedule_id, int(version))] = definition
+                found[(schedule_id, int(version))] = definition
+        return found
 
     async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:
         if not tokens:
@@ -1103,6 +1108,14 @@ class PostgresStore:
                 return LagStats(0, None, None, None)
             p50, p95, p99 = (float(v) for v in ranks)
             return LagStats(int(count), p50, p95, p99)
+
+        return await self._call(run, write=False)
+
+    async def live_schedules_count(self) -> int:
+        async def run(conn: Conn) -> int:
+            row = await (await conn.execute(Q["live_schedules_count"])).fetchone()
+            assert row is not None
+            return int(row[0])
 
         return await self._call(run, write=False)
 

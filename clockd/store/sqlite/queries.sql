@@ -796,6 +796,10 @@ SELECT (SELECT c FROM n),
        (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT (c - 1) * 99 / 100 FROM n)),
        (SELECT lag FROM w ORDER BY lag LIMIT 1 OFFSET (SELECT min(c - 1, (c - 1) * 99 / 100 + 1) FROM n));
 
+-- name: live_schedules_count
+-- Schedules not deleted: the leader's reconciler checks the fleet size before loading it.
+SELECT count(*) FROM schedules WHERE state <> 'deleted';
+
 -- name: dead_count
 -- The dead-letter queue's size, from the occurrences_dead partial index.
 SELECT count(*) FROM occurrences WHERE state = 'DEAD';

@@ -803,14 +803,19 @@ class SqliteStore:
         self, conn: sqlite3.Connection, keys: set[tuple[str, int]]
     ) -> dict[tuple[str, int], ScheduleDef]:
         cache = self._definitions
-        missing = [key for key in keys if key not in cache]
+        # Take the hits before the cache may be cleared below: a burst spanning more
+        # distinct schedules than the cache holds must not lose the ones it already had.
+        found = {key: cache[key] for key in keys if key in cache}
+        missing = [key for key in keys if key not in found]
         if missing:
             if len(cache) + len(missing) > _DEFINITION_CACHE_MAX:
                 cache.clear()
             rows = conn.execute(Q["schedule_definitions"], {"keys": dumps([list(k) for k in missing])}).fetchall()
             for schedule_id, version, text in rows:
-                cache[(schedule_id, int(version))] = definition_from_json(text)
-        return {key: cache[key] for key in keys}
+                definition = definition_from_json(text)
+                cache[(schedule_id, int(version))] = definition
+                found[(schedule_id, int(version))] = definition
+        return found
 
     async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:
         if not tokens:
@@ -1132,6 +1137,12 @@ class SqliteStore:
                 _interpolate(int(count), rank, pairs[2 * i], pairs[2 * i + 1]) for i, rank in enumerate((50, 95, 99))
             )
             return LagStats(int(count), p50, p95, p99)
+
+        return await self._call(run, write=False)
+
+    async def live_schedules_count(self) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(Q["live_schedules_count"]).fetchone()[0])
 
         return await self._call(run, write=False)
 

@@ -1,0 +1,30 @@
+"""A claim burst spanning more distinct schedules than the definition cache holds still
+hands out every claim (a regression: the cache used to be cleared under the hits)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import clockd.store.postgres.store as pg_store
+import clockd.store.sqlite.store as sqlite_store
+from clockd.store import Store
+from tests.contract.store.support import LEASE, T0, add_schedule, enqueue
+
+
+async def test_claims_survive_a_cache_overflow(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "_DEFINITION_CACHE_MAX", 4)
+    monkeypatch.setattr(pg_store, "_DEFINITION_CACHE_MAX", 4)
+    schedules = [await add_schedule(store, f"job-{i}") for i in range(10)]
+    warm = schedules[:3]
+    for i, s in enumerate(warm):
+        warm[i], _ = await enqueue(store, s)
+    first = await store.claim(["default"], "w1", 10, LEASE, T0)  # caches job-0..2
+    assert len(first) == 3
+    for s in warm + schedules[3:]:
+        await enqueue(store, s)
+    # 3 cached definitions and 7 new ones overflow the cache (4): every claim still resolves.
+    rest = await store.claim(["default"], "w1", 100, LEASE, T0 + timedelta(minutes=5))
+    names = sorted(c.schedule_name for c in rest)
+    assert names == sorted(f"job-{i}" for i in range(10))
