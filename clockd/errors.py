@@ -15,6 +15,7 @@
     │   ├── StoreUnavailable
     │   ├── StoreLocked
     │   ├── SchemaMismatch
+    │   ├── StorePermissionDenied             the database role lacks the right
     │   └── FencedOut                         a stale token's write, nothing committed
     └── CoordError                   exit 5   etcd unreachable, lease lost
 
@@ -93,6 +94,10 @@ class StoreLocked(StoreError):
 
 class SchemaMismatch(StoreError):
     """The store's schema is not the one this clockd knows."""
+
+
+class StorePermissionDenied(StoreError):
+    """The store refused: this database role may not do that."""
 
 
 class FencedOut(StoreError):

@@ -24,7 +24,7 @@ from clockd.core.zones import tzdata_version
 from clockd.daemon import sdnotify
 from clockd.daemon.httpd import serve
 from clockd.daemon.reload import Reloader, concurrency_setter
-from clockd.errors import ClockdError
+from clockd.errors import ClockdError, InvalidInput
 from clockd.modes.leader import LeaderSettings
 from clockd.modes.materializer import MaterializerSettings
 from clockd.modes.relay import RelaySettings
@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     mig = sub.add_parser("migrate", help="apply database migrations")
     common(mig)
+    mig.add_argument(
+        "--create-roles",
+        action="store_true",
+        help="PostgreSQL: also create the clockd_daemon, clockd_operator and clockd_readonly roles",
+    )
 
     check = sub.add_parser("check-config", help="validate and print the effective config (secrets redacted)")
     common(check)
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout.write(json.dumps(settings.public(), indent=2) + "\n")
             return
         if args.command == "migrate":
-            applied = asyncio.run(_migrate(settings))
+            applied = asyncio.run(_migrate(settings, args.create_roles))
             sys.stderr.write(
                 f"applied {len(applied)} migration(s): {', '.join(applied)}\n" if applied else "schema is up to date\n"
             )
@@ -178,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
-async def _migrate(settings: Settings) -> list[str]:
+async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
     from clockd.wiring import make_store
 
     location = resolve_store(settings.store)
@@ -188,7 +193,18 @@ async def _migrate(settings: Settings) -> list[str]:
             # The embedded store applies its migrations when it opens (zero setup);
             # opening it here is the migration, and it logs each one it applies.
             await store.open()
-        return await store.migrate()
+            if create_roles:
+                raise InvalidInput("--create-roles applies to a PostgreSQL store only")
+        applied = await store.migrate()
+        if create_roles:
+            from clockd.store.postgres.store import PostgresStore
+
+            assert isinstance(store, PostgresStore)
+            await store.create_roles()
+            log.info(
+                "roles created: clockd_daemon, clockd_operator, clockd_readonly", extra={"action": "roles_created"}
+            )
+        return applied
     finally:
         await store.close()
 

@@ -49,6 +49,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
 import psycopg
@@ -76,6 +77,7 @@ from clockd.errors import (
     QuotaExceeded,
     SchemaMismatch,
     StoreLocked,
+    StorePermissionDenied,
     StoreUnavailable,
 )
 from clockd.store import (
@@ -108,7 +110,7 @@ from clockd.store.codec import (
     minute_of,
     spec_json,
 )
-from clockd.store.sql import load_migrations, load_queries
+from clockd.store.sql import load_migrations, load_queries, trusted_sql
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +235,12 @@ class PostgresStore:
                 f"clockd's tables are missing in {self.display} ({message}): "
                 f"run `clockd migrate --store {self.display}`"
             )
+        if isinstance(exc, pg_errors.InsufficientPrivilege):
+            return StorePermissionDenied(
+                f"PostgreSQL at {where} refused this for the connecting role ({message}): "
+                "use a role with the rights it needs (clockd_operator to change schedules, "
+                "clockd_daemon for clockd run; see clockd migrate --create-roles)"
+            )
         if isinstance(exc, pg_errors.DiskFull):
             return StoreUnavailable(f"PostgreSQL at {where} is out of disk ({message}): nothing was written")
         if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
@@ -293,6 +301,20 @@ class PostgresStore:
                 await conn.close()
         except PoolTimeout as exc:
             raise StoreUnavailable(f"no connection to PostgreSQL at {self._where}: {self._message(exc)}") from exc
+        except psycopg.Error as exc:
+            raise self._translate(exc) from exc
+
+    async def create_roles(self) -> None:
+        """Create (or refresh the grants of) the clockd_daemon, clockd_operator and
+        clockd_readonly group roles from ``roles.sql``. Run as the database owner."""
+        script = trusted_sql((Path(__file__).parent / "roles.sql").read_text())
+        try:
+            conn = await self._connect()
+            try:
+                await conn.execute(script)
+                await conn.commit()
+            finally:
+                await conn.close()
         except psycopg.Error as exc:
             raise self._translate(exc) from exc
 
