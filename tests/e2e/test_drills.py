@@ -7,6 +7,7 @@ accounted for exactly once, and ran.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ import pytest
 
 from tests.e2e.cluster import Cluster, now
 from tests.e2e.conftest import wait_for
-from tests.harness import EtcdServer, PostgresServer
+from tests.harness import EtcdCluster, EtcdServer, PostgresServer
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -242,4 +243,40 @@ def test_drill_6_etcd_outage_stops_materialization_then_drains(pg_server: Postgr
     finally:
         cluster.stop_all()
         etcd.stop()
+        pg_server.drop_database(name)
+
+
+def test_drill_7_killing_an_etcd_member_keeps_leadership(
+    pg_server: PostgresServer, etcd_cluster: EtcdCluster, tmp_path: Path
+) -> None:
+    name = f"drill_{uuid.uuid4().hex[:10]}"
+    dsn = pg_server.create_database(name)
+    cluster = Cluster(dsn, etcd_cluster.endpoints, tmp_path)
+    try:
+        cluster.migrate()
+        cluster.start("n1", "leader,relay,worker")
+        cluster.start("n2", "leader,relay,worker")
+        cluster.start("m1", "materializer")
+        add_load(cluster)
+        start_at = now() + timedelta(seconds=1)
+        leader = wait_for("a leader", cluster.leader, 15)
+        wait_for("runs", lambda: succeeded(cluster) >= 3, 20)
+        etcd_cluster.member(etcd_cluster.leader_index()).kill()
+        killed = time.monotonic()
+        before = succeeded(cluster)
+        wait_for("runs after the etcd member died", lambda: succeeded(cluster) >= before + 8, 30)
+        # Leadership never lapsed for longer than the TTL: any loss was followed by a
+        # (re)acquisition within TTL seconds, and someone leads now.
+        for proc in cluster.procs.values():
+            events = [d for d in proc.log_lines() if d.get("action") in ("leadership_acquired", "leadership_lost")]
+            for lost, regained in itertools.pairwise(events):
+                if lost["action"] == "leadership_lost":
+                    gap = datetime.fromisoformat(regained["ts"]) - datetime.fromisoformat(lost["ts"])
+                    assert gap.total_seconds() <= TTL, (proc.name, gap)
+        assert cluster.leader() is not None
+        assert time.monotonic() - killed < 60
+        assert leader.alive()
+        settle_and_reconcile(cluster, start_at)
+    finally:
+        cluster.stop_all()
         pg_server.drop_database(name)
