@@ -25,6 +25,7 @@ import functools
 import json
 import logging
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -253,17 +254,34 @@ class SqliteStore:
                         raise StoreUnavailable(f"cannot create the directory of {self.path}: {exc}") from exc
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             self._conn = conn
-            if not self.readonly and not memory:
-                conn.execute("PRAGMA journal_mode = WAL").fetchall()
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            conn.execute("PRAGMA temp_store = MEMORY")
-            if self.readonly:
-                self._check_schema(conn, apply=False)
-            else:
-                self._migrate(conn)
+            # Several processes opening a new file at once (clockd and clockctl) race for the
+            # journal-mode switch and the migrations. SQLite answers some of those races with
+            # an immediate SQLITE_BUSY instead of waiting for the busy timeout (a read
+            # transaction cannot be upgraded), so retry the whole setup until the deadline.
+            deadline = time.monotonic() + 3 * self.busy_timeout
+            while True:
+                try:
+                    self._setup(conn, memory)
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or time.monotonic() >= deadline:
+                        raise
+                    if conn.in_transaction:
+                        conn.rollback()
+                    time.sleep(0.05)
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
+
+    def _setup(self, conn: sqlite3.Connection, memory: bool) -> None:
+        if not self.readonly and not memory:
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        if self.readonly:
+            self._check_schema(conn, apply=False)
+        else:
+            self._migrate(conn)
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None
@@ -1437,3 +1455,8 @@ def _interpolate(count: int, rank: int, low: int | None, high: int | None) -> fl
 
 
 __all__ = ["KNOWN_VERSION", "MIGRATIONS", "SqliteStore"]
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
