@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,8 +28,10 @@ from clockd.core.model import (
     RetryPolicy,
     ScheduleDef,
     ScheduleKind,
+    ScheduleState,
     target_from_json,
 )
+from clockd.store import ScheduleHistory, VersionRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
@@ -188,3 +191,49 @@ def definition_from_json(text: str) -> ScheduleDef:
 def _duration(data: dict[str, Any], key: str, default: timedelta) -> timedelta:
     value = data.get(key)
     return default if value is None else duration_from_us(int(value))
+
+
+def histories_from_rows(
+    rows: Sequence[Sequence[Any]],
+    instant: Callable[[Any], datetime],
+    definition: Callable[[Any], ScheduleDef],
+) -> list[ScheduleHistory]:
+    """``reconcile_versions`` lines (one per version, grouped by schedule) as histories.
+
+    Both adapters share this; each passes its own decoders for an instant column
+    (SQLite: microseconds, PostgreSQL: timestamptz) and a definition column (JSON text
+    or jsonb)."""
+
+    def opt(value: Any) -> datetime | None:
+        return None if value is None else instant(value)
+
+    out: list[ScheduleHistory] = []
+    versions: list[VersionRecord] = []
+    for index, row in enumerate(rows):
+        (sid, tenant, name, state, version, next_run_at, created_at,
+         v_version, v_state, valid_from, valid_to, document, v_next) = row  # fmt: skip
+        versions.append(
+            VersionRecord(
+                version=int(v_version),
+                state=ScheduleState(v_state),
+                valid_from=instant(valid_from),
+                valid_to=opt(valid_to),
+                definition=definition(document),
+                next_run_at=opt(v_next),
+            )
+        )
+        if index + 1 == len(rows) or rows[index + 1][0] != sid:
+            out.append(
+                ScheduleHistory(
+                    schedule_id=sid,
+                    name=name,
+                    tenant=tenant,
+                    state=ScheduleState(state),
+                    version=int(version),
+                    next_run_at=opt(next_run_at),
+                    created_at=instant(created_at),
+                    versions=tuple(versions),
+                )
+            )
+            versions = []
+    return out

@@ -97,7 +97,6 @@ from clockd.store import (
     ReconcileRows,
     ScheduleChange,
     ScheduleHistory,
-    VersionRecord,
     idempotency_conflict_message,
     misfire_verdicts,
     not_dead_message,
@@ -107,6 +106,7 @@ from clockd.store.codec import (
     definition_from_dict,
     definition_from_parts,
     definition_json,
+    histories_from_rows,
     minute_of,
     spec_json,
 )
@@ -1411,37 +1411,7 @@ def _occurrence(row: Sequence[Any]) -> Occurrence:
 
 
 def _histories(rows: Sequence[Sequence[Any]]) -> list[ScheduleHistory]:
-    """``reconcile_versions`` lines (one per version, grouped by schedule) as histories."""
-    out: list[ScheduleHistory] = []
-    versions: list[VersionRecord] = []
-    for index, row in enumerate(rows):
-        (sid, tenant, name, state, version, next_run_at, created_at,
-         v_version, v_state, valid_from, valid_to, definition, v_next) = row  # fmt: skip
-        versions.append(
-            VersionRecord(
-                version=int(v_version),
-                state=ScheduleState(v_state),
-                valid_from=_utc(valid_from),
-                valid_to=_opt_utc(valid_to),
-                definition=definition_from_dict(definition),
-                next_run_at=_opt_utc(v_next),
-            )
-        )
-        if index + 1 == len(rows) or rows[index + 1][0] != sid:
-            out.append(
-                ScheduleHistory(
-                    schedule_id=sid,
-                    name=name,
-                    tenant=tenant,
-                    state=ScheduleState(state),
-                    version=int(version),
-                    next_run_at=_opt_utc(next_run_at),
-                    created_at=_utc(created_at),
-                    versions=tuple(versions),
-                )
-            )
-            versions = []
-    return out
+    return histories_from_rows(rows, _utc, definition_from_dict)
 
 
 __all__ = ["KNOWN_VERSION", "MIGRATIONS", "PostgresStore"]

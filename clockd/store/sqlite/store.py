@@ -72,7 +72,6 @@ from clockd.store import (
     ReconcileRows,
     ScheduleChange,
     ScheduleHistory,
-    VersionRecord,
     idempotency_conflict_message,
     misfire_verdicts,
     not_dead_message,
@@ -84,6 +83,7 @@ from clockd.store.codec import (
     definition_json,
     dumps,
     from_us,
+    histories_from_rows,
     minute_of,
     opt_from_us,
     opt_to_us,
@@ -1411,37 +1411,7 @@ def _statements(script: LiteralString) -> list[LiteralString]:
 
 
 def _histories(rows: Sequence[Sequence[Any]]) -> list[ScheduleHistory]:
-    """``reconcile_versions`` lines (one per version, grouped by schedule) as histories."""
-    out: list[ScheduleHistory] = []
-    versions: list[VersionRecord] = []
-    for index, row in enumerate(rows):
-        (sid, tenant, name, state, version, next_run_at, created_at,
-         v_version, v_state, valid_from, valid_to, definition, v_next) = row  # fmt: skip
-        versions.append(
-            VersionRecord(
-                version=int(v_version),
-                state=ScheduleState(v_state),
-                valid_from=from_us(valid_from),
-                valid_to=opt_from_us(valid_to),
-                definition=definition_from_json(definition),
-                next_run_at=opt_from_us(v_next),
-            )
-        )
-        if index + 1 == len(rows) or rows[index + 1][0] != sid:
-            out.append(
-                ScheduleHistory(
-                    schedule_id=sid,
-                    name=name,
-                    tenant=tenant,
-                    state=ScheduleState(state),
-                    version=int(version),
-                    next_run_at=opt_from_us(next_run_at),
-                    created_at=from_us(created_at),
-                    versions=tuple(versions),
-                )
-            )
-            versions = []
-    return out
+    return histories_from_rows(rows, from_us, definition_from_json)
 
 
 def _interpolate(count: int, rank: int, low: int | None, high: int | None) -> float | None:
