@@ -93,6 +93,8 @@ def normalize(definition: ScheduleDef) -> ScheduleDef:
         raise InvalidInput("timeout: must be positive")
     _check_policies(definition)
     target = validate_target(definition.target)  # users, limits, HTTP, secret references
+    if expr == definition.expr and target == definition.target:
+        return definition  # already canonical: no copy (apply normalizes thousands)
     return dataclasses.replace(definition, expr=expr, target=target)
 
 
@@ -181,11 +183,12 @@ def is_managed(definition: ScheduleDef) -> bool:
     return (MANAGED_BY, MANAGED_BY_APPLY) in definition.labels
 
 
-def mark_managed(definition: ScheduleDef) -> ScheduleDef:
-    """The definition with the apply label, labels sorted (a stable, comparable form)."""
-    labels = {pair for pair in definition.labels if pair[0] != MANAGED_BY}
-    labels.add((MANAGED_BY, MANAGED_BY_APPLY))
-    return dataclasses.replace(definition, labels=tuple(sorted(labels)))
+def managed_labels(labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """``labels`` with the apply label (in place of any other ``managed-by``), sorted: the
+    labels apply writes, a stable, comparable form."""
+    marked = {pair for pair in labels if pair[0] != MANAGED_BY}
+    marked.add((MANAGED_BY, MANAGED_BY_APPLY))
+    return tuple(sorted(marked))
 
 
 class PlanAction(StrEnum):
@@ -462,6 +465,9 @@ class Ops:
         items: list[PlanItem] = []
         problems: list[ApplyProblem] = []
         seen: dict[str, int] = {}
+        # first_run per (kind, expr, tz): ``now`` (also the ``every`` anchor) is fixed for
+        # the plan, and thousands of creates share a few expressions.
+        firsts: dict[tuple[str, str, str], datetime] = {}
         for index, raw in enumerate(desired):
             if progress is not None:
                 progress(1)
@@ -472,9 +478,18 @@ class Ops:
                 continue
             seen[raw.name] = index
             try:
-                definition = normalize(mark_managed(dataclasses.replace(raw, tenant=tenant)))
+                # The tenant and the apply label in one copy (none if the entry has both).
+                labels = managed_labels(raw.labels)
+                marked = raw
+                if raw.tenant != tenant or raw.labels != labels:
+                    marked = dataclasses.replace(raw, tenant=tenant, labels=labels)
+                definition = normalize(marked)
                 current = stored.get(definition.name)
                 if current is None:
+                    key = (definition.kind, definition.expr, definition.tz)
+                    first = firsts.get(key)
+                    if first is None:
+                        first = firsts[key] = first_run(definition, now)
                     schedule_id = new_schedule_id()
                     items.append(
                         PlanItem(
@@ -483,7 +498,7 @@ class Ops:
                             index,
                             definition,
                             None,
-                            first_run(definition, now),
+                            first,
                             schedule_id,
                             shard_of(schedule_id, self.shard_count),
                         )

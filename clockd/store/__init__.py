@@ -335,7 +335,10 @@ class Store(Protocol):
         delete may be reused by a create of the same call. Raises ``Conflict`` and commits
         **nothing** when any change's stored version is not ``expected_version`` or its
         schedule was deleted meanwhile, or when a create's name (or id) is taken by a
-        live schedule of its tenant. Empty input commits nothing and returns empty lists."""
+        live schedule of its tenant or by another create of the call; ``QuotaExceeded``
+        (nothing committed) when the creates would pass a tenant's ``max_schedules``; of
+        several faults, the one writing the creates one by one in order meets first. Empty
+        input commits nothing and returns empty lists."""
         ...
 
     async def schedule_versions(
@@ -372,6 +375,13 @@ class Store(Protocol):
     async def due_schedules(self, shards: Sequence[int], until: datetime, limit: int) -> list[Schedule]:
         """Active schedules of ``shards`` whose ``next_run_at <= until``, earliest first.
         Answered from the ``(shard, next_run_at)`` index, never a scan of all schedules."""
+        ...
+
+    async def due_shards(self, shards: Sequence[int], until: datetime) -> list[int]:
+        """The shards among ``shards`` with at least one active schedule whose
+        ``next_run_at <= until``, the one with the earliest such cursor first (ties by
+        shard number). One index probe per shard: the materializer's idle tick costs one
+        round trip, and its busy ticks read and write one shard at a time."""
         ...
 
     async def materialize(

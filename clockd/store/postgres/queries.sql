@@ -118,6 +118,34 @@ INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to
 VALUES (%(schedule_id)s, %(version)s, %(state)s, %(now)s, NULL, %(definition)s::jsonb, %(reason)s,
         (SELECT next_run_at FROM schedules WHERE id = %(schedule_id)s));
 
+-- name: schedule_insert_many
+-- apply_schedules' creates, a batch in one statement: schedule_insert for each row of the
+-- arrays, overlap slots included. A taken name or id (also one taken twice within the
+-- batch) fails the whole statement; the store then redoes the batch row by row, so the
+-- Conflict names the schedule.
+WITH inserted AS (
+    INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at,
+                           shard, created_at, updated_at, paused_at, spec)
+    SELECT n.id, n.tenant, n.name, n.kind, n.expr, n.tz, n.queue, 'active', 1, n.next_run_at,
+           n.shard, %(now)s, %(now)s, NULL, n.spec::jsonb
+    FROM unnest(%(ids)b::text[], %(tenants)b::text[], %(names)b::text[], %(kinds)b::text[],
+                %(exprs)b::text[], %(tzs)b::text[], %(queues)b::text[],
+                %(next_run_at)b::timestamptz[], %(shards)b::integer[], %(specs)b::text[])
+         AS n(id, tenant, name, kind, expr, tz, queue, next_run_at, shard, spec)
+    RETURNING id, spec
+)
+INSERT INTO overlap_slots (schedule_id)
+SELECT id FROM inserted WHERE spec->>'overlap' IN ('skip', 'queue_one');
+
+-- name: schedule_version_insert_many
+-- The first schedule_versions row of each schedule schedule_insert_many wrote; the
+-- caller passes the cursors it just wrote (schedule_version_insert reads them back).
+INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason,
+                               next_run_at)
+SELECT n.id, 1, %(state)s::text, %(now)s, NULL, n.definition::jsonb, %(reason)s::text, n.next_run_at
+FROM unnest(%(ids)b::text[], %(definitions)b::text[], %(next_run_at)b::timestamptz[])
+     AS n(id, definition, next_run_at);
+
 -- name: schedule_version_close
 UPDATE schedule_versions SET valid_to = %(now)s
 WHERE schedule_id = %(schedule_id)s AND valid_to IS NULL;
@@ -216,6 +244,17 @@ CROSS JOIN LATERAL (
     ORDER BY schedules.next_run_at, schedules.id LIMIT %(limit)s
 ) AS s
 ORDER BY s.next_run_at, s.id LIMIT %(limit)s;
+
+-- name: due_shards
+-- min() over the schedules_due range of each shard: one index probe per shard.
+SELECT k.shard FROM (
+    SELECT u.shard, (SELECT min(s.next_run_at) FROM schedules AS s
+                     WHERE s.state = 'active' AND s.shard = u.shard
+                       AND s.next_run_at <= %(until)s) AS first_due
+    FROM unnest(%(shards)b::integer[]) AS u(shard)
+) AS k
+WHERE k.first_due IS NOT NULL
+ORDER BY k.first_due, k.shard;
 
 -- name: materialize_advance
 -- Moves a cursor only if the schedule is still active at that version with that cursor.
@@ -507,18 +546,31 @@ SELECT d.occurrence_id, o.attempts, d.lease_token, d.worker_id, %(now)s, 'runnin
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.id = ANY(%(dispatch_ids)b::bigint[]);
 
+-- The worker's statements below start from its own tokens (unnest) and reach each row by
+-- a unique key. Written as `lease_token = ANY(...) AND o.state = 'RUNNING'`, a planner
+-- whose statistics predate a burst (autoanalyze runs a minute late at best) estimated
+-- one RUNNING occurrence, scanned occurrences first and re-filtered every leased row
+-- per occurrence: 25 s for 500 tokens in the top-of-hour drill, leases expired, rows
+-- were reaped and ran twice as long. Without a selective filter on the big tables
+-- there is no such plan to pick.
+
 -- name: leases_extend
-UPDATE dispatch SET lease_until = %(lease_until)s
-WHERE lease_token = ANY(%(tokens)b::text[])
-RETURNING lease_token;
+UPDATE dispatch AS d SET lease_until = %(lease_until)s
+FROM unnest(%(tokens)b::text[]) AS t(token)
+WHERE d.lease_token = t.token
+RETURNING d.lease_token;
 
 -- name: leases_held
--- The claims behind these tokens, if still held (finish, release). Locks the dispatch
--- rows: a reaper that got there first has unleased them (re-read: not held any more),
--- one that comes later skips them.
-SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant
-FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.lease_token = ANY(%(tokens)b::text[]) AND o.state = 'RUNNING'
+-- The claims behind these tokens (finish, release), with their occurrence's state: the
+-- caller keeps the RUNNING ones (the check stays out of the WHERE clause, see above).
+-- Locks the dispatch rows, in id order (two statements of one worker never wait on
+-- each other in a cycle): a reaper that got there first has unleased them (re-read:
+-- not held any more), one that comes later skips them.
+SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state
+FROM unnest(%(tokens)b::text[]) AS t(token)
+JOIN dispatch AS d ON d.lease_token = t.token
+JOIN occurrences AS o ON o.id = d.occurrence_id
+ORDER BY d.id
 FOR UPDATE OF d;
 
 -- name: finish_attempts
@@ -531,6 +583,9 @@ FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(outcomes)b::t
 WHERE a.occurrence_id = c.occurrence_id AND a.attempt = c.attempt;
 
 -- name: finish_occurrences
+-- Only occurrences leases_held just found RUNNING, under their dispatch row's lock: none
+-- can have moved since (the reaper skips locked rows; cancels and sweeps leave RUNNING
+-- ones alone), so there is no state filter to mislead the planner (see leases_extend).
 UPDATE occurrences AS o
 SET state = c.next_state,
     finished_at = CASE WHEN c.next_state = 'RETRY_WAIT' THEN NULL ELSE %(now)s::timestamptz END,
@@ -538,7 +593,7 @@ SET state = c.next_state,
 FROM unnest(%(occurrence_ids)b::text[], %(exit_codes)b::integer[], %(errors)b::text[],
             %(next_states)b::text[], %(reasons)b::text[])
      AS c(occurrence_id, exit_code, error, next_state, reason)
-WHERE o.id = c.occurrence_id AND o.state = 'RUNNING';
+WHERE o.id = c.occurrence_id;
 
 -- name: dispatch_delete
 DELETE FROM dispatch WHERE id = ANY(%(ids)b::bigint[]);
@@ -636,6 +691,21 @@ FOR UPDATE;
 -- name: tenant_schedules_count
 -- Step 2: the tenant's live schedules (an index range of schedules_live_name).
 SELECT count(*) FROM schedules WHERE tenant = %(tenant)s AND state <> 'deleted';
+
+-- name: tenant_limits_lock_many
+-- apply_schedules' quota check, step 1, for every tenant of a batch at once: as
+-- tenant_limits_lock, the rows locked in tenant order.
+SELECT tenant, max_schedules FROM tenant_limits
+WHERE tenant = ANY(%(tenants)b::text[]) AND max_schedules IS NOT NULL
+ORDER BY tenant
+FOR UPDATE;
+
+-- name: tenant_schedules_count_many
+-- Step 2: the live schedules of each of those tenants (a statement of its own, as
+-- tenant_schedules_count).
+SELECT tenant, count(*) FROM schedules
+WHERE tenant = ANY(%(tenants)b::text[]) AND state <> 'deleted'
+GROUP BY tenant;
 
 -- ------------------------------------------------------------------ tenant limits
 
@@ -941,11 +1011,15 @@ ORDER BY o.scheduled_for, o.id;
 
 -- name: dlq_list
 -- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error.
+-- `o.dead`, not `o.state = 'DEAD'`: occurrences_dead's predicate is `dead` (0004: no
+-- index names state, so the relay's and the claim's updates can be HOT), and the
+-- planner does not know that a generated column's value follows state: only `dead` in
+-- the query proves the predicate. dead is stored as (state = 'DEAD').
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
        o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
-WHERE o.state = 'DEAD' AND (%(tenant)s::text IS NULL OR o.tenant = %(tenant)s)
+WHERE o.dead AND (%(tenant)s::text IS NULL OR o.tenant = %(tenant)s)
 ORDER BY o.finished_at DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: dlq_list_by_schedule
@@ -953,7 +1027,7 @@ SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.avail
        o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
-WHERE o.schedule_id = %(schedule_id)s AND o.state = 'DEAD'
+WHERE o.schedule_id = %(schedule_id)s AND o.dead
 ORDER BY o.finished_at DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: dlq_replay
@@ -1050,8 +1124,9 @@ WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND schedul
 SELECT count(*) FROM schedules WHERE state <> 'deleted';
 
 -- name: dead_count
--- The dead-letter queue's size, from the occurrences_dead partial index.
-SELECT count(*) FROM occurrences WHERE state = 'DEAD';
+-- The dead-letter queue's size, from the occurrences_dead partial index (`dead`, as
+-- dlq_list says why).
+SELECT count(*) FROM occurrences WHERE dead;
 
 -- name: not_run_counts
 -- MISSED / SKIPPED_OVERLAP occurrences that ended in [:since, :until) (occurrences_finished),

@@ -86,6 +86,30 @@ INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to
 VALUES (:schedule_id, :version, :state, :now, NULL, :definition, :reason,
         (SELECT next_run_at FROM schedules WHERE id = :schedule_id));
 
+-- name: schedule_insert_many
+-- apply_schedules' creates, a batch in one statement: schedule_insert for each row of
+-- :schedules = [[id, tenant, name, kind, expr, tz, queue, next_run_at_us|null, shard,
+-- spec_json], ...]. A taken name or id (also one taken twice within the batch) fails the
+-- whole statement; the store then redoes the batch row by row, so the Conflict names
+-- the schedule.
+INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at,
+                       shard, created_at, updated_at, paused_at, spec)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+       json_extract(value, '$[6]'), 'active', 1, json_extract(value, '$[7]'),
+       json_extract(value, '$[8]'), :now, :now, NULL, json_extract(value, '$[9]')
+FROM json_each(:schedules);
+
+-- name: schedule_version_insert_many
+-- The first schedule_versions row of each schedule schedule_insert_many wrote:
+-- :versions = [[schedule_id, definition_json, next_run_at_us|null], ...]; the caller
+-- passes the cursors it just wrote (schedule_version_insert reads them back).
+INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason,
+                               next_run_at)
+SELECT json_extract(value, '$[0]'), 1, :state, :now, NULL, json_extract(value, '$[1]'), :reason,
+       json_extract(value, '$[2]')
+FROM json_each(:versions);
+
 -- name: schedule_version_close
 UPDATE schedule_versions SET valid_to = :now WHERE schedule_id = :schedule_id AND valid_to IS NULL;
 
@@ -172,6 +196,17 @@ FROM schedules
 WHERE state = 'active' AND shard IN (SELECT value FROM json_each(:shards))
   AND next_run_at <= :until
 ORDER BY next_run_at, id LIMIT :limit;
+
+-- name: due_shards
+-- min() over the schedules_due range of each shard: one index probe per shard.
+SELECT shard FROM (
+    SELECT k.value AS shard,
+           (SELECT min(next_run_at) FROM schedules
+            WHERE state = 'active' AND shard = k.value AND next_run_at <= :until) AS first_due
+    FROM json_each(:shards) AS k
+)
+WHERE first_due IS NOT NULL
+ORDER BY first_due, shard;
 
 -- name: materialize_advance
 -- :cursors = [[schedule_id, version, expected_us|null, next_run_at_us|null], ...]
@@ -380,6 +415,19 @@ SELECT max_schedules FROM tenant_limits WHERE tenant = :tenant AND max_schedules
 -- name: tenant_schedules_count
 -- Step 2: the tenant's live schedules (an index range of schedules_live_name).
 SELECT count(*) FROM schedules WHERE tenant = :tenant AND state != 'deleted';
+
+-- name: tenant_limits_lock_many
+-- apply_schedules' quota check, step 1, for every tenant of a batch at once
+-- (:tenants = JSON array); no lock needed, as tenant_limits_lock.
+SELECT tenant, max_schedules FROM tenant_limits
+WHERE tenant IN (SELECT value FROM json_each(:tenants)) AND max_schedules IS NOT NULL
+ORDER BY tenant;
+
+-- name: tenant_schedules_count_many
+-- Step 2: the live schedules of each of those tenants.
+SELECT tenant, count(*) FROM schedules
+WHERE tenant IN (SELECT value FROM json_each(:tenants)) AND state != 'deleted'
+GROUP BY tenant;
 
 -- ------------------------------------------------------------------ tenant limits
 

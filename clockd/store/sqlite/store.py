@@ -481,8 +481,11 @@ class SqliteStore:
         changes: Sequence[ScheduleChange],
         now: datetime,
     ) -> AppliedSchedules:
-        """See the port: the statements of ``change_schedule`` and ``create_schedule``,
-        row by row, inside one ``BEGIN IMMEDIATE`` transaction."""
+        """See the port, in one ``BEGIN IMMEDIATE`` transaction: each change with
+        ``change_schedule``'s statements, then the creates in batches of ``_APPLY_BATCH``
+        (``_insert_schedules``: the statements of the PostgreSQL store, one JSON array
+        each). A batch that hits a taken name or id, or a tenant's limit, is redone row
+        by row so the error names its schedule."""
         now_us = to_us(now)
 
         def run(conn: sqlite3.Connection) -> AppliedSchedules:
@@ -495,7 +498,9 @@ class SqliteStore:
                     raise Conflict(f"{exc.message}; nothing was applied") from exc
                 changed.append(schedule)
                 canceled += count
-            created = [_insert_schedule(conn, new, now_us) for new in creates]
+            created: list[Schedule] = []
+            for start in range(0, len(creates), _APPLY_BATCH):
+                created += _insert_schedules(conn, creates[start : start + _APPLY_BATCH], now_us)
             return AppliedSchedules(created=created, changed=changed, canceled=canceled)
 
         if not creates and not changes:
@@ -630,6 +635,16 @@ class SqliteStore:
 
         def run(conn: sqlite3.Connection) -> list[Schedule]:
             return [_schedule(row) for row in conn.execute(Q["due_schedules"], params)]
+
+        return await self._call(run, write=False)
+
+    async def due_shards(self, shards: Sequence[int], until: datetime) -> list[int]:
+        if not shards:
+            return []
+        params = {"shards": dumps(list(dict.fromkeys(shards))), "until": to_us(until)}
+
+        def run(conn: sqlite3.Connection) -> list[int]:
+            return [int(row[0]) for row in conn.execute(Q["due_shards"], params)]
 
         return await self._call(run, write=False)
 
@@ -1190,6 +1205,9 @@ class SqliteStore:
 
 # -- schedule writes (one connection, inside the caller's transaction) -------------------------
 
+# Creates per statement in apply_schedules (as the PostgreSQL store).
+_APPLY_BATCH: Final = 5000
+
 
 def _insert_schedule(conn: sqlite3.Connection, new: NewSchedule, now_us: int) -> Schedule:
     """``create_schedule``'s statements: the schedule row at version 1 and its first
@@ -1230,17 +1248,70 @@ def _insert_schedule(conn: sqlite3.Connection, new: NewSchedule, now_us: int) ->
             "reason": "created",
         },
     )
-    stamp = from_us(now_us)
+    return _created(new, from_us(now_us))
+
+
+def _created(new: NewSchedule, stamp: datetime) -> Schedule:
+    """The schedule a create wrote (version 1, active, created and updated ``stamp``)."""
     return Schedule(
         id=new.schedule_id,
         version=1,
         state=ScheduleState.ACTIVE,
-        definition=definition,
+        definition=new.definition,
         next_run_at=None if new.next_run_at is None else from_us(to_us(new.next_run_at)),
         shard=new.shard,
         created_at=stamp,
         updated_at=stamp,
     )
+
+
+def _insert_schedules(conn: sqlite3.Connection, batch: Sequence[NewSchedule], now_us: int) -> list[Schedule]:
+    """``_insert_schedule`` for a batch: the quota check once (``_within_quota``), then
+    ``schedule_insert_many`` and ``schedule_version_insert_many``. When the insert hits a
+    taken name or id (or a name twice in the batch; SQLite backs out the whole statement)
+    or the batch would pass a tenant's limit, the batch is redone row by row, which
+    raises the same ``Conflict`` / ``QuotaExceeded`` as a row-by-row apply."""
+    if len(batch) == 1 or not _within_quota(conn, batch):
+        return [_insert_schedule(conn, new, now_us) for new in batch]
+    rows = []
+    versions = []
+    for new in batch:
+        d = new.definition
+        cursor = opt_to_us(new.next_run_at)
+        rows.append(
+            [new.schedule_id, d.tenant, d.name, d.kind.value, d.expr, d.tz, d.queue, cursor, new.shard, spec_json(d)]
+        )
+        versions.append([new.schedule_id, definition_json(d), cursor])
+    try:
+        conn.execute(Q["schedule_insert_many"], {"schedules": dumps(rows), "now": now_us})
+    except sqlite3.IntegrityError:
+        return [_insert_schedule(conn, new, now_us) for new in batch]
+    conn.execute(
+        Q["schedule_version_insert_many"],
+        {"versions": dumps(versions), "state": ScheduleState.ACTIVE.value, "reason": "created", "now": now_us},
+    )
+    stamp = from_us(now_us)
+    return [_created(new, stamp) for new in batch]
+
+
+def _within_quota(conn: sqlite3.Connection, batch: Sequence[NewSchedule]) -> bool:
+    """Whether every tenant of ``batch`` stays within its ``max_schedules`` with all of
+    the batch's creates: false exactly when creating it row by row would raise
+    ``QuotaExceeded``."""
+    wanted: dict[str, int] = {}
+    for new in batch:
+        wanted[new.definition.tenant] = wanted.get(new.definition.tenant, 0) + 1
+    limits = {
+        str(tenant): int(cap)
+        for tenant, cap in conn.execute(Q["tenant_limits_lock_many"], {"tenants": dumps(sorted(wanted))})
+    }
+    if not limits:
+        return True
+    counts = {
+        str(tenant): int(n)
+        for tenant, n in conn.execute(Q["tenant_schedules_count_many"], {"tenants": dumps(sorted(limits))})
+    }
+    return all(counts.get(tenant, 0) + wanted[tenant] <= cap for tenant, cap in limits.items())
 
 
 def _change_schedule(conn: sqlite3.Connection, change: ScheduleChange, now_us: int) -> tuple[Schedule, int]:

@@ -6,11 +6,25 @@ from __future__ import annotations
 import pytest
 
 from clockd.core.ids import new_schedule_id
-from clockd.core.model import OccurrenceState, ScheduleKind, ScheduleState
-from clockd.errors import Conflict
-from clockd.store import NewSchedule, ScheduleChange, Store
+from clockd.core.model import OccurrenceState, OverlapPolicy, ScheduleKind, ScheduleState, TenantLimits
+from clockd.errors import Conflict, QuotaExceeded
+from clockd.store import CursorAdvance, NewSchedule, ScheduleChange, Store
+from clockd.store.postgres import store as postgres_store
+from clockd.store.sqlite import store as sqlite_store
 
-from .support import MIN, T0, add_schedule, claim_one, definition, enqueue, materialize_next
+from .support import (
+    FENCE,
+    LEASE,
+    MIN,
+    QUEUE,
+    T0,
+    add_schedule,
+    claim_one,
+    definition,
+    enqueue,
+    materialize_next,
+    planned,
+)
 
 
 def new(name: str, *, tenant: str = "default", shard: int = 0, **changes: object) -> NewSchedule:
@@ -169,3 +183,131 @@ async def test_many_in_one_call(store: Store) -> None:
     result = await store.apply_schedules([], changes, T0 + MIN)
     assert len(result.changed) == 250
     assert len(await store.list_schedules()) == 250
+
+
+# -- creates in batches (set-based statements; row by row again to name what is at fault) ------
+
+
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Batches of 3 creates in every adapter, so a handful of creates spans several."""
+    for module in (postgres_store, sqlite_store):
+        monkeypatch.setattr(module, "_APPLY_BATCH", 3)
+    return 3
+
+
+async def test_creates_over_several_batches_are_written_as_one_by_one(store: Store, small_batches: int) -> None:
+    creates = [
+        new("a", shard=1, overlap=OverlapPolicy.SKIP),
+        new("b", tenant="team-b", overlap=OverlapPolicy.QUEUE_ONE, labels=(("team", "ops"),)),
+        NewSchedule(new_schedule_id(), definition("c", kind=ScheduleKind.ONCE, expr="2026-03-01T00:00:00Z"), 2, None),
+        new("d", kind=ScheduleKind.EVERY, expr="1h30m"),
+        new("e", tenant="team-b", queue="slow"),
+        new("f", shard=7),
+        new("g"),
+    ]
+    assert len(creates) > 2 * small_batches
+    result = await store.apply_schedules(creates, [], T0)
+    assert [s.id for s in result.created] == [c.schedule_id for c in creates]
+    for made, asked in zip(result.created, creates, strict=True):
+        assert (made.version, made.state, made.shard) == (1, ScheduleState.ACTIVE, asked.shard)
+        assert made.definition == asked.definition
+        assert made.next_run_at == asked.next_run_at
+        assert made.created_at == made.updated_at == T0
+        assert await store.get_schedule_by_id(made.id) == made
+        [(version, valid_from, valid_to, stored, state)] = await store.schedule_versions(made.id)
+        assert (version, valid_from, valid_to, stored, state) == (1, T0, None, asked.definition, ScheduleState.ACTIVE)
+    # Each first version starts at the schedule's cursor (the reconciler's boundary).
+    histories = {h.schedule_id: h for h in (await store.reconcile_rows(T0, T0 + MIN)).schedules}
+    for asked in creates:
+        [first] = histories[asked.schedule_id].versions
+        assert first.next_run_at == asked.next_run_at
+        assert first.valid_from == T0
+
+
+async def test_more_creates_than_one_default_batch(store: Store) -> None:
+    creates = [new(f"job-{i:05d}", shard=i % 16) for i in range(5_003)]
+    result = await store.apply_schedules(creates, [], T0)
+    assert [s.id for s in result.created] == [c.schedule_id for c in creates]
+    listed = await store.list_schedules()
+    assert [s.id for s in listed] == [c.schedule_id for c in creates]
+    assert await store.schedule_versions(creates[-1].schedule_id) != []
+
+
+async def test_a_name_twice_in_one_call_conflicts_naming_it_and_nothing_is_applied(
+    store: Store, small_batches: int
+) -> None:
+    await add_schedule(store, "kept")
+    before = await snapshot(store)
+    message = "schedule 'dup' already exists in tenant 'default'"
+    # In two batches, then within one batch.
+    for first, second in ((1, 5), (3, 4)):
+        creates = [new(f"job-{i}") for i in range(7)]
+        creates[first], creates[second] = new("dup"), new("dup")
+        with pytest.raises(Conflict, match=message):
+            await store.apply_schedules(creates, [], T0 + MIN)
+        assert await snapshot(store) == before
+    # The same id twice (under two names) is named too.
+    twin = new_schedule_id()
+    creates = [new("x"), NewSchedule(twin, definition("y"), 0, T0), new("z"), NewSchedule(twin, definition("w"), 0, T0)]
+    with pytest.raises(Conflict, match=f"schedule id {twin} already exists"):
+        await store.apply_schedules(creates, [], T0 + MIN)
+    assert await snapshot(store) == before
+
+
+async def test_the_schedule_quota_counts_every_create_of_the_call(store: Store, small_batches: int) -> None:
+    await store.set_tenant_limits(TenantLimits("acme", max_schedules=5), T0)
+    await add_schedule(store, "one", tenant="acme")
+    await add_schedule(store, "two", tenant="acme")
+    # Up to the limit exactly, with another tenant's creates in between.
+    creates = [new(f"b{i}", tenant="beta") for i in range(4)]
+    for i, at in enumerate((0, 3, 5)):
+        creates.insert(at, new(f"a{i}", tenant="acme"))
+    await store.apply_schedules(creates, [], T0)
+    assert len(await store.list_schedules("acme")) == 5
+    assert len(await store.list_schedules("beta")) == 4
+    # One more is refused, whichever batch it falls in; nothing is written.
+    await store.set_tenant_limits(TenantLimits("acme", max_schedules=7), T0)
+    before = await snapshot(store)
+    for names in (["c0", "c1", "c2"], ["c0", "b9", "c1", "c2", "c3"]):  # in batch 1, batch 2
+        creates = [new(n, tenant="beta" if n.startswith("b") else "acme") for n in names]
+        with pytest.raises(QuotaExceeded, match="tenant acme is at its limit of 7 active schedules"):
+            await store.apply_schedules(creates, [], T0)
+        assert await snapshot(store) == before
+    # A delete of the same call frees a place first (changes go first).
+    doomed = await store.get_schedule("acme", "one")
+    assert doomed is not None
+    change = ScheduleChange(doomed.id, 1, doomed.definition, ScheduleState.DELETED, None, "pruned")
+    await store.apply_schedules([new(f"c{i}", tenant="acme") for i in range(3)], [change], T0)
+    assert len(await store.list_schedules("acme")) == 7
+
+
+async def test_the_first_refusal_in_order_wins_as_row_by_row(store: Store, small_batches: int) -> None:
+    """A create checks the quota, then inserts: a taken name before the create over the
+    limit is a Conflict, after it a QuotaExceeded."""
+    await store.set_tenant_limits(TenantLimits("acme", max_schedules=3), T0)
+    await add_schedule(store, "one", tenant="acme")
+    await add_schedule(store, "two", tenant="acme")
+    before = await snapshot(store)
+    with pytest.raises(Conflict, match="schedule 'two' already exists in tenant 'acme'"):
+        await store.apply_schedules([new(n, tenant="acme") for n in ("two", "x", "y")], [], T0)
+    with pytest.raises(QuotaExceeded, match="tenant acme is at its limit of 3"):
+        await store.apply_schedules([new(n, tenant="acme") for n in ("x", "two", "y")], [], T0)
+    assert await snapshot(store) == before
+
+
+async def test_creates_keep_their_overlap_policy(store: Store, small_batches: int) -> None:
+    creates = [
+        new("skip", overlap=OverlapPolicy.SKIP),
+        new("queue-one", overlap=OverlapPolicy.QUEUE_ONE),
+        new("allow"),
+        new("skip-too", overlap=OverlapPolicy.SKIP),
+    ]
+    made = (await store.apply_schedules(creates, [], T0 - MIN)).created
+    occurrences = [planned(s, T0 + i * MIN) for s in made for i in range(2)]
+    cursors = [CursorAdvance(s.id, 1, s.next_run_at, T0 + 2 * MIN) for s in made]
+    assert (await store.materialize(FENCE, occurrences, cursors, T0 - MIN)).inserted == 8
+    assert await store.relay(T0 + 2 * MIN, 100, T0 - MIN) == 8
+    claims = await store.claim([QUEUE], "w", 100, LEASE, T0 + 5 * MIN)
+    started = sorted(c.schedule_name for c in claims)
+    assert started == ["allow", "allow", "queue-one", "skip", "skip-too"]

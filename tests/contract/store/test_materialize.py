@@ -1,4 +1,4 @@
-"""The materializer's reads and its one transaction: due_schedules, materialize, the fence."""
+"""The materializer's reads and its one transaction: due_shards, due_schedules, materialize, the fence."""
 
 from __future__ import annotations
 
@@ -35,6 +35,25 @@ async def test_due_schedules_by_shard_and_horizon_earliest_first(store: Store) -
     assert [s.id for s in await store.due_schedules([1], T0 + 2 * MIN, 100)] == [late.id]
     assert await store.due_schedules([1], T0 + 2 * MIN - SEC, 100) == []
     assert await store.due_schedules([], T0 + 60 * MIN, 100) == []
+
+
+async def test_due_shards_names_the_shards_with_work_most_urgent_first(store: Store) -> None:
+    await add_schedule(store, "late", next_run_at=T0 + 2 * MIN, shard=1)
+    await add_schedule(store, "early", next_run_at=T0, shard=5)
+    await add_schedule(store, "tie", next_run_at=T0, shard=2)
+    await add_schedule(store, "far", next_run_at=T0 + 60 * MIN, shard=3)
+    await add_schedule(store, "exhausted", next_run_at=None, shard=4)
+    paused = await add_schedule(store, "paused", next_run_at=T0, shard=6)
+    await store.change_schedule(paused.id, 1, paused.definition, ScheduleState.PAUSED, T0, T0, "p")
+    deleted = await add_schedule(store, "deleted", next_run_at=T0, shard=7)
+    await store.change_schedule(deleted.id, 1, deleted.definition, ScheduleState.DELETED, T0, T0, "rm")
+
+    everything = list(range(10))
+    assert await store.due_shards(everything, T0 + 5 * MIN) == [2, 5, 1]
+    assert await store.due_shards([1, 3, 5], T0 + 5 * MIN) == [5, 1]  # only the shards asked about
+    assert await store.due_shards(everything, T0 + 2 * MIN - SEC) == [2, 5]
+    assert await store.due_shards(everything, T0 - SEC) == []
+    assert await store.due_shards([], T0 + 60 * MIN) == []
 
 
 async def test_materialize_inserts_advances_and_writes_outbox(store: Store) -> None:

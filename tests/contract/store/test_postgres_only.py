@@ -309,3 +309,70 @@ async def test_the_claim_reads_the_ready_index_in_order_without_statistics(
     assert "Seq Scan on occurrences" not in plan, plan
     claims = await stores[1].claim(["default", "other"], "w", 100, LEASE, T0 + MIN)
     assert [c.scheduled_for for c in claims] == [T0 + i * US for i in range(100)]
+
+
+# -- HOT updates (schema 0004) -------------------------------------------------------------------
+
+
+async def test_the_relay_and_the_claim_update_occurrences_heap_only(pg_dsn: str) -> None:
+    """No index of occurrences uses a column the relay or the claim changes (0004 took
+    state out of occurrences_dead's predicate), so with room on the page every update is
+    HOT: the hot path writes no index entries. Ten rows fit one page with all three of
+    their versions, so this holds whether or not the page gets pruned in between. One
+    pooled connection: pg_stat_force_next_flush() makes that backend publish its counters
+    before it answers, no waiting."""
+    store = PostgresStore(pg_dsn, min_size=1, max_size=1)
+    await store.open()
+    try:
+
+        async def flush(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+
+        async def updates() -> tuple[int, int]:
+            await store._call(flush, write=False)
+            query = "SELECT array[n_tup_upd, n_tup_hot_upd] FROM pg_stat_user_tables WHERE relname = 'occurrences'"
+            total, hot = await scalar(pg_dsn, query)
+            return total, hot
+
+        count = 10
+        schedule = await add_schedule(store, "hot", next_run_at=T0)
+        occurrences = [planned(schedule, T0 + i * SEC) for i in range(count)]
+        cursor = CursorAdvance(schedule.id, 1, T0, T0 + count * SEC)
+        assert (await store.materialize(FENCE, occurrences, [cursor], T0 - MIN)).inserted == count
+        start = await updates()
+        assert await store.relay(T0 + MIN, count, T0) == count
+        relayed = await updates()
+        assert len(await store.claim(["default"], "w", count, LEASE, T0 + MIN)) == count
+        claimed = await updates()
+    finally:
+        await store.close()
+    assert (relayed[0] - start[0], relayed[1] - start[1]) == (count, count), "relay updates not all HOT"
+    assert (claimed[0] - relayed[0], claimed[1] - relayed[1]) == (count, count), "claim updates not all HOT"
+
+
+async def test_dead_follows_state_and_the_dead_letter_reads_use_occurrences_dead(
+    stores: list[PostgresStore], pg_dsn: str
+) -> None:
+    store = stores[0]
+    _, claim = await running(store)
+    oid = claim.occurrence_id
+
+    async def dead() -> bool:
+        return bool(await scalar(pg_dsn, "SELECT dead FROM occurrences WHERE id = %s", (oid,)))
+
+    assert await dead() is False  # RUNNING
+    failed = Completion(claim.lease_token, AttemptOutcome.FAILED, OccurrenceState.DEAD, error="boom")
+    assert await store.finish([failed], T0 + SEC) == {claim.lease_token}
+    assert await dead() is True
+    assert [o.id for o in await store.list_dead()] == [oid]
+    assert await store.dead_count() == 1
+    await store.replay_dead(oid, "fixed", T0 + MIN)
+    assert await dead() is False  # ENQUEUED again
+    assert await store.list_dead() == []
+    # occurrences_dead's predicate is `dead`: the planner uses it only if the query says so.
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await conn.execute("SET enable_seqscan = off")
+        for name, params in (("dlq_list", {"tenant": None, "limit": 50}), ("dead_count", {})):
+            cur = await conn.execute("EXPLAIN " + Q[name], params)  # type: ignore[operator]
+            plan = "\n".join(row[0] for row in await cur.fetchall())
+            assert "occurrences_dead" in plan, f"{name}:\n{plan}"

@@ -1,0 +1,9 @@
+-- clockd embedded store, schema 0004: nothing to do here. The PostgreSQL store's 0004
+-- makes the relay's and the claim's updates of occurrences HOT (heap-only: no new
+-- index entries while a row goes SCHEDULED -> ENQUEUED -> RUNNING) by moving state out
+-- of occurrences_dead's predicate into a generated column, and by leaving free space
+-- on each page (fillfactor). SQLite has no HOT to gain: an UPDATE keeps the row's
+-- rowid and touches only the indexes whose columns or predicate it changes. The
+-- number is kept so both stores count their schema alike
+-- (tests/contract/store/test_sql_parity.py); the record in schema_migrations is all
+-- this migration writes.
