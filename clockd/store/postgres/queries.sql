@@ -341,8 +341,6 @@ CROSS JOIN LATERAL (
     SELECT dispatch.visible_at, dispatch.id, dispatch.occurrence_id FROM dispatch
     WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
       AND dispatch.visible_at <= %(now)s
-      AND EXISTS (SELECT 1 FROM occurrences AS o
-                  WHERE o.id = dispatch.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
     ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS d
@@ -355,7 +353,11 @@ ORDER BY d.visible_at, d.id LIMIT %(limit)s;
 -- claim_losers / dispatch_delete (write). Here:
 --   tenants   the tenants with unleased rows per queue (a skip scan of dispatch_ready_tenant);
 --   picked    per queue, a share of each tenant's oldest visible rows (when it has more
---             than one tenant) and the queue's oldest :limit, locked SKIP LOCKED;
+--             than one tenant) and the queue's oldest :limit, locked SKIP LOCKED: an ordered
+--             scan of dispatch alone (an unleased row's occurrence is ENQUEUED or RETRY_WAIT,
+--             written so in the same transactions; cand checks it). A semi-join to
+--             occurrences here let the planner pick hash joins over both whole tables and a
+--             sort, 0.4 s per claim with 50 k rows queued;
 --   limits    the capped tenants among them, locked SKIP LOCKED and read fresh (a row
 --             another claimer holds gives that tenant no room this time);
 --   slot      the overlap slots of their schedules, locked SKIP LOCKED and read fresh (a
@@ -383,8 +385,6 @@ WITH RECURSIVE tenants (queue, tenant) AS (
         SELECT dispatch.id FROM dispatch
         WHERE dispatch.lease_token IS NULL AND dispatch.queue = r.queue
           AND dispatch.tenant = r.tenant AND dispatch.visible_at <= %(now)s
-          AND EXISTS (SELECT 1 FROM occurrences AS o
-                      WHERE o.id = dispatch.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
         ORDER BY dispatch.visible_at, dispatch.id LIMIT (%(limit)s + r.n - 1) / r.n
         FOR UPDATE SKIP LOCKED
     ) AS f
@@ -395,8 +395,6 @@ WITH RECURSIVE tenants (queue, tenant) AS (
         SELECT dispatch.id FROM dispatch
         WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
           AND dispatch.visible_at <= %(now)s
-          AND EXISTS (SELECT 1 FROM occurrences AS o
-                      WHERE o.id = dispatch.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
         ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS g
@@ -555,10 +553,16 @@ WHERE d.id = ANY(%(dispatch_ids)b::bigint[]);
 -- there is no such plan to pick.
 
 -- name: leases_extend
-UPDATE dispatch AS d SET lease_until = %(lease_until)s
-FROM unnest(%(tokens)b::text[]) AS t(token)
-WHERE d.lease_token = t.token
-RETURNING d.lease_token;
+-- The ids by one probe of dispatch_lease_token per token (LIMIT 1 keeps each probe a
+-- parameterized index scan: as a plain join the planner merged the sorted tokens with a
+-- full scan of that index); the token check again on the locked row.
+UPDATE dispatch SET lease_until = %(lease_until)s
+WHERE id = ANY(ARRAY(
+        SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
+        CROSS JOIN LATERAL (SELECT dispatch.id FROM dispatch
+                            WHERE dispatch.lease_token = t.token LIMIT 1) AS x))
+  AND lease_token = ANY(%(tokens)b::text[])
+RETURNING lease_token;
 
 -- name: leases_held
 -- The claims behind these tokens (finish, release), with their occurrence's state: the
@@ -566,10 +570,14 @@ RETURNING d.lease_token;
 -- Locks the dispatch rows, in id order (two statements of one worker never wait on
 -- each other in a cycle): a reaper that got there first has unleased them (re-read:
 -- not held any more), one that comes later skips them.
+-- The ids are found as in leases_extend.
 SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state
-FROM unnest(%(tokens)b::text[]) AS t(token)
-JOIN dispatch AS d ON d.lease_token = t.token
-JOIN occurrences AS o ON o.id = d.occurrence_id
+FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
+WHERE d.id = ANY(ARRAY(
+        SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
+        CROSS JOIN LATERAL (SELECT dispatch.id FROM dispatch
+                            WHERE dispatch.lease_token = t.token LIMIT 1) AS x))
+  AND d.lease_token = ANY(%(tokens)b::text[])
 ORDER BY d.id
 FOR UPDATE OF d;
 
@@ -580,7 +588,8 @@ SET finished_at = %(now)s, outcome = c.outcome, exit_code = c.exit_code, signal 
 FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(outcomes)b::text[],
             %(exit_codes)b::integer[], %(signals)b::integer[], %(outputs)b::text[],
             %(errors)b::text[]) AS c(occurrence_id, attempt, outcome, exit_code, signal, output, error)
-WHERE a.occurrence_id = c.occurrence_id AND a.attempt = c.attempt;
+WHERE a.occurrence_id = c.occurrence_id AND a.attempt = c.attempt
+  AND a.occurrence_id = ANY(%(occurrence_ids)b::text[]);
 
 -- name: finish_occurrences
 -- Only occurrences leases_held just found RUNNING, under their dispatch row's lock: none
@@ -593,7 +602,7 @@ SET state = c.next_state,
 FROM unnest(%(occurrence_ids)b::text[], %(exit_codes)b::integer[], %(errors)b::text[],
             %(next_states)b::text[], %(reasons)b::text[])
      AS c(occurrence_id, exit_code, error, next_state, reason)
-WHERE o.id = c.occurrence_id;
+WHERE o.id = c.occurrence_id AND o.id = ANY(%(occurrence_ids)b::text[]);
 
 -- name: dispatch_delete
 DELETE FROM dispatch WHERE id = ANY(%(ids)b::bigint[]);
@@ -795,8 +804,6 @@ CROSS JOIN LATERAL (
     SELECT x.visible_at, x.id, x.occurrence_id FROM dispatch AS x
     WHERE x.lease_token IS NULL AND x.queue = %(queue)s AND x.tenant = t.tenant
       AND x.visible_at <= %(now)s
-      AND EXISTS (SELECT 1 FROM occurrences AS o
-                  WHERE o.id = x.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
     ORDER BY x.visible_at, x.id LIMIT %(share)s
     FOR UPDATE SKIP LOCKED
 ) AS d;
