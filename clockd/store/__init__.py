@@ -53,7 +53,8 @@ Policies (DESIGN.md §4), where each is enforced:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -234,6 +235,18 @@ def schedule_quota_message(tenant: str, limit: int) -> str:
         f"tenant {tenant} is at its limit of {limit} active schedules (paused ones count too); "
         f"remove one, or raise it with clockctl tenant set {tenant} --max-schedules N"
     )
+
+
+def creates_by_tenant(batch: Sequence[NewSchedule]) -> Counter[str]:
+    """How many of ``batch``'s creates go to each tenant (the batched quota check)."""
+    return Counter(new.definition.tenant for new in batch)
+
+
+def within_quota(wanted: Mapping[str, int], limits: Mapping[str, int], counts: Mapping[str, int]) -> bool:
+    """Whether every tenant with a ``max_schedules`` (``limits``) stays within it when its
+    ``wanted`` creates join its ``counts`` live schedules: false exactly when creating
+    them one by one would raise ``QuotaExceeded`` (``apply_schedules``' batches)."""
+    return all(counts.get(tenant, 0) + wanted[tenant] <= cap for tenant, cap in limits.items())
 
 
 def idempotency_conflict_message(key: str, tenant: str) -> str:

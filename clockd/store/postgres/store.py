@@ -97,10 +97,12 @@ from clockd.store import (
     ReconcileRows,
     ScheduleChange,
     ScheduleHistory,
+    creates_by_tenant,
     idempotency_conflict_message,
     misfire_verdicts,
     not_dead_message,
     schedule_quota_message,
+    within_quota,
 )
 from clockd.store.codec import (
     definition_from_dict,
@@ -1348,16 +1350,14 @@ async def _within_quota(conn: Conn, batch: Sequence[NewSchedule]) -> bool:
     the batch's creates: ``_check_schedule_quota`` for the whole batch (the tenants'
     limits rows locked first, then one count), false exactly when creating the batch
     row by row would raise ``QuotaExceeded``."""
-    wanted: dict[str, int] = {}
-    for new in batch:
-        wanted[new.definition.tenant] = wanted.get(new.definition.tenant, 0) + 1
+    wanted = creates_by_tenant(batch)
     cur = await conn.execute(Q["tenant_limits_lock_many"], {"tenants": sorted(wanted)})
     limits = {str(tenant): int(cap) for tenant, cap in await cur.fetchall()}
     if not limits:
         return True
     cur = await conn.execute(Q["tenant_schedules_count_many"], {"tenants": sorted(limits)})
     counts = {str(tenant): int(n) for tenant, n in await cur.fetchall()}
-    return all(counts.get(tenant, 0) + wanted[tenant] <= cap for tenant, cap in limits.items())
+    return within_quota(wanted, limits, counts)
 
 
 async def _change_schedule(conn: Conn, change: ScheduleChange, stamp: datetime) -> tuple[Schedule, int]:

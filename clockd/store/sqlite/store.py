@@ -72,10 +72,12 @@ from clockd.store import (
     ReconcileRows,
     ScheduleChange,
     ScheduleHistory,
+    creates_by_tenant,
     idempotency_conflict_message,
     misfire_verdicts,
     not_dead_message,
     schedule_quota_message,
+    within_quota,
 )
 from clockd.store.codec import (
     definition_from_json,
@@ -1298,9 +1300,7 @@ def _within_quota(conn: sqlite3.Connection, batch: Sequence[NewSchedule]) -> boo
     """Whether every tenant of ``batch`` stays within its ``max_schedules`` with all of
     the batch's creates: false exactly when creating it row by row would raise
     ``QuotaExceeded``."""
-    wanted: dict[str, int] = {}
-    for new in batch:
-        wanted[new.definition.tenant] = wanted.get(new.definition.tenant, 0) + 1
+    wanted = creates_by_tenant(batch)
     limits = {
         str(tenant): int(cap)
         for tenant, cap in conn.execute(Q["tenant_limits_lock_many"], {"tenants": dumps(sorted(wanted))})
@@ -1311,7 +1311,7 @@ def _within_quota(conn: sqlite3.Connection, batch: Sequence[NewSchedule]) -> boo
         str(tenant): int(n)
         for tenant, n in conn.execute(Q["tenant_schedules_count_many"], {"tenants": dumps(sorted(limits))})
     }
-    return all(counts.get(tenant, 0) + wanted[tenant] <= cap for tenant, cap in limits.items())
+    return within_quota(wanted, limits, counts)
 
 
 def _change_schedule(conn: sqlite3.Connection, change: ScheduleChange, now_us: int) -> tuple[Schedule, int]:
