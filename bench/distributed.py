@@ -401,7 +401,9 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
                 cpu = {name: p.cpu() - cpu0[name] for name, p in cluster.procs.items()}
                 time.sleep(3)  # let the last instants of the window start
                 found = conn.execute(
-                    "SELECT extract(epoch FROM coalesce(a.started_at, now()) - o.scheduled_for)::float8, o.state "
+                    # A running attempt has no row yet (its lease is its record): o.started_at.
+                    "SELECT extract(epoch FROM coalesce(a.started_at, o.started_at, now()) - o.scheduled_for)::float8, "
+                    "o.state "
                     "FROM occurrences o LEFT JOIN attempts a ON a.occurrence_id = o.id AND a.attempt = 1 "
                     "WHERE o.scheduled_for >= %(start)s AND o.scheduled_for < %(end)s",
                     {"start": start, "end": end},

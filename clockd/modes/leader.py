@@ -11,8 +11,8 @@ the misfire policy to queued occurrences no worker reached within their
 schedule's ``max_lateness`` (``Store.sweep_misfires``: MISSED with the reason)
 and free overlap slots whose holder ended without releasing them (canceled or
 missed while waiting to retry); every ``prune_every``, delete terminal history
-older than ``retention``; refresh backlog gauges; sample queue, dead-letter and
-reconciler figures (``clockd.modes.sampler``).
+older than ``retention``; sample backlog, queue, dead-letter and reconciler
+figures (``clockd.modes.sampler``).
 
 A worker may claim a late row before the sweep gets to it: the sweep bounds how
 long a late row can wait, it does not race the claim (the claim skips rows the
@@ -108,12 +108,7 @@ class Leader:
             metrics.fenced_writes_rejected.labels(resource_kind="leader").inc()
             self.coord.lost(lease)
             raise
-        backlog = await self.store.backlog(now)
-        metrics.backlog.labels(stage="due").set(backlog.due_schedules)
-        metrics.backlog.labels(stage="outbox").set(backlog.outbox)
-        metrics.backlog.labels(stage="queued").set(backlog.queued)
-        metrics.backlog.labels(stage="running").set(backlog.running)
-        await self.sampler.maybe(now)  # per-queue depth and age, dead letters, reconciler
+        await self.sampler.maybe(now)  # backlog, per-queue depth and age, dead letters, reconciler
         return len(reaped) >= self.settings.reap_batch
 
     async def _sweep(self, fence: Fence, now: datetime) -> None:

@@ -3,7 +3,10 @@
 Only the leader samples (one process, so a figure is never counted twice), from its
 tick, on its own cadence:
 
-* every ``sample_every`` (10 s): queue depth and the oldest claimable row's age per
+* every ``sample_every`` (10 s): the backlog by stage (``clockd_backlog``: schedules
+  whose cursor is due, outbox, queued, running; counts over the hot tables, ~0.1 s of
+  database time each under a top-of-hour burst, which is why they are not read every
+  tick), queue depth and the oldest claimable row's age per
   queue (``clockd_queue_depth``, ``clockd_queue_oldest_age_seconds``), the dead-letter
   queue's size (``clockd_dlq_size``), the MISSED / SKIPPED_OVERLAP occurrences that ended
   since the last sample by reason (``clockd_occurrences_not_run_total``; by their
@@ -82,6 +85,11 @@ class Sampler:
 
     async def sample(self, now: datetime) -> None:
         since = self._since if self._since is not None else now - timedelta(seconds=self.settings.sample_every)
+        backlog = await self.store.backlog(now)
+        metrics.backlog.labels(stage="due").set(backlog.due_schedules)
+        metrics.backlog.labels(stage="outbox").set(backlog.outbox)
+        metrics.backlog.labels(stage="queued").set(backlog.queued)
+        metrics.backlog.labels(stage="running").set(backlog.running)
         queues = await self.store.queue_stats(now)
         seen = set()
         for q in queues:

@@ -1,7 +1,10 @@
 """Worker: claims due queue rows, runs their targets, records every attempt.
 
 The claim (``Store.claim``) takes up to the free concurrency in one batch, each
-row with a visibility lease (``lease_until``) and a fresh lease token. While a
+row with a visibility lease (``lease_until``) and a fresh lease token. A lease is
+held until its completion is recorded: completions waiting to be written beyond
+one flush batch take concurrency too, so a worker holds at most ``concurrency +
+flush_batch`` leases however slowly the store records them. While a
 target runs, the heartbeat extends the leases of every held token in one batch
 call; a token the store no longer knows was reaped (this worker was paused or
 cut off past its lease), so that job is stopped — its completion would be
@@ -120,10 +123,20 @@ class Worker:
             await asyncio.gather(heartbeat, flusher, return_exceptions=True)
             await self._flush_all()
 
+    def _free_slots(self) -> int:
+        """How many more claims this worker may take now. A lease is held from the claim
+        until its completion is recorded, so completions waiting to be written count too,
+        beyond one flush batch (written while the next claim runs): when the store records
+        completions slower than jobs end (a noop flood, a slow disk, a database outage),
+        the worker stops claiming instead of holding ever more leases, whose heartbeat and
+        finish would grow with them and slow the store down further."""
+        recording = max(0, len(self.pending) - self.settings.flush_batch)
+        return self.settings.concurrency - len(self.running) - recording
+
     async def _claim_loop(self, stopping: asyncio.Event) -> None:
         backoff = Backoff()
         while not stopping.is_set():
-            free = self.settings.concurrency - len(self.running)
+            free = self._free_slots()
             if free <= 0:
                 self._slot_free.clear()
                 waiter = asyncio.create_task(self._slot_free.wait())
@@ -298,6 +311,7 @@ class Worker:
         batch = self.pending[: self.settings.flush_batch]
         accepted = await self.store.finish(batch, self.clock.now())
         del self.pending[: len(batch)]
+        self._slot_free.set()  # recorded completions free their leases (_free_slots)
         for completion in batch:
             self._pending_tokens.discard(completion.lease_token)
             if completion.lease_token not in accepted:

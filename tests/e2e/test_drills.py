@@ -140,7 +140,14 @@ def _job_script(marks: Path, first_sleep: int) -> list[str]:
 
 
 def _worker_of_attempt(cluster: Cluster, attempt: int) -> str:
-    rows = cluster.rows("SELECT worker_id FROM attempts WHERE attempt = %s", attempt)
+    # A running attempt's worker is on its lease; the attempt row is written when it ends.
+    rows = cluster.rows(
+        "SELECT worker_id FROM attempts WHERE attempt = %s UNION ALL "
+        "SELECT d.worker_id FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id "
+        "WHERE d.lease_token IS NOT NULL AND o.attempts = %s",
+        attempt,
+        attempt,
+    )
     return str(rows[0][0]) if rows else ""
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .etcd import EtcdCluster, EtcdError, EtcdServer
 from .postgres import PostgresError, PostgresServer
-from .procs import find_binary, free_port, in_ci, require_binary, teardown_on_sigterm, wait_until
+from .procs import find_binary, free_port, in_ci, require_binary, teardown_on_sigterm, until, wait_until
 
 __all__ = [
     "EtcdCluster",
@@ -28,5 +28,6 @@ __all__ = [
     "in_ci",
     "require_binary",
     "teardown_on_sigterm",
+    "until",
     "wait_until",
 ]

@@ -8,6 +8,7 @@ Normal teardown stops each process itself and unregisters it.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import glob
@@ -126,6 +127,16 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}")
         time.sleep(interval)
+
+
+async def until(predicate: Callable[[], object], *, within: float, what: str, interval: float = 0.01) -> None:
+    """``wait_until`` for a test's event loop: poll ``predicate`` (the loop keeps running
+    in between); raise TimeoutError after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {within:.1f}s waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 def pid_alive(pid: int) -> bool:

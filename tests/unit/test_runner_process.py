@@ -12,9 +12,7 @@ import json
 import os
 import signal
 import sys
-import time
 import tracemalloc
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
@@ -24,6 +22,7 @@ import pytest
 from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget, Target
 from clockd.runner import RunRequest, RunResult
 from clockd.runner.process import ProcessRunner
+from tests.harness import until
 
 PY = sys.executable
 SCHEDULED_FOR = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
@@ -75,15 +74,6 @@ async def run(
         output_limit=output_limit,
     )
     return await (runner or ProcessRunner()).run(req, stop or asyncio.Event())
-
-
-async def until(cond: Callable[[], bool], within: float = 5.0, what: str = "condition") -> None:
-    """Poll ``cond`` until it holds; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {within}s")
-        await asyncio.sleep(0.01)
 
 
 def alive(pid: int) -> bool:
@@ -264,7 +254,7 @@ async def test_timeout_kills_the_process_group_including_a_grandchild(tmp_path: 
     assert result.output == "started\n"
     assert 0.5 <= result.duration < 2.0
     grandchild = int(pidfile.read_text())
-    await until(lambda: not alive(grandchild), what="grandchild gone")
+    await until(within=5.0, predicate=lambda: not alive(grandchild), what="grandchild gone")
 
 
 async def test_group_members_ignoring_sigterm_get_sigkill_after_the_grace(tmp_path: Path) -> None:
@@ -274,7 +264,7 @@ async def test_group_members_ignoring_sigterm_get_sigkill_after_the_grace(tmp_pa
     assert result.outcome is AttemptOutcome.TIMED_OUT
     assert result.duration >= 0.3 + 0.5
     stubborn = int(pidfile.read_text())
-    await until(lambda: not alive(stubborn), what="TERM-ignoring grandchild gone")
+    await until(within=5.0, predicate=lambda: not alive(stubborn), what="TERM-ignoring grandchild gone")
 
 
 async def test_timeout_does_not_hang_on_a_pipe_held_outside_the_group() -> None:
@@ -311,7 +301,7 @@ async def test_stop_terminates_the_job_and_reports_stopped(tmp_path: Path) -> No
     )
     stop = asyncio.Event()
     task = asyncio.create_task(run(py(code), stop, kill_grace=2.0))
-    await until(ready.exists, what="job started")
+    await until(within=5.0, predicate=ready.exists, what="job started")
     stop.set()
     result = await asyncio.wait_for(task, 5)
     assert result.outcome is AttemptOutcome.STOPPED
@@ -332,12 +322,12 @@ async def test_stop_already_set_starts_nothing(tmp_path: Path) -> None:
 async def test_cancelling_run_kills_the_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "grandchild.pid"
     task = asyncio.create_task(run(sh(f"sleep 100 & echo $! > {pidfile}; wait")))
-    await until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", what="pidfile")
+    await until(within=5.0, predicate=lambda: pidfile.exists() and pidfile.read_text().strip() != "", what="pidfile")
     grandchild = int(pidfile.read_text())
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await until(lambda: not alive(grandchild), what="grandchild gone")
+    await until(within=5.0, predicate=lambda: not alive(grandchild), what="grandchild gone")
 
 
 async def test_cancelling_while_starting_leaves_nothing_behind() -> None:
@@ -349,7 +339,9 @@ async def test_cancelling_while_starting_leaves_nothing_behind() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await until(partial(nothing_runs_with, token), what=f"no process left (cancelled at step {steps})")
+        await until(
+            partial(nothing_runs_with, token), within=5.0, what=f"no process left (cancelled at step {steps})"
+        )
 
 
 def nothing_runs_with(token: str) -> bool:

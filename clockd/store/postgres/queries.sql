@@ -225,9 +225,19 @@ WHERE o.schedule_id = %(schedule_id)s AND o.scheduled_for <= %(before)s
 ORDER BY o.scheduled_for DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: attempts_list
+-- The ended attempts, and the running one from its lease (schema 0005: its row is
+-- written when it ends; one written as 'running' before 0005 is shown as it is).
 SELECT occurrence_id, attempt, lease_token, worker_id, started_at, outcome, finished_at,
        exit_code, signal, output, error
-FROM attempts WHERE occurrence_id = %(occurrence_id)s ORDER BY attempt;
+FROM attempts WHERE occurrence_id = %(occurrence_id)s
+UNION ALL
+SELECT d.occurrence_id, o.attempts, d.lease_token, coalesce(d.worker_id, ''),
+       coalesce(d.leased_at, o.started_at), 'running', NULL, NULL, NULL, '', NULL
+FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
+WHERE d.occurrence_id = %(occurrence_id)s AND d.lease_token IS NOT NULL AND o.state = 'RUNNING'
+  AND NOT EXISTS (SELECT 1 FROM attempts AS a
+                  WHERE a.occurrence_id = d.occurrence_id AND a.attempt = o.attempts)
+ORDER BY 2;
 
 -- ------------------------------------------------------------------ materializer
 
@@ -365,7 +375,8 @@ ORDER BY d.visible_at, d.id LIMIT %(limit)s;
 --   judged    claim_judge's decisions: start / skip / park (the waiter leaves the queue,
 --             still ENQUEUED, as its slot's waiting_id);
 -- then the writes, one data-modifying CTE each, on disjoint rows. One row per start,
--- in round-robin order across tenants.
+-- in round-robin order across tenants. No attempt row is written: until the attempt
+-- ends, the lease is its record (leased_at its start; schema 0005).
 WITH RECURSIVE tenants (queue, tenant) AS (
     SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = q.queue
@@ -473,7 +484,7 @@ WITH RECURSIVE tenants (queue, tenant) AS (
 ), leased AS (
     UPDATE dispatch
     SET lease_token = gen_random_uuid()::text, lease_until = %(lease_until)s,
-        worker_id = %(worker_id)s
+        worker_id = %(worker_id)s, leased_at = %(now)s
     WHERE dispatch.id = ANY(ARRAY(SELECT id FROM starters))
     RETURNING dispatch.id, dispatch.occurrence_id, dispatch.lease_token
 ), started AS (
@@ -481,10 +492,6 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     SET state = 'RUNNING', attempts = o.attempts + 1, started_at = coalesce(o.started_at, %(now)s)
     FROM leased WHERE o.id = leased.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
     RETURNING o.id, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for, o.max_attempts
-), recorded AS (
-    INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome)
-    SELECT started.id, started.attempts, leased.lease_token, %(worker_id)s, %(now)s, 'running'
-    FROM started JOIN leased ON leased.occurrence_id = started.id
 ), counted AS (
     UPDATE tenant_limits AS l
     SET running = l.running + c.n,
@@ -538,7 +545,9 @@ WHERE id = ANY(%(ids)b::text[]) AND state IN ('ENQUEUED', 'RETRY_WAIT')
 RETURNING id, attempts, schedule_id, schedule_version, scheduled_for, max_attempts;
 
 -- name: claim_attempts
--- Step 3 of claim_lease on its own (not called by the store).
+-- SQLite's step 3 of the claim (a 'running' attempt row). Not called by this store:
+-- since schema 0005 the attempt row is written when the attempt ends (finish_attempts,
+-- reap_attempts) and a running attempt is read from its dispatch row (attempts_list).
 INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome)
 SELECT d.occurrence_id, o.attempts, d.lease_token, d.worker_id, %(now)s, 'running'
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
@@ -571,7 +580,8 @@ RETURNING lease_token;
 -- each other in a cycle): a reaper that got there first has unleased them (re-read:
 -- not held any more), one that comes later skips them.
 -- The ids are found as in leases_extend.
-SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state
+SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state, d.worker_id,
+       coalesce(d.leased_at, o.started_at)
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.id = ANY(ARRAY(
         SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
@@ -582,14 +592,22 @@ ORDER BY d.id
 FOR UPDATE OF d;
 
 -- name: finish_attempts
-UPDATE attempts AS a
-SET finished_at = %(now)s, outcome = c.outcome, exit_code = c.exit_code, signal = c.signal,
-    output = c.output, error = c.error
-FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(outcomes)b::text[],
+-- The attempt's one row, written as it ends (schema 0005); a 'running' row written
+-- before 0005 is completed in place.
+INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
+                           outcome, exit_code, signal, output, error)
+SELECT c.occurrence_id, c.attempt, c.lease_token, c.worker_id, c.started_at, %(now)s,
+       c.outcome, c.exit_code, c.signal, c.output, c.error
+FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(lease_tokens)b::text[],
+            %(worker_ids)b::text[], %(started_at)b::timestamptz[], %(outcomes)b::text[],
             %(exit_codes)b::integer[], %(signals)b::integer[], %(outputs)b::text[],
-            %(errors)b::text[]) AS c(occurrence_id, attempt, outcome, exit_code, signal, output, error)
-WHERE a.occurrence_id = c.occurrence_id AND a.attempt = c.attempt
-  AND a.occurrence_id = ANY(%(occurrence_ids)b::text[]);
+            %(errors)b::text[])
+     AS c(occurrence_id, attempt, lease_token, worker_id, started_at, outcome, exit_code, signal,
+          output, error)
+ON CONFLICT (occurrence_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = excluded.exit_code,
+    signal = excluded.signal, output = excluded.output, error = excluded.error
+WHERE a.outcome = 'running';
 
 -- name: finish_occurrences
 -- Only occurrences leases_held just found RUNNING, under their dispatch row's lock: none
@@ -608,18 +626,19 @@ WHERE o.id = c.occurrence_id AND o.id = ANY(%(occurrence_ids)b::text[]);
 DELETE FROM dispatch WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: dispatch_retry
-UPDATE dispatch AS d SET lease_token = NULL, lease_until = NULL, worker_id = NULL,
+UPDATE dispatch AS d SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL,
                          visible_at = c.visible_at
 FROM unnest(%(ids)b::bigint[], %(visible_at)b::timestamptz[]) AS c(id, visible_at)
 WHERE d.id = c.id;
 
 -- name: dispatch_unlease
 -- visible_at NULL keeps the row's visible_at.
-UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL,
+UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL,
                     visible_at = coalesce(%(visible_at)s::timestamptz, visible_at)
 WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: release_attempts
+-- Only a 'running' row written before schema 0005 can be there.
 DELETE FROM attempts AS a
 USING unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[]) AS k(occurrence_id, attempt)
 WHERE a.occurrence_id = k.occurrence_id AND a.attempt = k.attempt;
@@ -635,16 +654,25 @@ WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 
 -- name: reap_pick
 -- Rows a finishing worker holds (leases_held) are skipped: that worker wins.
-SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant
+SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant, d.lease_token, d.worker_id,
+       coalesce(d.leased_at, o.started_at)
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IS NOT NULL AND d.lease_until < %(now)s
 ORDER BY d.lease_until, d.id LIMIT %(limit)s
 FOR UPDATE OF d SKIP LOCKED;
 
 -- name: reap_attempts
-UPDATE attempts AS a SET outcome = 'lost', finished_at = %(now)s, error = %(error)s
-FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[]) AS k(occurrence_id, attempt)
-WHERE a.occurrence_id = k.occurrence_id AND a.attempt = k.attempt AND a.outcome = 'running';
+-- The lost attempt's one row (see finish_attempts).
+INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
+                           outcome, error)
+SELECT k.occurrence_id, k.attempt, k.lease_token, coalesce(k.worker_id, ''), coalesce(k.started_at, %(now)s),
+       %(now)s, 'lost', %(error)s
+FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(lease_tokens)b::text[],
+            %(worker_ids)b::text[], %(started_at)b::timestamptz[])
+     AS k(occurrence_id, attempt, lease_token, worker_id, started_at)
+ON CONFLICT (occurrence_id, attempt) DO UPDATE
+SET outcome = 'lost', finished_at = excluded.finished_at, error = excluded.error
+WHERE a.outcome = 'running';
 
 -- name: reap_retry
 UPDATE occurrences SET state = 'RETRY_WAIT'
@@ -658,13 +686,26 @@ SET state = 'DEAD', finished_at = %(now)s,
 WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 
 -- name: prune
--- Attempts, outbox and dispatch rows go with their occurrence (ON DELETE CASCADE).
-DELETE FROM occurrences WHERE id = ANY(ARRAY(
-    SELECT id FROM occurrences
-    WHERE finished_at < %(before)s
-      AND state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED')
-    ORDER BY finished_at LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED));
+-- Attempts, outbox and dispatch rows go with their occurrence, deleted here (schema 0005
+-- dropped their foreign keys and the cascade; a terminal occurrence has no outbox or
+-- dispatch row, the two deletes are the cascade's safety net). The row count is the
+-- number of occurrences deleted.
+WITH gone AS (
+    DELETE FROM occurrences WHERE id = ANY(ARRAY(
+        SELECT id FROM occurrences
+        WHERE finished_at < %(before)s
+          AND state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED')
+        ORDER BY finished_at LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED))
+    RETURNING id
+), attempts_gone AS (
+    DELETE FROM attempts WHERE occurrence_id = ANY(ARRAY(SELECT id FROM gone))
+), outbox_gone AS (
+    DELETE FROM outbox WHERE occurrence_id = ANY(ARRAY(SELECT id FROM gone))
+), dispatch_gone AS (
+    DELETE FROM dispatch WHERE occurrence_id = ANY(ARRAY(SELECT id FROM gone))
+)
+SELECT id FROM gone;
 
 -- ------------------------------------------------------------------ observation
 
@@ -733,7 +774,7 @@ SET max_schedules = EXCLUDED.max_schedules, max_running = EXCLUDED.max_running,
 -- locked row) and its finishes waiting: a new statement, so the count sees every claim
 -- committed before the lock was taken.
 UPDATE tenant_limits
-SET running = (SELECT count(*) FROM dispatch
+SET running = (SELECT count(*) FROM dispatch   -- through dispatch_leased (schema 0005)
                WHERE tenant = %(tenant)s AND lease_token IS NOT NULL)
 WHERE tenant = %(tenant)s;
 

@@ -822,9 +822,13 @@ class PostgresStore:
         tokens = list(by_token)
 
         async def run(conn: Conn) -> set[str]:
-            held = _running(await (await conn.execute(Q["leases_held"], {"tokens": tokens})).fetchall())
+            found = await (await conn.execute(Q["leases_held"], {"tokens": tokens})).fetchall()
+            held = _running(found)
             if not held:
                 return set()
+            # Who ran the attempt and since when: the lease is the running attempt's only
+            # record (schema 0005); finish_attempts writes its row.
+            leases = {row[2]: (row[6] or "", row[7] or stamp) for row in found}
             rows: list[tuple[Any, ...]] = []
             done: list[int] = []
             retry: list[tuple[int, datetime]] = []
@@ -836,16 +840,18 @@ class PostgresStore:
                     reason = c.error or f"attempt {attempt} {c.outcome.value}" + (
                         f" (exit code {c.exit_code})" if c.exit_code is not None else ""
                     )
+                worker_id, started_at = leases[token]
                 rows.append(
                     (occ, attempt, c.outcome.value, c.exit_code, c.signal, _text(c.output), _opt_text(c.error),
-                     c.next_state.value, _opt_text(reason))
+                     c.next_state.value, _opt_text(reason), token, worker_id, started_at)
                 )  # fmt: skip
                 if c.next_state is OccurrenceState.RETRY_WAIT:
                     retry.append((dispatch_id, stamp if c.retry_at is None else _utc(c.retry_at)))
                 else:
                     done.append(dispatch_id)
                     ended.append(occ)
-            occ_ids, attempts, outcomes, exit_codes, signals, outputs, errors, next_states, reasons = _columns(rows, 9)
+            (occ_ids, attempts, outcomes, exit_codes, signals, outputs, errors, next_states, reasons,
+             lease_tokens, worker_ids, started_at) = _columns(rows, 12)  # fmt: skip
             # Four independent writes: one pipeline, one round trip.
             async with conn.pipeline():
                 await conn.execute(
@@ -854,6 +860,9 @@ class PostgresStore:
                         "now": stamp,
                         "occurrence_ids": occ_ids,
                         "attempts": attempts,
+                        "lease_tokens": lease_tokens,
+                        "worker_ids": worker_ids,
+                        "started_at": started_at,
                         "outcomes": outcomes,
                         "exit_codes": exit_codes,
                         "signals": signals,
@@ -924,6 +933,9 @@ class PostgresStore:
                     {
                         "occurrence_ids": [row[1] for row in picked],
                         "attempts": [row[2] for row in picked],
+                        "lease_tokens": [row[5] for row in picked],
+                        "worker_ids": [row[6] for row in picked],
+                        "started_at": [row[7] for row in picked],
                         "now": stamp,
                         "error": _LEASE_LOST,
                     },
@@ -942,7 +954,7 @@ class PostgresStore:
                     attempt=int(attempt),
                     next_state=OccurrenceState.RETRY_WAIT if attempt < max_attempts else OccurrenceState.DEAD,
                 )
-                for _, occ, attempt, max_attempts, _ in picked
+                for _, occ, attempt, max_attempts, *_ in picked
             ]
 
         return await self._call(run, write=True)

@@ -97,7 +97,14 @@ async def test_concurrent_claimers_never_receive_the_same_occurrence(stores: lis
     assert len(set(seen)) == 1000, "an occurrence was handed to two claimers"
     assert len(set(tokens)) == 1000
     assert rounds <= 5  # 16 claims of 37 per round: the claimers really ran side by side
-    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts WHERE attempt = 1") == 1000
+    # Each leased once, as its first attempt (the lease is the running attempt's record).
+    assert await scalar(pg_dsn, "SELECT count(DISTINCT lease_token) FROM dispatch") == 1000
+    assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences WHERE state = 'RUNNING' AND attempts = 1") == 1000
+    done = await stores[0].finish(
+        [Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for token in tokens], T0 + MIN
+    )
+    assert done == set(tokens)
+    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts WHERE attempt = 1 AND outcome = 'succeeded'") == 1000
     assert await scalar(pg_dsn, "SELECT count(*) FROM attempts WHERE attempt > 1") == 0
 
 
@@ -376,3 +383,49 @@ async def test_dead_follows_state_and_the_dead_letter_reads_use_occurrences_dead
             cur = await conn.execute("EXPLAIN " + Q[name], params)  # type: ignore[operator]
             plan = "\n".join(row[0] for row in await cur.fetchall())
             assert "occurrences_dead" in plan, f"{name}:\n{plan}"
+
+
+# -- one attempt row per attempt (schema 0005) ---------------------------------------------------
+
+
+async def test_an_attempt_row_is_written_once_when_the_attempt_ends(stores: list[PostgresStore], pg_dsn: str) -> None:
+    """The claim writes no attempt row (the lease is the running attempt's record, and
+    list_attempts shows it from there); the finish writes the one row, with the lease's
+    worker and start."""
+    store = stores[0]
+    _, claim = await running(store)
+    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts") == 0
+    (shown,) = await store.list_attempts(claim.occurrence_id)
+    assert (shown.number, shown.outcome, shown.lease_token, shown.started_at) == (
+        1, AttemptOutcome.RUNNING, claim.lease_token, T0)  # fmt: skip
+    done = Completion(claim.lease_token, AttemptOutcome.FAILED, OccurrenceState.DEAD, exit_code=3, output="boom")
+    assert await store.finish([done], T0 + MIN) == {claim.lease_token}
+    (ended,) = await store.list_attempts(claim.occurrence_id)
+    assert (ended.outcome, ended.worker_id, ended.started_at, ended.finished_at, ended.exit_code, ended.output) == (
+        AttemptOutcome.FAILED, shown.worker_id, T0, T0 + MIN, 3, "boom")  # fmt: skip
+
+
+async def test_a_running_attempt_row_from_before_0005_is_completed_in_place(
+    stores: list[PostgresStore], pg_dsn: str
+) -> None:
+    """Claims made by a clockd older than schema 0005 have a 'running' attempt row:
+    listed once while they run, completed (finish) or marked lost (reap) in place."""
+    store = stores[0]
+    claims = [(await running(store, name))[1] for name in ("finished", "reaped")]
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        for claim in claims:
+            await conn.execute(
+                "INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome) "
+                "VALUES (%s, 1, %s, 'old-worker', %s, 'running')",
+                (claim.occurrence_id, claim.lease_token, T0),
+            )
+    (shown,) = await store.list_attempts(claims[0].occurrence_id)
+    assert (shown.outcome, shown.worker_id) == (AttemptOutcome.RUNNING, "old-worker")
+    done = Completion(claims[0].lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
+    assert await store.finish([done], T0 + MIN) == {claims[0].lease_token}
+    reaped = await store.reap_expired(FENCE, 100, T0 + LEASE + SEC)
+    assert [r.occurrence_id for r in reaped] == [claims[1].occurrence_id]
+    outcomes = [
+        [(a.number, a.outcome) for a in await store.list_attempts(claim.occurrence_id)] for claim in claims
+    ]
+    assert outcomes == [[(1, AttemptOutcome.SUCCEEDED)], [(1, AttemptOutcome.LOST)]]

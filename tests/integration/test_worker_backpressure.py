@@ -1,0 +1,75 @@
+"""A worker never holds more leases than it can record: when the store is slow to
+record completions, the worker stops claiming instead of letting its unrecorded
+completions (and the leases they keep alive) grow with the queue.
+
+A real SQLite store; only ``finish`` is held shut by a gate, as a database that is
+slow to write would hold it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from clockd.core.clock import ManualClock
+from clockd.core.model import AttemptOutcome
+from clockd.modes.worker import Worker, WorkerSettings
+from clockd.runner import RunRequest, RunResult
+from clockd.store import Completion, CursorAdvance
+from clockd.store.sqlite.store import SqliteStore
+from tests.contract.store.support import FENCE, MIN, T0, add_schedule, planned
+from tests.harness import until
+
+US = timedelta(microseconds=1)
+
+
+class SlowToRecord(SqliteStore):
+    """The real store, whose ``finish`` waits until the test opens the gate."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.gate = asyncio.Event()
+
+    async def finish(self, completions: Sequence[Completion], now: datetime) -> set[str]:
+        await self.gate.wait()
+        return await super().finish(completions, now)
+
+
+class Instant:
+    async def run(self, request: RunRequest, stop: asyncio.Event) -> RunResult:
+        return RunResult(outcome=AttemptOutcome.SUCCEEDED, exit_code=0)
+
+
+async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    store = SlowToRecord(tmp_path / "clockd.db")
+    await store.open()
+    try:
+        schedule = await add_schedule(store, "flood", next_run_at=T0)
+        occurrences = [planned(schedule, T0 + i * US) for i in range(50)]
+        await store.materialize(FENCE, occurrences, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
+        assert await store.relay(T0 + MIN, 50, T0) == 50
+        clock.advance(MIN)
+        worker = Worker(store, Instant(), clock, WorkerSettings(concurrency=4, flush_batch=2, poll=0.01))
+        stopping = asyncio.Event()
+        running = asyncio.create_task(worker.run(stopping))
+        try:
+            # Jobs end at once and their completions wait at the gate: the worker may hold
+            # concurrency (4) + flush_batch (2) leases, then it waits.
+            await until(
+                lambda: not worker._slot_free.is_set() and len(worker.pending) == 6,
+                within=10, what="the worker to stop claiming",
+            )  # fmt: skip
+            backlog = await store.backlog(clock.now())
+            assert (backlog.running, backlog.queued) == (6, 44)
+            store.gate.set()
+            await until(lambda: worker.completed == 50, within=30, what="every job recorded")
+        finally:
+            store.gate.set()
+            stopping.set()
+            await running
+        assert (await store.backlog(clock.now())).running == 0
+    finally:
+        await store.close()
