@@ -481,7 +481,10 @@ class Store(Protocol):
         ...
 
     async def prune(self, fence: Fence, before: datetime, limit: int, now: datetime) -> int:
-        """Delete terminal occurrences finished before ``before`` (and their attempts)."""
+        """Delete terminal occurrences both due and finished before ``before`` (and their
+        attempts), at most ``limit``. Both: a run canceled ahead of its instant stays until
+        that instant is as old, and the PostgreSQL store finds them by due time (no index
+        there may name finished_at: the finish's update stays HOT, schema 0006)."""
         ...
 
     async def sweep_misfires(self, fence: Fence, limit: int, now: datetime) -> int:

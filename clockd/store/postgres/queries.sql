@@ -686,6 +686,9 @@ SET state = 'DEAD', finished_at = %(now)s,
 WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 
 -- name: prune
+-- Terminal occurrences both due and finished before :before, oldest due first: a walk
+-- of occurrences_recent (schema 0006: no index names finished_at, so the finish's update
+-- is HOT; a run canceled ahead of its instant goes once that instant is old enough).
 -- Attempts, outbox and dispatch rows go with their occurrence, deleted here (schema 0005
 -- dropped their foreign keys and the cascade; a terminal occurrence has no outbox or
 -- dispatch row, the two deletes are the cascade's safety net). The row count is the
@@ -693,9 +696,9 @@ WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
 WITH gone AS (
     DELETE FROM occurrences WHERE id = ANY(ARRAY(
         SELECT id FROM occurrences
-        WHERE finished_at < %(before)s
+        WHERE scheduled_for < %(before)s AND finished_at < %(before)s
           AND state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED')
-        ORDER BY finished_at LIMIT %(limit)s
+        ORDER BY scheduled_for LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED))
     RETURNING id
 ), attempts_gone AS (
@@ -1059,24 +1062,24 @@ ORDER BY o.scheduled_for, o.id;
 
 -- name: dlq_list
 -- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error.
--- `o.dead`, not `o.state = 'DEAD'`: occurrences_dead's predicate is `dead` (0004: no
--- index names state, so the relay's and the claim's updates can be HOT), and the
--- planner does not know that a generated column's value follows state: only `dead` in
--- the query proves the predicate. dead is stored as (state = 'DEAD').
+-- `o.dead_at IS NOT NULL`, not `o.state = 'DEAD'`: occurrences_dead is on dead_at (0006:
+-- no index names state or finished_at, so the hot path's updates can be HOT), and the
+-- planner does not know that a generated column's value follows state: only the
+-- predicate itself in the query proves it. dead_at is stored as finished_at while DEAD.
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
        o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
-WHERE o.dead AND (%(tenant)s::text IS NULL OR o.tenant = %(tenant)s)
-ORDER BY o.finished_at DESC, o.id DESC LIMIT %(limit)s;
+WHERE o.dead_at IS NOT NULL AND (%(tenant)s::text IS NULL OR o.tenant = %(tenant)s)
+ORDER BY o.dead_at DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: dlq_list_by_schedule
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
        o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
-WHERE o.schedule_id = %(schedule_id)s AND o.dead
-ORDER BY o.finished_at DESC, o.id DESC LIMIT %(limit)s;
+WHERE o.schedule_id = %(schedule_id)s AND o.dead_at IS NOT NULL
+ORDER BY o.dead_at DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: dlq_replay
 -- A DEAD occurrence back to the queue, same id, allowed one attempt more than it has
@@ -1172,20 +1175,21 @@ WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND schedul
 SELECT count(*) FROM schedules WHERE state <> 'deleted';
 
 -- name: dead_count
--- The dead-letter queue's size, from the occurrences_dead partial index (`dead`, as
--- dlq_list says why).
-SELECT count(*) FROM occurrences WHERE dead;
+-- The dead-letter queue's size, from the occurrences_dead partial index (`dead_at IS NOT
+-- NULL`, as dlq_list says why).
+SELECT count(*) FROM occurrences WHERE dead_at IS NOT NULL;
 
 -- name: not_run_counts
--- MISSED / SKIPPED_OVERLAP occurrences that ended in [:since, :until) (occurrences_finished),
--- by kind: never queued = misfire at materialization, queued = the leader's lateness sweep.
+-- MISSED / SKIPPED_OVERLAP occurrences that ended in [:since, :until) (occurrences_not_run:
+-- not_run_at is finished_at while in those states, schema 0006), by kind: never queued =
+-- misfire at materialization, queued = the leader's lateness sweep.
 SELECT state,
        CASE WHEN state = 'SKIPPED_OVERLAP' THEN 'overlap'
             WHEN enqueued_at IS NULL THEN 'misfire'
             ELSE 'lateness' END AS kind,
        count(*)
 FROM occurrences
-WHERE finished_at >= %(since)s AND finished_at < %(until)s AND state IN ('MISSED', 'SKIPPED_OVERLAP')
+WHERE not_run_at >= %(since)s AND not_run_at < %(until)s
 GROUP BY 1, 2;
 
 -- name: enqueue_lags

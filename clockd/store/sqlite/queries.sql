@@ -376,10 +376,11 @@ SET state = 'DEAD', finished_at = :now,
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'RUNNING';
 
 -- name: prune
+-- Terminal occurrences both due and finished before :before (the port says why both).
 -- Attempts, outbox and dispatch rows go with their occurrence (ON DELETE CASCADE).
 DELETE FROM occurrences WHERE id IN (
     SELECT id FROM occurrences
-    WHERE finished_at < :before
+    WHERE finished_at < :before AND scheduled_for < :before
       AND state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED')
     ORDER BY finished_at LIMIT :limit);
 

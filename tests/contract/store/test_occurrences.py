@@ -217,9 +217,17 @@ async def test_prune_deletes_old_terminal_occurrences_and_their_attempts(store: 
     assert await store.get_occurrence(recent_id) is None
 
 
+async def test_prune_keeps_an_occurrence_until_it_is_both_due_and_finished_before_the_cutoff(store: Store) -> None:
+    s = await add_schedule(store, "a", next_run_at=T0)
+    ahead = planned(s, T0 + 10 * MIN, state=OccurrenceState.MISSED, reason="ended ahead of its instant")
+    await store.materialize(FENCE, [ahead], [CursorAdvance(s.id, 1, T0, T0 + 11 * MIN)], T0)
+    assert await store.prune(FENCE, T0 + 5 * MIN, 100, T0 + 5 * MIN) == 0  # finished before, due after
+    assert await store.prune(FENCE, T0 + 11 * MIN, 100, T0 + 11 * MIN) == 1
+
+
 async def test_prune_respects_limit_and_fence(store: Store) -> None:
     s = await add_schedule(store, "a", next_run_at=T0)
-    occs = [planned(s, T0 + i * MIN, state=OccurrenceState.MISSED, reason="late") for i in range(5)]
+    occs = [planned(s, T0 - (5 - i) * MIN, state=OccurrenceState.MISSED, reason="late") for i in range(5)]
     await store.materialize(FENCE, occs, [CursorAdvance(s.id, 1, T0, T0 + 5 * MIN)], T0)
     assert await store.prune(Fence("leader", 2), T0 + MIN, 3, T0 + MIN) == 3
     with pytest.raises(FencedOut):

@@ -321,11 +321,12 @@ async def test_the_claim_reads_the_ready_index_in_order_without_statistics(
 # -- HOT updates (schema 0004) -------------------------------------------------------------------
 
 
-async def test_the_relay_and_the_claim_update_occurrences_heap_only(pg_dsn: str) -> None:
-    """No index of occurrences uses a column the relay or the claim changes (0004 took
-    state out of occurrences_dead's predicate), so with room on the page every update is
-    HOT: the hot path writes no index entries. Ten rows fit one page with all three of
-    their versions, so this holds whether or not the page gets pruned in between. One
+async def test_the_relay_the_claim_and_the_finish_update_occurrences_heap_only(pg_dsn: str) -> None:
+    """No index of occurrences uses a column the relay, the claim or a successful finish
+    changes (0004 took state out of occurrences_dead's predicate, 0006 finished_at out of
+    every index), so with room on the page every update is HOT: the hot path writes no
+    index entries. Five rows fit one page with all four of their versions, so this holds
+    whether or not the page gets pruned in between. One
     pooled connection: pg_stat_force_next_flush() makes that backend publish its counters
     before it answers, no waiting."""
     store = PostgresStore(pg_dsn, min_size=1, max_size=1)
@@ -341,7 +342,7 @@ async def test_the_relay_and_the_claim_update_occurrences_heap_only(pg_dsn: str)
             total, hot = await scalar(pg_dsn, query)
             return total, hot
 
-        count = 10
+        count = 5
         schedule = await add_schedule(store, "hot", next_run_at=T0)
         occurrences = [planned(schedule, T0 + i * SEC) for i in range(count)]
         cursor = CursorAdvance(schedule.id, 1, T0, T0 + count * SEC)
@@ -349,15 +350,20 @@ async def test_the_relay_and_the_claim_update_occurrences_heap_only(pg_dsn: str)
         start = await updates()
         assert await store.relay(T0 + MIN, count, T0) == count
         relayed = await updates()
-        assert len(await store.claim(["default"], "w", count, LEASE, T0 + MIN)) == count
+        claims = await store.claim(["default"], "w", count, LEASE, T0 + MIN)
+        assert len(claims) == count
         claimed = await updates()
+        done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
+        assert len(await store.finish(done, T0 + MIN + SEC)) == count
+        finished = await updates()
     finally:
         await store.close()
     assert (relayed[0] - start[0], relayed[1] - start[1]) == (count, count), "relay updates not all HOT"
     assert (claimed[0] - relayed[0], claimed[1] - relayed[1]) == (count, count), "claim updates not all HOT"
+    assert (finished[0] - claimed[0], finished[1] - claimed[1]) == (count, count), "finish updates not all HOT"
 
 
-async def test_dead_follows_state_and_the_dead_letter_reads_use_occurrences_dead(
+async def test_dead_at_follows_state_and_the_dead_letter_reads_use_occurrences_dead(
     stores: list[PostgresStore], pg_dsn: str
 ) -> None:
     store = stores[0]
@@ -365,7 +371,7 @@ async def test_dead_follows_state_and_the_dead_letter_reads_use_occurrences_dead
     oid = claim.occurrence_id
 
     async def dead() -> bool:
-        return bool(await scalar(pg_dsn, "SELECT dead FROM occurrences WHERE id = %s", (oid,)))
+        return await scalar(pg_dsn, "SELECT dead_at FROM occurrences WHERE id = %s", (oid,)) is not None
 
     assert await dead() is False  # RUNNING
     failed = Completion(claim.lease_token, AttemptOutcome.FAILED, OccurrenceState.DEAD, error="boom")
@@ -376,13 +382,18 @@ async def test_dead_follows_state_and_the_dead_letter_reads_use_occurrences_dead
     await store.replay_dead(oid, "fixed", T0 + MIN)
     assert await dead() is False  # ENQUEUED again
     assert await store.list_dead() == []
-    # occurrences_dead's predicate is `dead`: the planner uses it only if the query says so.
+    # occurrences_dead's predicate is on dead_at: the planner uses it only if the query says so.
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await conn.execute("SET enable_seqscan = off")
-        for name, params in (("dlq_list", {"tenant": None, "limit": 50}), ("dead_count", {})):
+        for name, params, index in (
+            ("dlq_list", {"tenant": None, "limit": 50}, "occurrences_dead"),
+            ("dead_count", {}, "occurrences_dead"),
+            ("not_run_counts", {"since": T0, "until": T0 + MIN}, "occurrences_not_run"),
+            ("prune", {"before": T0, "limit": 100}, "occurrences_recent"),
+        ):
             cur = await conn.execute("EXPLAIN " + Q[name], params)  # type: ignore[operator]
             plan = "\n".join(row[0] for row in await cur.fetchall())
-            assert "occurrences_dead" in plan, f"{name}:\n{plan}"
+            assert index in plan, f"{name}:\n{plan}"
 
 
 # -- one attempt row per attempt (schema 0005) ---------------------------------------------------

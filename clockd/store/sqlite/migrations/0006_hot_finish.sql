@@ -1,0 +1,6 @@
+-- clockd embedded store, schema 0006: nothing to do here. The PostgreSQL store's 0006
+-- makes the finish's update of occurrences HOT (no index names finished_at any more:
+-- generated dead_at / not_run_at columns carry what the dead-letter and not-run indexes
+-- need, and retention walks occurrences by due time). SQLite has no HOT to gain (see
+-- 0004). The number is kept so both stores count their schema alike
+-- (tests/contract/store/test_sql_parity.py).
