@@ -18,9 +18,24 @@ def occurrence_id(schedule_id: str, version: int, scheduled_for: datetime) -> st
     """
     if scheduled_for.tzinfo is None:
         raise ValueError("occurrence_id needs an aware datetime")
-    stamp = scheduled_for.astimezone(UTC)
+    stamp = scheduled_for if scheduled_for.tzinfo is UTC else scheduled_for.astimezone(UTC)
     key = f"{schedule_id}|{version}|{stamp.isoformat(timespec='microseconds')}"
-    return str(uuid.uuid5(OCCURRENCE_NAMESPACE, key))
+    return _uuid5(key)
+
+
+_NAMESPACE_BYTES = OCCURRENCE_NAMESPACE.bytes
+
+
+def _uuid5(name: str) -> str:
+    """``str(uuid.uuid5(OCCURRENCE_NAMESPACE, name))`` without the UUID object: the
+    materializer computes one per occurrence, and building and formatting the object was
+    a fifth of its CPU. Same bits: SHA-1 of namespace + name, version 5, RFC 4122 variant
+    (tests/unit/test_ids.py compares the two)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name.encode()).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def manual_occurrence_id(schedule_id: str, requested_at: datetime, nonce: str) -> str:

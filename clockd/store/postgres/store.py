@@ -1207,9 +1207,11 @@ def _running(held: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
 
 def _utc(instant: datetime) -> datetime:
     """``instant`` in UTC. Naive datetimes are refused, never guessed (as codec.to_us)."""
+    if instant.tzinfo is UTC:  # nearly always: checked first, it is on every hot path
+        return instant
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise ValueError(f"naive datetime {instant.isoformat()} given to the store: pass aware UTC")
-    return instant if instant.tzinfo is UTC else instant.astimezone(UTC)
+    return instant.astimezone(UTC)
 
 
 def _opt_utc(instant: datetime | None) -> datetime | None:
@@ -1227,11 +1229,13 @@ def _opt_text(text: str | None) -> str | None:
 
 
 def _columns(rows: Iterable[Sequence[Any]], width: int) -> list[list[Any]]:
-    """Rows → one list per column (each becomes one array parameter for unnest)."""
-    columns: list[list[Any]] = [[] for _ in range(width)]
-    for row in rows:
-        for column, value in zip(columns, row, strict=True):
-            column.append(value)
+    """Rows → one list per column (each becomes one array parameter for unnest). zip
+    transposes at C speed (the materializer turns ~10 values per occurrence)."""
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    if not columns:
+        return [[] for _ in range(width)]
+    if len(columns) != width:
+        raise ValueError(f"rows of {len(columns)} values where {width} were expected")
     return columns
 
 

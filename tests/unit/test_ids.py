@@ -1,0 +1,36 @@
+"""Occurrence ids are a contract: jobs use them as idempotency keys, and every node and
+every release must compute the same id for the same planned instant."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from clockd.core.ids import OCCURRENCE_NAMESPACE, occurrence_id
+
+
+def test_an_occurrence_id_is_pinned() -> None:
+    # Computed by the first release (uuid.uuid5 over "schedule|version|instant"): a change
+    # here would give every stored occurrence a second id and break jobs' idempotency.
+    instant = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    expected = str(uuid.uuid5(OCCURRENCE_NAMESPACE, "s-1|3|2026-03-29T01:00:00.000000+00:00"))
+    assert occurrence_id("s-1", 3, instant) == expected
+
+
+@given(
+    schedule_id=st.text(min_size=1, max_size=60),
+    version=st.integers(min_value=1, max_value=10**6),
+    instant=st.datetimes(timezones=st.just(UTC)).filter(lambda t: 1 < t.year < 9999),
+    offset_minutes=st.integers(min_value=-14 * 60, max_value=14 * 60),
+)
+def test_the_id_is_uuid5_of_the_utc_instant_whatever_zone_it_is_given_in(
+    schedule_id: str, version: int, instant: datetime, offset_minutes: int
+) -> None:
+    key = f"{schedule_id}|{version}|{instant.isoformat(timespec='microseconds')}"
+    expected = str(uuid.uuid5(OCCURRENCE_NAMESPACE, key))
+    assert occurrence_id(schedule_id, version, instant) == expected
+    shifted = instant.astimezone(timezone(timedelta(minutes=offset_minutes)))
+    assert occurrence_id(schedule_id, version, shifted) == expected
