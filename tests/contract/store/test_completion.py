@@ -238,3 +238,25 @@ async def test_a_completion_must_end_or_retry_the_attempt(store: Store) -> None:
     with pytest.raises(ValueError):
         await store.finish([Completion(claim.lease_token, AttemptOutcome.RUNNING, OccurrenceState.SUCCEEDED)], T0)
     assert await store.extend_leases([claim.lease_token], LEASE, T0) == {claim.lease_token}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "exit_code", "error", "reason"),
+    [
+        (AttemptOutcome.FAILED, 3, None, "attempt 1 failed (exit code 3)"),
+        (AttemptOutcome.TIMED_OUT, None, None, "attempt 1 timed_out"),
+        (AttemptOutcome.FAILED, 3, "exit code 3; permanent failure", "exit code 3; permanent failure"),
+    ],
+)
+async def test_a_dead_occurrence_says_why(
+    store: Store, outcome: AttemptOutcome, exit_code: int | None, error: str | None, reason: str
+) -> None:
+    """The DLQ shows the reason: the worker's error, or which attempt ended how."""
+    _, claim = await running(store)
+    done = Completion(claim.lease_token, outcome, OccurrenceState.DEAD, exit_code=exit_code, error=error)
+    assert await store.finish([done], T0 + SEC) == {claim.lease_token}
+    occurrence = await store.get_occurrence(claim.occurrence_id)
+    assert occurrence is not None
+    assert (occurrence.state, occurrence.reason) == (OccurrenceState.DEAD, reason)
+    (attempt,) = await store.list_attempts(claim.occurrence_id)
+    assert (attempt.outcome, attempt.exit_code, attempt.error) == (outcome, exit_code, error)
