@@ -298,6 +298,11 @@ def _from_occurrence(
     made: Made,
 ) -> Explanation:
     facts: list[tuple[str, str]] = [("occurrence", occ.id), ("version", str(occ.version))]
+
+    def about(why: Why, summary: str) -> Explanation:
+        """The explanation of this occurrence, with the facts gathered by then."""
+        return made(why, summary, facts, version=occ.version, occurrences=(occ,), attempts=attempts)
+
     last = attempts[-1] if attempts else None
     owner = next((v for v in history.versions if v.version == occ.version), None)
     spec = _spec(history, owner) if owner is not None else None
@@ -320,13 +325,9 @@ def _from_occurrence(
             facts.append(("worker", last.worker_id))
         tries = f"{occ.attempts} attempt{'s' if occ.attempts != 1 else ''}"
         code = f", exit code {occ.exit_code}" if occ.exit_code is not None else ""
-        return made(
+        return about(
             Why.SUCCEEDED,
             f"it ran and succeeded ({tries}{code}" + (f", {_seconds(took)}" if took else "") + ")",
-            facts,
-            version=occ.version,
-            occurrences=(occ,),
-            attempts=attempts,
         )
     if state is OccurrenceState.RUNNING:
         if last is not None:
@@ -336,13 +337,9 @@ def _from_occurrence(
                 ("worker", last.worker_id),
             ]
         since = f" since {format_instant(last.started_at)}" if last else ""
-        return made(
+        return about(
             Why.RUNNING,
             f"it is running (attempt {occ.attempts}{since})",
-            facts,
-            version=occ.version,
-            occurrences=(occ,),
-            attempts=attempts,
         )
     if state in (OccurrenceState.SCHEDULED, OccurrenceState.ENQUEUED, OccurrenceState.RETRY_WAIT):
         facts.append(("available at", format_instant(occ.available_at)))
@@ -354,7 +351,7 @@ def _from_occurrence(
             what = f"planned: due at {format_instant(occ.available_at)}"
         else:
             what = "due and waiting in the queue for a worker"
-        return made(Why.QUEUED, f"{what} ({state})", facts, version=occ.version, occurrences=(occ,), attempts=attempts)
+        return about(Why.QUEUED, f"{what} ({state})")
     if state is OccurrenceState.DEAD:
         error = occ.last_error or (last.error if last else None)
         if error is None and occ.exit_code is not None:
@@ -362,34 +359,22 @@ def _from_occurrence(
         facts += [("attempts", str(occ.attempts)), ("last error", error or "-")]
         if occ.reason:
             facts.append(("reason", occ.reason))
-        return made(
+        return about(
             Why.DEAD,
             f"it went DEAD after {occ.attempts} attempt{'s' if occ.attempts != 1 else ''}: "
             f"{error or occ.reason or '?'} (in the dead-letter queue: clockctl dlq)",
-            facts,
-            version=occ.version,
-            occurrences=(occ,),
-            attempts=attempts,
         )
     if state is OccurrenceState.MISSED:
         facts.append(("reason", occ.reason or "-"))
-        return made(
+        return about(
             Why.MISSED,
             f"it was missed: {occ.reason or 'no reason recorded'}",
-            facts,
-            version=occ.version,
-            occurrences=(occ,),
-            attempts=attempts,
         )
     if state is OccurrenceState.SKIPPED_OVERLAP:
         facts.append(("reason", occ.reason or "-"))
-        return made(
+        return about(
             Why.SKIPPED_OVERLAP,
             f"it was skipped by the overlap policy: {occ.reason or '-'}",
-            facts,
-            version=occ.version,
-            occurrences=(occ,),
-            attempts=attempts,
         )
     # CANCELED: by the change that wrote the next version (update, pause, delete).
     successor = _successor(history, occ)
@@ -401,13 +386,9 @@ def _from_occurrence(
             f"{format_instant(successor.valid_from)}"
         )
     facts.append(("reason", occ.reason or "-"))
-    return made(
+    return about(
         Why.CANCELED,
         f"it was canceled before it ran{by}: {occ.reason or 'no reason recorded'}",
-        facts,
-        version=occ.version,
-        occurrences=(occ,),
-        attempts=attempts,
     )
 
 

@@ -22,10 +22,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from clockd.core.model import (
+    Attempt,
+    AttemptOutcome,
     MisfirePolicy,
     NoopTarget,
+    Occurrence,
+    OccurrenceState,
     OverlapPolicy,
     RetryPolicy,
+    Schedule,
     ScheduleDef,
     ScheduleKind,
     ScheduleState,
@@ -237,3 +242,83 @@ def histories_from_rows(
             )
             versions = []
     return out
+
+
+def schedule_from_row(
+    row: Sequence[Any],
+    instant: Callable[[Any], datetime],
+    opt_instant: Callable[[Any], datetime | None],
+    spec: Callable[[Any], dict[str, Any]],
+) -> Schedule:
+    """A ``schedules`` row (id, tenant, name, kind, expr, tz, queue, state, version,
+    next_run_at, shard, created_at, updated_at, paused_at, spec) as a Schedule. Both
+    adapters share this, with their own decoders for instants (SQLite: microseconds,
+    PostgreSQL: timestamptz) and for the spec (JSON text or jsonb)."""
+    (sid, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+     created_at, updated_at, paused_at, document) = row  # fmt: skip
+    return Schedule(
+        id=sid,
+        version=int(version),
+        state=ScheduleState(state),
+        definition=definition_from_parts(
+            name=name, kind=kind, expr=expr, tz=tz, queue=queue, tenant=tenant, spec=spec(document)
+        ),
+        next_run_at=opt_instant(next_run_at),
+        shard=int(shard),
+        created_at=instant(created_at),
+        updated_at=instant(updated_at),
+        paused_at=opt_instant(paused_at),
+    )
+
+
+def occurrence_from_row(
+    row: Sequence[Any],
+    instant: Callable[[Any], datetime],
+    opt_instant: Callable[[Any], datetime | None],
+) -> Occurrence:
+    """An occurrence row as the read queries select it (id, schedule_id, schedule name,
+    version, scheduled_for, available_at, state, attempts, queue, manual, enqueued_at,
+    started_at, finished_at, exit_code, reason) as an Occurrence (see schedule_from_row)."""
+    (oid, schedule_id, name, version, scheduled_for, available_at, state, attempts, queue,
+     manual, enqueued_at, started_at, finished_at, exit_code, reason) = row  # fmt: skip
+    return Occurrence(
+        id=oid,
+        schedule_id=schedule_id,
+        schedule_name=name,
+        version=int(version),
+        scheduled_for=instant(scheduled_for),
+        available_at=instant(available_at),
+        state=OccurrenceState(state),
+        attempts=int(attempts),
+        queue=queue,
+        manual=bool(manual),
+        enqueued_at=opt_instant(enqueued_at),
+        started_at=opt_instant(started_at),
+        finished_at=opt_instant(finished_at),
+        exit_code=exit_code,
+        reason=reason,
+    )
+
+
+def attempt_from_row(
+    row: Sequence[Any],
+    instant: Callable[[Any], datetime],
+    opt_instant: Callable[[Any], datetime | None],
+) -> Attempt:
+    """An ``attempts_list`` row (occurrence_id, attempt, lease_token, worker_id, started_at,
+    outcome, finished_at, exit_code, signal, output, error) as an Attempt (see
+    schedule_from_row)."""
+    occ, number, token, worker, started, outcome, finished, exit_code, signal, output, error = row
+    return Attempt(
+        occurrence_id=occ,
+        number=number,
+        lease_token=token,
+        worker_id=worker,
+        started_at=instant(started),
+        outcome=AttemptOutcome(outcome),
+        finished_at=opt_instant(finished),
+        exit_code=exit_code,
+        signal=signal,
+        output=output,
+        error=error,
+    )

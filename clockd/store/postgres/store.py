@@ -105,11 +105,13 @@ from clockd.store import (
     within_quota,
 )
 from clockd.store.codec import (
+    attempt_from_row,
     definition_from_dict,
-    definition_from_parts,
     definition_json,
     histories_from_rows,
     minute_of,
+    occurrence_from_row,
+    schedule_from_row,
     spec_json,
 )
 from clockd.store.sql import load_migrations, load_queries, trusted_sql
@@ -609,24 +611,7 @@ class PostgresStore:
     async def list_attempts(self, occurrence_id: str) -> list[Attempt]:
         async def run(conn: Conn) -> list[Attempt]:
             cur = await conn.execute(Q["attempts_list"], {"occurrence_id": occurrence_id})
-            return [
-                Attempt(
-                    occurrence_id=occ,
-                    number=number,
-                    lease_token=token,
-                    worker_id=worker,
-                    started_at=_utc(started),
-                    outcome=AttemptOutcome(outcome),
-                    finished_at=_opt_utc(finished),
-                    exit_code=exit_code,
-                    signal=signal,
-                    output=output,
-                    error=error,
-                )
-                for occ, number, token, worker, started, outcome, finished, exit_code, signal, output, error in (
-                    await cur.fetchall()
-                )
-            ]
+            return [attempt_from_row(row, _utc, _opt_utc) for row in await cur.fetchall()]
 
         return await self._call(run, write=False)
 
@@ -1470,49 +1455,15 @@ async def _one_occurrence(conn: Conn, occurrence_id: str) -> Occurrence:
 
 
 def _schedule(row: Sequence[Any]) -> Schedule:
-    (sid, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
-     created_at, updated_at, paused_at, spec) = row  # fmt: skip
-    return Schedule(
-        id=sid,
-        version=int(version),
-        state=ScheduleState(state),
-        definition=definition_from_parts(
-            name=name,
-            kind=kind,
-            expr=expr,
-            tz=tz,
-            queue=queue,
-            tenant=tenant,
-            spec=spec,
-        ),
-        next_run_at=_opt_utc(next_run_at),
-        shard=int(shard),
-        created_at=_utc(created_at),
-        updated_at=_utc(updated_at),
-        paused_at=_opt_utc(paused_at),
-    )
+    return schedule_from_row(row, _utc, _opt_utc, _jsonb)
+
+
+def _jsonb(document: dict[str, Any]) -> dict[str, Any]:
+    return document  # psycopg has decoded the jsonb column already
 
 
 def _occurrence(row: Sequence[Any]) -> Occurrence:
-    (oid, schedule_id, name, version, scheduled_for, available_at, state, attempts, queue,
-     manual, enqueued_at, started_at, finished_at, exit_code, reason) = row  # fmt: skip
-    return Occurrence(
-        id=oid,
-        schedule_id=schedule_id,
-        schedule_name=name,
-        version=int(version),
-        scheduled_for=_utc(scheduled_for),
-        available_at=_utc(available_at),
-        state=OccurrenceState(state),
-        attempts=int(attempts),
-        queue=queue,
-        manual=bool(manual),
-        enqueued_at=_opt_utc(enqueued_at),
-        started_at=_opt_utc(started_at),
-        finished_at=_opt_utc(finished_at),
-        exit_code=exit_code,
-        reason=reason,
-    )
+    return occurrence_from_row(row, _utc, _opt_utc)
 
 
 # -- operator read paths: row decoding ---------------------------------------------------------

@@ -80,15 +80,17 @@ from clockd.store import (
     within_quota,
 )
 from clockd.store.codec import (
+    attempt_from_row,
     definition_from_json,
-    definition_from_parts,
     definition_json,
     dumps,
     from_us,
     histories_from_rows,
     minute_of,
+    occurrence_from_row,
     opt_from_us,
     opt_to_us,
+    schedule_from_row,
     spec_json,
     to_us,
 )
@@ -611,22 +613,7 @@ class SqliteStore:
     async def list_attempts(self, occurrence_id: str) -> list[Attempt]:
         def run(conn: sqlite3.Connection) -> list[Attempt]:
             rows = conn.execute(Q["attempts_list"], {"occurrence_id": occurrence_id}).fetchall()
-            return [
-                Attempt(
-                    occurrence_id=occ,
-                    number=number,
-                    lease_token=token,
-                    worker_id=worker,
-                    started_at=from_us(started),
-                    outcome=AttemptOutcome(outcome),
-                    finished_at=opt_from_us(finished),
-                    exit_code=exit_code,
-                    signal=signal,
-                    output=output,
-                    error=error,
-                )
-                for occ, number, token, worker, started, outcome, finished, exit_code, signal, output, error in rows
-            ]
+            return [attempt_from_row(row, from_us, opt_from_us) for row in rows]
 
         return await self._call(run, write=False)
 
@@ -1415,49 +1402,11 @@ def _release_slots(conn: sqlite3.Connection, ended: Sequence[str], now_us: int) 
 
 
 def _schedule(row: Sequence[Any]) -> Schedule:
-    (sid, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
-     created_at, updated_at, paused_at, spec) = row  # fmt: skip
-    return Schedule(
-        id=sid,
-        version=int(version),
-        state=ScheduleState(state),
-        definition=definition_from_parts(
-            name=name,
-            kind=kind,
-            expr=expr,
-            tz=tz,
-            queue=queue,
-            tenant=tenant,
-            spec=json.loads(spec),
-        ),
-        next_run_at=opt_from_us(next_run_at),
-        shard=int(shard),
-        created_at=from_us(created_at),
-        updated_at=from_us(updated_at),
-        paused_at=opt_from_us(paused_at),
-    )
+    return schedule_from_row(row, from_us, opt_from_us, json.loads)
 
 
 def _occurrence(row: Sequence[Any]) -> Occurrence:
-    (oid, schedule_id, name, version, scheduled_for, available_at, state, attempts, queue,
-     manual, enqueued_at, started_at, finished_at, exit_code, reason) = row  # fmt: skip
-    return Occurrence(
-        id=oid,
-        schedule_id=schedule_id,
-        schedule_name=name,
-        version=int(version),
-        scheduled_for=from_us(scheduled_for),
-        available_at=from_us(available_at),
-        state=OccurrenceState(state),
-        attempts=int(attempts),
-        queue=queue,
-        manual=bool(manual),
-        enqueued_at=opt_from_us(enqueued_at),
-        started_at=opt_from_us(started_at),
-        finished_at=opt_from_us(finished_at),
-        exit_code=exit_code,
-        reason=reason,
-    )
+    return occurrence_from_row(row, from_us, opt_from_us)
 
 
 def _statements(script: LiteralString) -> list[LiteralString]:
