@@ -87,6 +87,10 @@ def test_drill_1_sigkill_leader_standby_takes_over(cluster: Cluster) -> None:
     assert successor.name != leader.name
     before = succeeded(cluster)
     wait_for("runs under the new leader", lambda: succeeded(cluster) >= before + 8, 30)
+    # Those 8 may be the failover's backlog, run at once; the reconciled window (it ends
+    # 2 s before now) must itself hold 8 instants: 7 s of 1 s and 2 s ticks hold 10.
+    window_end = start_at + timedelta(seconds=7 + 2)
+    wait_for("a reconciled window of 7 s", lambda: now() >= window_end, 30)
     report = settle_and_reconcile(cluster, start_at)
     assert report["expected"] >= 8
     reconcile_exit_0(cluster, start_at)
