@@ -73,7 +73,7 @@ install-systemd: ## Install systemd units, sysusers and tmpfiles snippets (PREFI
 
 .PHONY: schema
 schema: install ## Regenerate config/schedules.schema.json from the schedule-file model
-	$(BIN)/python -m clockd.schedfile --schema > config/schedules.schema.json
+	$(BIN)/python -m clockd.formats.schedfile --schema > config/schedules.schema.json
 
 .PHONY: clean
 clean: ## Remove the venv and caches

@@ -18,7 +18,7 @@ from typing import Any
 
 from clockd.core.clock import SystemClock
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
-from clockd.ops import Ops
+from clockd.services.ops import Ops
 from clockd.store.sqlite.store import SqliteStore
 
 BIN = Path(sys.executable).parent

@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from clockd.config import resolve_store
 from clockd.core.clock import SystemClock
-from clockd.ops import Ops
+from clockd.services.ops import Ops
 from clockd.wiring import make_store
 
 T = TypeVar("T")

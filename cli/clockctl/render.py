@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from clockd import secrets
 from clockd.core.durations import format_duration
 from clockd.core.model import (
     Attempt,
@@ -28,6 +27,7 @@ from clockd.core.model import (
     Target,
     redact_url,
 )
+from clockd.runner import secrets
 from clockd.runner.limits import format_size
 
 REDACTED = "***"

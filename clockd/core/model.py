@@ -88,7 +88,7 @@ class CommandTarget:
 
     ``env`` values may hold secret references (``${file:/path}``, ``${env:NAME}``)
     and ``env_from_file`` names a ``KEY=VALUE`` file: both are resolved by the
-    worker at run time (``clockd.secrets``), never stored resolved. ``user`` /
+    worker at run time (``clockd.runner.secrets``), never stored resolved. ``user`` /
     ``group``: the identity the job runs as (a root worker switches to it; the
     daemon's ``allowed_users`` decides which tenant may use which user).
     Limits are per process, applied with ``setrlimit`` before ``exec``:

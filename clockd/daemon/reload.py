@@ -33,10 +33,10 @@ from collections.abc import Callable
 from clockd.config import Settings
 from clockd.core.clock import Clock
 from clockd.errors import ClockdError
+from clockd.formats.schedfile import LoadResult, load_paths
 from clockd.modes.worker import Worker
 from clockd.obs.logging import setup_logging
-from clockd.ops import Ops, PlanAction
-from clockd.schedfile import LoadResult, load_paths
+from clockd.services.ops import Ops, PlanAction
 from clockd.store import Store
 
 log = logging.getLogger(__name__)

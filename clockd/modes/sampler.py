@@ -35,7 +35,7 @@ from clockd.core.clock import Clock
 from clockd.core.instants import format_instant
 from clockd.errors import StoreError
 from clockd.obs import metrics
-from clockd.reconcile import run_reconcile
+from clockd.services.reconcile import run_reconcile
 from clockd.store import Store
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ could-not-start, stopped) comes back as a ``RunResult``.
 Adapters: ``process`` (``CommandTarget``), ``http`` (``HttpTarget``), and
 ``dispatch``, which routes a request to one of them by target type (``NoopTarget``
 succeeds at once). ``identity`` and ``limits`` hold what a command runs as and
-with which resource limits; ``clockd.secrets`` resolves secret references.
+with which resource limits; ``clockd.runner.secrets`` resolves secret references.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 What a request carries and what its answer means:
 
 * The target's headers (secret references resolved at run time, see
-  ``clockd.secrets``; the tenant must be allowed the worker's own user to use
+  ``clockd.runner.secrets``; the tenant must be allowed the worker's own user to use
   them, ``clockd.runner.identity``), then ``Idempotency-Key: <occurrence id>`` (the
   same on every attempt, so a receiver can drop duplicates), ``X-Clockd-Scheduled-For``
   (ISO 8601 UTC) and ``X-Clockd-Attempt`` — these cannot be overridden.
@@ -44,9 +44,9 @@ from http.cookiejar import CookieJar, DefaultCookiePolicy
 
 import httpx
 
-from clockd import __version__, secrets
+from clockd import __version__
 from clockd.core.model import RESERVED_HEADERS, AttemptOutcome, HttpTarget, redact_url
-from clockd.runner import RunRequest, RunResult
+from clockd.runner import RunRequest, RunResult, secrets
 from clockd.runner import identity as ids
 
 log = logging.getLogger(__name__)

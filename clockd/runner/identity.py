@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from clockd.config import DEFAULT_ALLOWED_USERS
 from clockd.errors import ClockdError
-from clockd.secrets import Reader
+from clockd.runner.secrets import Reader
 
 ANY = "*"
 ROOT = "root"

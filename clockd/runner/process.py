@@ -8,7 +8,7 @@ What a job gets, and why:
   Without a ``/``, ``argv[0]`` is looked up on the job's own ``PATH``.
 * **Environment**: the daemon's ``os.environ`` (read at each run), then the
   ``env_from_file`` pairs, then the target's ``env`` (secret references resolved,
-  ``clockd.secrets``) on top, then ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE``
+  ``clockd.runner.secrets``) on top, then ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE``
   (the schedule's name), ``CLOCKD_SCHEDULED_FOR`` (ISO 8601 in UTC, ending in
   ``Z``) and ``CLOCKD_ATTEMPT`` (1-based) on top of that, so a schedule cannot
   spoof them. Inheriting the daemon's environment is cron-like (``PATH``,
@@ -82,9 +82,8 @@ from datetime import UTC, datetime
 from subprocess import DEVNULL, PIPE, STDOUT, SubprocessError
 from typing import Any
 
-from clockd import secrets
 from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget
-from clockd.runner import RunRequest, RunResult, limits
+from clockd.runner import RunRequest, RunResult, limits, secrets
 from clockd.runner import identity as ids
 
 log = logging.getLogger(__name__)
@@ -272,7 +271,7 @@ class ProcessRunner:
         """Identity, policy, secrets and environment of one run (may block: NSS, files).
 
         Raises :class:`~clockd.runner.identity.Refused` or
-        :class:`~clockd.secrets.SecretError`, whose messages are safe to record."""
+        :class:`~clockd.runner.secrets.SecretError`, whose messages are safe to record."""
         if target.user:
             who = ids.job_identity(target.user, target.group)
         else:

@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from clockctl.commands.files import PROGRESS_THRESHOLD, _progress
-from clockd.schedfile import FIELD_NAMES
+from clockd.formats.schedfile import FIELD_NAMES
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]

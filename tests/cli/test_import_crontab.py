@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from clockd.schedfile import load_text
+from clockd.formats.schedfile import load_text
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,8 +28,8 @@ from clockd.modes.leader import Leader
 from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.modes.relay import Relay
 from clockd.modes.worker import Worker, WorkerSettings
-from clockd.ops import Ops
 from clockd.runner import RunRequest, RunResult
+from clockd.services.ops import Ops
 from clockd.store.sqlite.store import SqliteStore
 
 T0 = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)  # the night Europe/Paris springs forward

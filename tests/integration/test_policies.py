@@ -37,8 +37,8 @@ from clockd.modes.leader import Leader, LeaderSettings
 from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.modes.relay import Relay
 from clockd.modes.worker import Worker, WorkerSettings
-from clockd.ops import Ops, ResumeFrom
 from clockd.runner import RunRequest, RunResult
+from clockd.services.ops import Ops, ResumeFrom
 from clockd.store import NewSchedule, Store
 from tests.contract.store.support import Backend
 

@@ -73,7 +73,7 @@ def test_pages_render_without_warnings(page: str) -> None:
 
 
 def test_every_schedule_file_field_is_in_clockd_schedules_5() -> None:
-    from clockd.schedfile import FIELDS
+    from clockd.formats.schedfile import FIELDS
 
     page = _text("clockd-schedules.5")
     assert [f.name for f in FIELDS if f".B {f.name}\n" not in page] == []

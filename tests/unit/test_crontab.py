@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clockd.core.model import CommandTarget, MisfirePolicy, RetryPolicy, ScheduleDef, ScheduleKind
-from clockd.crontab import Note, _stem, parse_crontab
 from clockd.errors import InvalidInput
+from clockd.formats.crontab import Note, _stem, parse_crontab
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "crontabs"
 USER_PATH = "tests/data/crontabs/user.crontab"

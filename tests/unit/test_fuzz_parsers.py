@@ -26,7 +26,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clockd import secrets
 from clockd.config import Settings, coerce, load_settings
 from clockd.core.cron import parse_cron
 from clockd.core.durations import parse_duration
@@ -35,8 +34,9 @@ from clockd.core.model import CommandTarget, HttpTarget, ScheduleDef, ScheduleKi
 from clockd.core.spec import validate_definition
 from clockd.core.zones import get_zone
 from clockd.errors import ClockdError
-from clockd.ops import normalize
+from clockd.runner import secrets
 from clockd.runner.limits import parse_size
+from clockd.services.ops import normalize
 
 T = TypeVar("T")
 REJECT_WITHIN = 0.100  # seconds

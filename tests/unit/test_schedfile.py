@@ -26,7 +26,7 @@ from clockd.core.model import (
     ScheduleDef,
     ScheduleKind,
 )
-from clockd.schedfile import (
+from clockd.formats.schedfile import (
     FIELD_NAMES,
     MAX_FILE_BYTES,
     changed_fields,
@@ -801,7 +801,8 @@ def test_changed_fields_of_http_targets() -> None:
 def test_committed_schema_is_the_generated_one() -> None:
     committed = (CONFIG / "schedules.schema.json").read_text()
     assert committed == schema_text(), (
-        "config/schedules.schema.json is stale: python -m clockd.schedfile --schema > config/schedules.schema.json"
+        "config/schedules.schema.json is stale: "
+        "python -m clockd.formats.schedfile --schema > config/schedules.schema.json"
     )
 
 
@@ -814,6 +815,10 @@ def test_schema_describes_every_field_and_regenerates_from_the_command_line() ->
     assert schema["$defs"]["job"]["properties"]["catch_up_limit"]["default"] == 10
     assert schema["$defs"]["job"]["properties"]["http"]["required"] == ["method", "url"]
     out = subprocess.run(
-        [sys.executable, "-m", "clockd.schedfile", "--schema"], capture_output=True, text=True, check=True, cwd=ROOT
+        [sys.executable, "-m", "clockd.formats.schedfile", "--schema"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     ).stdout
     assert json.loads(out) == schema

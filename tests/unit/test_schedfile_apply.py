@@ -15,7 +15,7 @@ from clockd.core.clock import ManualClock
 from clockd.core.ids import occurrence_id
 from clockd.core.model import CommandTarget, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind, ScheduleState
 from clockd.errors import Conflict, InvalidInput
-from clockd.ops import MANAGED_BY, Ops, PlanAction, cursor_after_update, is_managed
+from clockd.services.ops import MANAGED_BY, Ops, PlanAction, cursor_after_update, is_managed
 from clockd.store import CursorAdvance, Fence, NewOccurrence
 from clockd.store.sqlite import SqliteStore
 

@@ -23,8 +23,8 @@ from clockd.core.model import (
     ScheduleKind,
 )
 from clockd.errors import InvalidInput
-from clockd.ops import normalize
-from clockd.schedfile import FIELD_NAMES, dump_jobs, load_text
+from clockd.formats.schedfile import FIELD_NAMES, dump_jobs, load_text
+from clockd.services.ops import normalize
 
 FAST = settings(
     max_examples=300,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from clockd import secrets
 from clockd.errors import ClockdError, InvalidInput
-from clockd.secrets import Reader, Ref, Resolver, SecretError
+from clockd.runner import secrets
+from clockd.runner.secrets import Reader, Ref, Resolver, SecretError
 from tests.harness.users import shared_dir
 
 

@@ -1,6 +1,6 @@
 """``clockctl explain NAME --at INSTANT``: why a schedule did (or did not) run then.
 
-The answers and the order they are tried in are in ``clockd.explain``.
+The answers and the order they are tried in are in ``clockd.services.explain``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import typer
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockctl.render import attempt_doc, iso, local, occurrence_doc
-from clockd.explain import Explanation, explain_at
-from clockd.ops import Ops
+from clockd.services.explain import Explanation, explain_at
+from clockd.services.ops import Ops
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 

@@ -24,10 +24,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
 from clockctl.render import iso, local
-from clockd.crontab import parse_crontab
 from clockd.errors import InvalidInput
-from clockd.ops import ApplyPlan, ApplyResult, Ops, PlanAction, PlanItem, is_managed
-from clockd.schedfile import (
+from clockd.formats.crontab import parse_crontab
+from clockd.formats.schedfile import (
     FIELD_NAMES,
     FileError,
     Job,
@@ -39,6 +38,7 @@ from clockd.schedfile import (
     load_paths,
     read_limited,
 )
+from clockd.services.ops import ApplyPlan, ApplyResult, Ops, PlanAction, PlanItem, is_managed
 
 Tenant = Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant the schedules belong to")]
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]

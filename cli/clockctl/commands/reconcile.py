@@ -3,7 +3,7 @@
 Exit 0 when every expected instant in the range has exactly one occurrence in an
 accounted state (SUCCEEDED, RUNNING, queued, DEAD, MISSED, SKIPPED_OVERLAP, CANCELED)
 or is not due yet; exit 1 with the list of problems (missing, doubled, unexpected)
-otherwise. The rules are in ``clockd.reconcile``.
+otherwise. The rules are in ``clockd.services.reconcile``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from clockctl.output import OutputFormat, console, emit_json, err_console, handl
 from clockctl.render import iso
 from clockd.core.instants import parse_instant
 from clockd.errors import InvalidInput
-from clockd.ops import Ops
-from clockd.reconcile import PROBLEMS, Entry, Report, Status, run_reconcile
+from clockd.services.ops import Ops
+from clockd.services.reconcile import PROBLEMS, Entry, Report, Status, run_reconcile
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 # Show a progress bar (on a terminal only) for ranges longer than this, or this many schedules.

@@ -42,8 +42,8 @@ from clockd.core.model import (
 )
 from clockd.core.spec import compile_spec
 from clockd.errors import InvalidInput
-from clockd.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
 from clockd.runner.limits import parse_size
+from clockd.services.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 Tenant = Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant the schedule belongs to")]

@@ -34,7 +34,7 @@ from clockd.config import Settings, StoreLocation, load_settings, resolve_store
 from clockd.coord.local import lock_holder
 from clockd.core.durations import format_duration
 from clockd.errors import ClockdError
-from clockd.reconcile import Report, run_reconcile
+from clockd.services.reconcile import Report, run_reconcile
 from clockd.store import LagStats, Store
 from clockd.wiring import lock_path, make_store
 

@@ -24,7 +24,7 @@ from clockd.core.durations import parse_duration
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef, ScheduleKind, Target
 from clockd.errors import InvalidInput
-from clockd.ops import Change, Ops, next_runs, spec_of, starts_of
+from clockd.services.ops import Change, Ops, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 

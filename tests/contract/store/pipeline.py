@@ -25,8 +25,8 @@ from clockd.modes.leader import Leader
 from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.modes.relay import Relay
 from clockd.modes.worker import Worker, WorkerSettings
-from clockd.ops import Ops
 from clockd.runner import RunRequest, RunResult
+from clockd.services.ops import Ops
 from clockd.store import Store
 
 from .conftest import PostgresBackend, SqliteBackend

@@ -1,4 +1,4 @@
-"""``clockctl explain`` (clockd.explain) over both stores: one answer per way an instant can
+"""``clockctl explain`` (clockd.services.explain) over both stores: one answer per way an instant can
 go, each produced by really running the pipeline on a manual clock."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from clockd.core.model import RetryPolicy
-from clockd.explain import Explanation, Why, explain_at
-from clockd.ops import ResumeFrom
+from clockd.services.explain import Explanation, Why, explain_at
+from clockd.services.ops import ResumeFrom
 
 from .pipeline import MIN, T0, Pipeline, cron, pipeline
 

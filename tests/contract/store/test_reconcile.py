@@ -1,4 +1,4 @@
-"""The reconciler (clockd.reconcile) over both stores: the whole pipeline runs on a manual
+"""The reconciler (clockd.services.reconcile) over both stores: the whole pipeline runs on a manual
 clock, then rows are broken on purpose and the reconciler must say exactly what is wrong."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from clockd.core.model import OccurrenceState, RetryPolicy
-from clockd.ops import ResumeFrom
-from clockd.reconcile import Report, Status, run_reconcile
+from clockd.services.ops import ResumeFrom
+from clockd.services.reconcile import Report, Status, run_reconcile
 
 from .pipeline import MIN, T0, Pipeline, cron, pipeline
 

@@ -37,7 +37,7 @@ from clockd.core.model import Attempt, Occurrence, OccurrenceState, Schedule, Sc
 from clockd.core.spec import Skip, Spec, compile_spec
 from clockd.core.zones import get_zone
 from clockd.errors import ClockdError, InvalidInput
-from clockd.reconcile import Status, is_fire, reconcile_schedule
+from clockd.services.reconcile import Status, is_fire, reconcile_schedule
 from clockd.store import ScheduleHistory, Store, VersionRecord
 
 _EPSILON = timedelta(microseconds=1)

@@ -53,7 +53,7 @@ from typing import Any, Final
 from clockd.core.cron import MACROS
 from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput
-from clockd.schedfile import FileError, Job, Location, duplicate_errors, job_from_mapping
+from clockd.formats.schedfile import FileError, Job, Location, duplicate_errors, job_from_mapping
 
 __all__ = ["CrontabEntry", "CrontabImport", "Note", "parse_crontab"]
 

@@ -2,7 +2,7 @@
 
 Everything here can be decided on the host that writes the schedule; the worker
 decides the rest at run time (``clockd.runner.identity``: allowed_users, users
-that exist *there*; ``clockd.secrets``: whether a referenced secret is readable).
+that exist *there*; ``clockd.runner.secrets``: whether a referenced secret is readable).
 Users and groups must exist on the writing host too: clockctl usually runs on a
 worker, and a typo should fail at ``add``, not at 3 a.m.
 
@@ -18,9 +18,9 @@ import pwd
 import re
 from urllib.parse import urlsplit
 
-from clockd import secrets
 from clockd.core.model import RESERVED_HEADERS, CommandTarget, HttpTarget, NoopTarget, ScheduleDef, Target
 from clockd.errors import InvalidInput
+from clockd.runner import secrets
 from clockd.runner.limits import MIN_MEMORY, format_size
 
 MAX_BODY = 1024 * 1024

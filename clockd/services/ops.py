@@ -47,8 +47,8 @@ from clockd.core.model import (
 from clockd.core.planning import MAX_WINDOW, MIN_LATENESS, available_at
 from clockd.core.spec import Spec, compile_spec, validate_definition
 from clockd.errors import Conflict, InvalidInput, NeverFires, NotFound
+from clockd.runner.targets import check_strings, validate_target
 from clockd.store import NewSchedule, ScheduleChange, Store
-from clockd.targets import check_strings, validate_target
 
 DEFAULT_SHARD_COUNT = 64
 MAX_CATCH_UP_LIMIT = 10_000
