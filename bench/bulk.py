@@ -25,7 +25,8 @@ import psycopg
 
 from clockd.core.clock import ManualClock
 from clockd.core.model import ScheduleDef
-from clockd.services.ops import Ops, normalize
+from clockd.formats.validate import normalize
+from clockd.services.ops import Ops
 from clockd.store import NewSchedule
 from clockd.store.codec import definition_json, spec_json
 from clockd.store.postgres.store import PostgresStore

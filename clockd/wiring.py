@@ -1,16 +1,53 @@
-"""The one place that picks concrete adapters for the ports."""
+"""The one place that picks concrete adapters for the ports, and composes a daemon.
+
+Everything above this module (``clockd.daemon``, ``clockctl``) reaches a store, a
+coordinator or a runner through the functions here and never imports an adapter
+(``clockd.store.sqlite``/``postgres``, ``clockd.coord.local``/``etcd``,
+``clockd.runner.process``/``http``); import-linter holds them to it.
+
+Composition of ``clockd run``: :func:`build_daemon` resolves the store, builds the
+coordinator and runner, and :func:`build_modes` builds each mode the settings ask for
+from :data:`MODES`, a table of name → builder. **Adding a mode** is: its name in
+``clockd.config.ALL_MODES``, a builder ``def _api(parts: Parts) -> Service`` here, and
+one entry in :data:`MODES` (a unit test checks the table and ``ALL_MODES`` agree). The
+supervisor runs what the table built; the daemon's edge (signals, reload, health,
+``sd_notify``) does not change.
+
+Test hooks (fault injection for the failure drills) are read in one place only,
+:meth:`Faults.from_environ`, called by the daemon's entry point; they are off (zero)
+unless a drill sets them, and no setting, flag or config key exposes them:
+
+* ``CLOCKD_FAULT_HOLD_BEFORE_COMMIT`` (seconds): the materializer holds each batch this
+  long between its lease check and its commit, as a GC pause or a VM migration would,
+  so a drill can show the fence turning the zombie's transaction away
+  (``tests/e2e/test_drills.py``).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from clockd.config import Settings, StoreLocation, resolve_store
 from clockd.coord import Coordinator
+from clockd.core.clock import Clock, SystemClock
+from clockd.errors import InvalidInput
+from clockd.runner import Runner
 from clockd.store import Store
 
+# Modes and adapters are imported where they are built: clockctl imports this module
+# for make_store and must not pay for the daemon's modes (metrics, runners) at start.
 if TYPE_CHECKING:
+    from clockd.coord.local import LockHolder
+    from clockd.modes.clockwatch import ClockWatch
+    from clockd.modes.supervisor import Service, Supervisor
     from clockd.runner.dispatch import DispatchRunner
+
+
+# -- adapters ---------------------------------------------------------------------------------
 
 
 def make_store(location: StoreLocation | str | None) -> Store:
@@ -25,6 +62,16 @@ def make_store(location: StoreLocation | str | None) -> Store:
     return SqliteStore(Path(location.target))
 
 
+async def create_roles(store: Store) -> None:
+    """PostgreSQL's ``clockd_daemon``, ``clockd_operator`` and ``clockd_readonly`` roles
+    (``clockd migrate --create-roles``); ``InvalidInput`` for any other store."""
+    from clockd.store.postgres.store import PostgresStore
+
+    if not isinstance(store, PostgresStore):
+        raise InvalidInput("--create-roles applies to a PostgreSQL store only")
+    await store.create_roles()
+
+
 def make_coordinator(settings: Settings, store: Store, location: StoreLocation) -> Coordinator:
     if settings.etcd:
         from clockd.coord.etcd import EtcdCoordinator
@@ -37,8 +84,6 @@ def make_coordinator(settings: Settings, store: Store, location: StoreLocation) 
             ttl=settings.lease_ttl.total_seconds(),
         )
     if location.kind != "sqlite":
-        from clockd.errors import InvalidInput
-
         raise InvalidInput(
             "a PostgreSQL store is shared by several processes: pass --etcd (or CLOCKD_ETCD) so they coordinate"
         )
@@ -52,9 +97,27 @@ def make_coordinator(settings: Settings, store: Store, location: StoreLocation) 
     )
 
 
+def make_observer(settings: Settings, node_id: str) -> Coordinator | None:
+    """A coordinator that only looks (``clockctl status`` reads ``status()``, then
+    ``stop()``s it; it never starts, so it holds no lease): etcd's when the settings name
+    one, else None (an embedded store's lock is read with :func:`lock_holder`)."""
+    if not settings.etcd:
+        return None
+    from clockd.coord.etcd import EtcdCoordinator
+
+    return EtcdCoordinator(settings.etcd, cluster=settings.cluster, node_id=node_id, shard_count=settings.shard_count)
+
+
 def lock_path(location: StoreLocation) -> Path:
     """The embedded store's lock file: held by the one clockd running on that database."""
     return Path(location.target + ".lock")
+
+
+def lock_holder(location: StoreLocation) -> LockHolder:
+    """Who holds the embedded store's lock, found without taking it."""
+    from clockd.coord.local import lock_holder as holder
+
+    return holder(lock_path(location))
 
 
 def make_runner(settings: Settings | None = None) -> DispatchRunner:
@@ -66,3 +129,152 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
 
     policy = UserPolicy((settings or Settings()).allowed_users)
     return DispatchRunner(ProcessRunner(policy=policy), HttpRunner(policy=policy))
+
+
+# -- test hooks -------------------------------------------------------------------------------
+
+HOLD_BEFORE_COMMIT: Final = "CLOCKD_FAULT_HOLD_BEFORE_COMMIT"
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Fault injection for the failure drills; all zero (off) in production."""
+
+    hold_before_commit: float = 0.0  # seconds the materializer holds a batch before commit
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Faults:
+        """The only reader of the ``CLOCKD_FAULT_*`` variables (see the module docstring)."""
+        env = os.environ if environ is None else environ
+        try:
+            hold = float(env.get(HOLD_BEFORE_COMMIT, "0") or 0)
+        except ValueError:
+            raise InvalidInput(f"{HOLD_BEFORE_COMMIT}: expected seconds, e.g. 1.5") from None
+        return cls(hold_before_commit=hold)
+
+
+# -- modes ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What a mode is built from: the ports, the clock, and the process's settings."""
+
+    settings: Settings
+    store: Store
+    coord: Coordinator
+    runner: Runner
+    clock: Clock
+    clock_watch: ClockWatch  # shared by the leader and the materializer: one offset, one verdict
+    faults: Faults = field(default_factory=Faults)
+
+
+def _leader(parts: Parts) -> Service:
+    from clockd.modes.leader import Leader, LeaderSettings
+    from clockd.modes.sampler import SamplerSettings
+
+    settings = LeaderSettings(
+        retention=parts.settings.retention,
+        # Two materializer horizons: by then every instant of the window was in reach.
+        sampler=SamplerSettings(reconcile_margin=2 * parts.settings.horizon),
+    )
+    return Leader(parts.store, parts.coord, parts.clock, settings, parts.clock_watch)
+
+
+def _materializer(parts: Parts) -> Service:
+    from clockd.modes.materializer import Materializer, MaterializerSettings
+
+    settings = MaterializerSettings(horizon=parts.settings.horizon, hold_before_commit=parts.faults.hold_before_commit)
+    return Materializer(parts.store, parts.coord, parts.clock, settings, parts.clock_watch)
+
+
+def _relay(parts: Parts) -> Service:
+    from clockd.modes.relay import Relay, RelaySettings
+
+    return Relay(parts.store, parts.clock, RelaySettings(lead=parts.settings.relay_lead))
+
+
+def _worker(parts: Parts) -> Service:
+    from clockd.modes.worker import Worker, WorkerSettings
+
+    s = parts.settings
+    settings = WorkerSettings(
+        queues=s.queues,
+        concurrency=s.concurrency,
+        lease_for=s.visibility_timeout,
+        heartbeat=s.heartbeat.total_seconds(),
+        drain_grace=s.drain_grace.total_seconds(),
+        kill_grace=s.kill_grace.total_seconds(),
+        output_limit=s.output_limit,
+        worker_id=f"{s.node_id}:{os.getpid()}",
+    )
+    return Worker(parts.store, parts.runner, parts.clock, settings)
+
+
+# Every mode ``clockd run --mode`` accepts, in the order its task starts.
+MODES: Final[Mapping[str, Callable[[Parts], Service]]] = {
+    "leader": _leader,
+    "materializer": _materializer,
+    "relay": _relay,
+    "worker": _worker,
+}
+
+# Modes that act on the store's clock and so step down when this host's clock is off.
+_WATCHED: Final = frozenset({"leader", "materializer"})
+
+
+def build_modes(parts: Parts, modes: tuple[str, ...]) -> dict[str, Service]:
+    """The services that run ``modes`` (name → service), the clock watch first when a
+    mode needs it. An unknown name is refused by the settings before it gets here."""
+    services: dict[str, Service] = {}
+    if _WATCHED.intersection(modes):
+        services["clock-watch"] = parts.clock_watch
+    for name, build in MODES.items():
+        if name in modes:
+            services[name] = build(parts)
+    return services
+
+
+@dataclass(frozen=True, slots=True)
+class Daemon:
+    """One ``clockd run`` process, composed but not started: its adapters and modes."""
+
+    settings: Settings
+    location: StoreLocation
+    store: Store
+    coord: Coordinator
+    runner: DispatchRunner
+    clock: Clock
+    supervisor: Supervisor
+
+    async def open(self) -> None:
+        """Lock first (embedded store): a second clockd on the same file must not even
+        migrate; then open (and, embedded, migrate) the store."""
+        from clockd.coord.local import LocalCoordinator
+
+        if isinstance(self.coord, LocalCoordinator):
+            self.coord.acquire_lock()
+        await self.store.open()
+
+
+def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clock | None = None) -> Daemon:
+    """Compose ``clockd run`` from its settings (nothing is opened or started)."""
+    from clockd.modes.clockwatch import ClockWatch
+    from clockd.modes.supervisor import Supervisor
+
+    location = resolve_store(settings.store)
+    store = make_store(location)
+    coord = make_coordinator(settings, store, location)
+    runner = make_runner(settings)
+    clock = clock or SystemClock()
+    parts = Parts(
+        settings=settings,
+        store=store,
+        coord=coord,
+        runner=runner,
+        clock=clock,
+        clock_watch=ClockWatch(store, clock, settings.max_clock_skew),
+        faults=faults or Faults(),
+    )
+    supervisor = Supervisor(settings.modes, coord, build_modes(parts, settings.modes))
+    return Daemon(settings, location, store, coord, runner, clock, supervisor)

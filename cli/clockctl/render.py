@@ -27,8 +27,8 @@ from clockd.core.model import (
     Target,
     redact_url,
 )
+from clockd.core.sizes import format_size
 from clockd.runner import secrets
-from clockd.runner.limits import format_size
 
 REDACTED = "***"
 _SENSITIVE = re.compile(r"(?i)pass|secret|token|key|auth|cookie|credential|session|signature|private")

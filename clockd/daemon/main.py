@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -19,18 +18,11 @@ from typing import Any
 
 from clockd import __version__
 from clockd.config import ALL_MODES, Settings, load_settings, resolve_store
-from clockd.core.clock import SystemClock
 from clockd.core.zones import tzdata_version
 from clockd.daemon import sdnotify
 from clockd.daemon.httpd import serve
 from clockd.daemon.reload import Reloader, concurrency_setter
 from clockd.errors import ClockdError, InvalidInput
-from clockd.modes.leader import LeaderSettings
-from clockd.modes.materializer import MaterializerSettings
-from clockd.modes.relay import RelaySettings
-from clockd.modes.sampler import SamplerSettings
-from clockd.modes.supervisor import Supervisor
-from clockd.modes.worker import WorkerSettings
 from clockd.obs import metrics
 from clockd.obs.logging import setup_logging
 
@@ -184,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
+    from clockd.wiring import create_roles as make_roles
     from clockd.wiring import make_store
 
     location = resolve_store(settings.store)
@@ -197,10 +190,7 @@ async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
                 raise InvalidInput("--create-roles applies to a PostgreSQL store only")
         applied = await store.migrate()
         if create_roles:
-            from clockd.store.postgres.store import PostgresStore
-
-            assert isinstance(store, PostgresStore)
-            await store.create_roles()
+            await make_roles(store)
             log.info(
                 "roles created: clockd_daemon, clockd_operator, clockd_readonly", extra={"action": "roles_created"}
             )
@@ -210,48 +200,17 @@ async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
 
 
 async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -> int:
-    """Run the modes until SIGTERM/SIGINT. ``read`` re-reads the settings on SIGHUP."""
-    from clockd.wiring import make_coordinator, make_runner, make_store
+    """Run the modes until SIGTERM/SIGINT. ``read`` re-reads the settings on SIGHUP.
 
-    location = resolve_store(settings.store)
-    store = make_store(location)
-    coord = make_coordinator(settings, store, location)
+    What runs is composed by ``clockd.wiring.build_daemon``; this is the process's edge:
+    signals, reload, health, sd_notify, and closing what was opened."""
+    from clockd.wiring import Faults, build_daemon
+
+    daemon = build_daemon(settings, faults=Faults.from_environ())
+    store, coord, runner, clock, supervisor = daemon.store, daemon.coord, daemon.runner, daemon.clock, daemon.supervisor
     metrics.watch_coordinator(coord)
-    # Lock first (embedded store): a second clockd on the same file must not even migrate.
-    acquire = getattr(coord, "acquire_lock", None)
-    if acquire is not None:
-        acquire()
-    await store.open()
+    await daemon.open()
     metrics.tzdata_info.labels(version=tzdata_version()).set(1)
-    clock = SystemClock()
-    runner = make_runner(settings)
-    supervisor = Supervisor(
-        settings.modes,
-        store,
-        coord,
-        runner,
-        clock,
-        leader=LeaderSettings(
-            retention=settings.retention,
-            sampler=SamplerSettings(reconcile_margin=2 * settings.horizon),
-        ),
-        materializer=MaterializerSettings(
-            horizon=settings.horizon,
-            hold_before_commit=float(os.environ.get("CLOCKD_FAULT_HOLD_BEFORE_COMMIT", "0") or 0),
-        ),
-        relay=RelaySettings(lead=settings.relay_lead),
-        worker=WorkerSettings(
-            queues=settings.queues,
-            concurrency=settings.concurrency,
-            lease_for=settings.visibility_timeout,
-            heartbeat=settings.heartbeat.total_seconds(),
-            drain_grace=settings.drain_grace.total_seconds(),
-            kill_grace=settings.kill_grace.total_seconds(),
-            output_limit=settings.output_limit,
-            worker_id=f"{settings.node_id}:{os.getpid()}",
-        ),
-        max_clock_skew=settings.max_clock_skew,
-    )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
 

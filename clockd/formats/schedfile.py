@@ -74,12 +74,12 @@ from clockd.core.model import (
     ScheduleKind,
     Target,
 )
+from clockd.core.sizes import MIN_MEMORY, format_size, parse_size
 from clockd.core.spec import validate_definition
 from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput
-from clockd.runner.limits import MIN_MEMORY, format_size, parse_size
+from clockd.formats.validate import MANAGED_BY, MAX_CATCH_UP_LIMIT, normalize
 from clockd.runner.targets import validate_target
-from clockd.services.ops import MANAGED_BY, MAX_CATCH_UP_LIMIT, normalize
 
 __all__ = [
     "FIELDS",

@@ -1,5 +1,8 @@
 """Supervisor: runs the modes a process was asked for, and stops them in order.
 
+Which modes exist and how each is built is ``clockd.wiring`` (``MODES``); the
+supervisor only starts the coordinator, runs what it was given and stops it.
+
 Start: the coordinator first (file lock or etcd registration), then every mode.
 Stop (``stopping`` set): every mode sees the same event; the materializer,
 relay and leader finish their current tick; the worker stops claiming, drains
@@ -11,19 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 from clockd.coord import Coordinator
-from clockd.core.clock import Clock
-from clockd.modes.clockwatch import ClockWatch
-from clockd.modes.leader import Leader, LeaderSettings
-from clockd.modes.materializer import Materializer, MaterializerSettings
-from clockd.modes.relay import Relay, RelaySettings
-from clockd.modes.worker import Worker, WorkerSettings
-from clockd.runner import Runner
-from clockd.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -33,34 +27,14 @@ class Service(Protocol):
 
 
 class Supervisor:
-    def __init__(
-        self,
-        modes: Sequence[str],
-        store: Store,
-        coord: Coordinator,
-        runner: Runner,
-        clock: Clock,
-        *,
-        leader: LeaderSettings | None = None,
-        materializer: MaterializerSettings | None = None,
-        relay: RelaySettings | None = None,
-        worker: WorkerSettings | None = None,
-        max_clock_skew: timedelta = timedelta(seconds=2),
-    ) -> None:
+    """Runs ``services`` (built by ``clockd.wiring.build_modes``: name → mode) under
+    ``coord``, which campaigns for leadership only when ``"leader"`` is among ``modes``
+    and claims shards only when ``"materializer"`` is. It builds nothing itself."""
+
+    def __init__(self, modes: Sequence[str], coord: Coordinator, services: Mapping[str, Service]) -> None:
         self.modes = tuple(modes)
-        self.store, self.coord = store, coord
-        self.services: dict[str, Service] = {}
-        self.clock_watch = ClockWatch(store, clock, max_clock_skew)
-        if "leader" in self.modes or "materializer" in self.modes:
-            self.services["clock-watch"] = self.clock_watch
-        if "leader" in self.modes:
-            self.services["leader"] = Leader(store, coord, clock, leader, self.clock_watch)
-        if "materializer" in self.modes:
-            self.services["materializer"] = Materializer(store, coord, clock, materializer, self.clock_watch)
-        if "relay" in self.modes:
-            self.services["relay"] = Relay(store, clock, relay)
-        if "worker" in self.modes:
-            self.services["worker"] = Worker(store, runner, clock, worker)
+        self.coord = coord
+        self.services: dict[str, Service] = dict(services)
 
     async def run(
         self,

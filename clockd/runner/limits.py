@@ -1,4 +1,4 @@
-"""Per-job resource limits (``setrlimit`` in the child) and the size syntax they use.
+"""Per-job resource limits (``setrlimit`` in the child); their size syntax is ``clockd.core.sizes``.
 
 * ``memory_limit`` → ``RLIMIT_AS`` (address space of *each* process of the job:
   allocations beyond it fail, so most programs exit with an out-of-memory error).
@@ -23,33 +23,11 @@ channels open; the child never touches gRPC and ``exec`` follows at once.)
 
 from __future__ import annotations
 
-import re
 import resource
 from collections.abc import Callable
 
-from clockd.errors import InvalidInput
-
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE = re.compile(r"([0-9]{1,19})\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
-MIN_MEMORY = 1 << 20
-
-
-def parse_size(text: str) -> int:
-    """``"512M"`` → 536870912. Binary units K, M, G, T (``Ki``/``KiB``/``KB`` read the
-    same); a bare number is bytes. :class:`InvalidInput` otherwise."""
-    match = _SIZE.fullmatch(text.strip())
-    if match is None:
-        raise InvalidInput(f"size {text!r}: expected a number with an optional unit K, M, G or T, e.g. 512M")
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
-
-
-def format_size(value: int) -> str:
-    for unit in ("T", "G", "M", "K"):
-        size = _UNITS[unit.lower()]
-        if value >= size and value % size == 0:
-            return f"{value // size}{unit}"
-    return str(value)
-
+# Re-exported: the runner's messages print sizes as ``limits.format_size``.
+from clockd.core.sizes import format_size as format_size
 
 Limit = tuple[int, int, int]  # (resource, soft, hard)
 

@@ -1,4 +1,4 @@
-"""Validation of targets where schedules are written (``Ops.normalize``: clockctl, apply).
+"""Validation of targets where schedules are written (``clockd.formats.validate.normalize``: clockctl, apply).
 
 Everything here can be decided on the host that writes the schedule; the worker
 decides the rest at run time (``clockd.runner.identity``: allowed_users, users
@@ -19,9 +19,9 @@ import re
 from urllib.parse import urlsplit
 
 from clockd.core.model import RESERVED_HEADERS, CommandTarget, HttpTarget, NoopTarget, ScheduleDef, Target
+from clockd.core.sizes import MIN_MEMORY, format_size
 from clockd.errors import InvalidInput
 from clockd.runner import secrets
-from clockd.runner.limits import MIN_MEMORY, format_size
 
 MAX_BODY = 1024 * 1024
 MAX_URL = 8192

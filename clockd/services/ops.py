@@ -3,7 +3,7 @@
 Everything a user can change goes through here, so both stores and every
 front end (CLI, YAML apply) get the same rules:
 
-* a definition is validated and normalized before anything is written, and a
+* a definition is validated and normalized (``clockd.formats.validate``) before anything is written, and a
   schedule that can never fire again is refused (``NeverFires``);
 * a new schedule's cursor is the first instant strictly after ``now``; a resumed
   one's too by default (``--from now``: a long pause never bursts), or the first
@@ -33,7 +33,6 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from clockd.core.clock import Clock
-from clockd.core.durations import format_duration
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
 from clockd.core.model import (
     Attempt,
@@ -44,14 +43,13 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
-from clockd.core.planning import MAX_WINDOW, MIN_LATENESS, available_at
-from clockd.core.spec import Spec, compile_spec, validate_definition
+from clockd.core.planning import available_at
+from clockd.core.spec import Spec, compile_spec
 from clockd.errors import Conflict, InvalidInput, NeverFires, NotFound
-from clockd.runner.targets import check_strings, validate_target
+from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
 from clockd.store import NewSchedule, ScheduleChange, Store
 
 DEFAULT_SHARD_COUNT = 64
-MAX_CATCH_UP_LIMIT = 10_000
 DLQ_DROP_REASON = "dropped from the dead-letter queue"
 _EPSILON = timedelta(microseconds=1)
 
@@ -77,39 +75,6 @@ class Added:
 class ResumeFrom(StrEnum):
     NOW = "now"
     PAUSED_AT = "paused-at"
-
-
-def normalize(definition: ScheduleDef) -> ScheduleDef:
-    """Validate a definition and return it with its expression in canonical form."""
-    if not definition.name or len(definition.name) > 200:
-        raise InvalidInput("name: must be 1 to 200 characters")
-    check_strings(definition)  # NUL anywhere: refused with the field's name
-    if any(ord(c) < 32 for c in definition.name):
-        raise InvalidInput("name: control characters are not allowed")
-    expr = validate_definition(definition.kind, definition.expr, definition.tz)
-    if definition.retry.retries < 0:
-        raise InvalidInput("retries: must be 0 or more")
-    if definition.timeout is not None and definition.timeout.total_seconds() <= 0:
-        raise InvalidInput("timeout: must be positive")
-    _check_policies(definition)
-    target = validate_target(definition.target)  # users, limits, HTTP, secret references
-    if expr == definition.expr and target == definition.target:
-        return definition  # already canonical: no copy (apply normalizes thousands)
-    return dataclasses.replace(definition, expr=expr, target=target)
-
-
-def _check_policies(definition: ScheduleDef) -> None:
-    if definition.window < timedelta(0) or definition.window > MAX_WINDOW:
-        raise InvalidInput(
-            f"window: {format_duration(definition.window)} is not between 0 (strict) and {format_duration(MAX_WINDOW)}"
-        )
-    if definition.max_lateness < MIN_LATENESS:
-        raise InvalidInput(f"max_lateness: must be at least {format_duration(MIN_LATENESS)}")
-    if not 0 <= definition.catch_up_limit <= MAX_CATCH_UP_LIMIT:
-        raise InvalidInput(f"catch_up_limit: must be 0 to {MAX_CATCH_UP_LIMIT}")
-    bad = [c for c in definition.retry.permanent_exit_codes if not 0 <= c <= 255]
-    if bad:
-        raise InvalidInput(f"permanent_exit_codes: {bad[0]} is not an exit code (0-255)")
 
 
 _LIMIT_FIELDS = frozenset({"max_schedules", "max_running", "max_triggers_per_minute", "catch_up_rate"})
@@ -170,12 +135,6 @@ def next_runs(spec: Spec, after: datetime, count: int) -> list[datetime]:
         if t is not None:
             out.append(t)
     return out
-
-
-# ``apply`` marks what it creates with this label, and only ever updates or prunes
-# schedules that carry it: a schedule added by hand (``clockctl add``) is never taken over.
-MANAGED_BY = "clockd.managed-by"
-MANAGED_BY_APPLY = "apply"
 
 
 def is_managed(definition: ScheduleDef) -> bool:

@@ -31,12 +31,12 @@ from clockd.core.cron import parse_cron
 from clockd.core.durations import parse_duration
 from clockd.core.instants import parse_instant
 from clockd.core.model import CommandTarget, HttpTarget, ScheduleDef, ScheduleKind
+from clockd.core.sizes import parse_size
 from clockd.core.spec import validate_definition
 from clockd.core.zones import get_zone
 from clockd.errors import ClockdError
+from clockd.formats.validate import normalize
 from clockd.runner import secrets
-from clockd.runner.limits import parse_size
-from clockd.services.ops import normalize
 
 T = TypeVar("T")
 REJECT_WITHIN = 0.100  # seconds

@@ -22,11 +22,12 @@ from pathlib import Path
 import pytest
 
 from clockd.core.model import AttemptOutcome, CommandTarget
+from clockd.core.sizes import format_size, parse_size
 from clockd.errors import InvalidInput
 from clockd.runner import RunRequest, RunResult
 from clockd.runner import identity as ids
 from clockd.runner.identity import UserPolicy
-from clockd.runner.limits import format_size, parse_size, rlimits
+from clockd.runner.limits import rlimits
 from clockd.runner.process import USER_PATH, ProcessRunner
 from tests.harness.users import SYSTEM_PY, processes_of, require_root, shared_dir, throwaway_users
 

@@ -15,7 +15,8 @@ from clockd.core.clock import ManualClock
 from clockd.core.ids import occurrence_id
 from clockd.core.model import CommandTarget, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind, ScheduleState
 from clockd.errors import Conflict, InvalidInput
-from clockd.services.ops import MANAGED_BY, Ops, PlanAction, cursor_after_update, is_managed
+from clockd.formats.validate import MANAGED_BY
+from clockd.services.ops import Ops, PlanAction, cursor_after_update, is_managed
 from clockd.store import CursorAdvance, Fence, NewOccurrence
 from clockd.store.sqlite import SqliteStore
 

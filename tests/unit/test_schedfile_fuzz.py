@@ -24,7 +24,7 @@ from clockd.core.model import (
 )
 from clockd.errors import InvalidInput
 from clockd.formats.schedfile import FIELD_NAMES, dump_jobs, load_text
-from clockd.services.ops import normalize
+from clockd.formats.validate import normalize
 
 FAST = settings(
     max_examples=300,

@@ -25,7 +25,7 @@ from clockd.core.model import (
     target_from_json,
 )
 from clockd.errors import InvalidInput
-from clockd.services.ops import normalize
+from clockd.formats.validate import normalize
 from clockd.store import codec
 
 ME = pwd.getpwuid(os.geteuid()).pw_name

@@ -40,9 +40,9 @@ from clockd.core.model import (
     ScheduleKind,
     Target,
 )
+from clockd.core.sizes import parse_size
 from clockd.core.spec import compile_spec
 from clockd.errors import InvalidInput
-from clockd.runner.limits import parse_size
 from clockd.services.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]

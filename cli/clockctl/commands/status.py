@@ -31,12 +31,11 @@ from clockctl import context
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockctl.render import iso
 from clockd.config import Settings, StoreLocation, load_settings, resolve_store
-from clockd.coord.local import lock_holder
 from clockd.core.durations import format_duration
 from clockd.errors import ClockdError
 from clockd.services.reconcile import Report, run_reconcile
 from clockd.store import LagStats, Store
-from clockd.wiring import lock_path, make_store
+from clockd.wiring import lock_holder, make_observer, make_store
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 WATCH_EVERY = 2.0
@@ -167,15 +166,8 @@ async def gather(
 
 
 async def _coordination(settings: Settings, location: StoreLocation) -> dict[str, Any]:
-    if settings.etcd:
-        from clockd.coord.etcd import EtcdCoordinator
-
-        coord = EtcdCoordinator(
-            settings.etcd,
-            cluster=settings.cluster,
-            node_id=f"clockctl-{os.getpid()}",
-            shard_count=settings.shard_count,
-        )
+    coord = make_observer(settings, node_id=f"clockctl-{os.getpid()}")
+    if coord is not None:
         try:
             found = await coord.status()
         except ClockdError:
@@ -198,7 +190,7 @@ async def _coordination(settings: Settings, location: StoreLocation) -> dict[str
             ],
         }
     if location.kind == "sqlite":
-        holder = lock_holder(lock_path(location))
+        holder = lock_holder(location)
         return {
             "kind": "embedded",
             "lock": {"path": str(holder.path), "held": holder.held, "pid": holder.pid if holder.held else None},

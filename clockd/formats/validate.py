@@ -1,0 +1,65 @@
+"""The one validator every front end runs before a definition is written.
+
+``clockctl add``/``update`` (through ``clockd.services.ops``), schedule files and
+crontab imports (``schedfile``, ``crontab``) and ``apply`` all call
+:func:`normalize`, so each refuses the same things with the same message, naming
+the field first (``timeout: must be positive``) so a file refusal can put its
+``file:line`` in front. It lives below the use cases so a parser never imports them.
+
+Invariants: :func:`normalize` is idempotent and returns its argument unchanged (the
+same object) when it is already canonical; it reads nothing but the definition and
+the host's user and group names (``clockd.runner.targets``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Final
+
+from clockd.core.durations import format_duration
+from clockd.core.model import ScheduleDef
+from clockd.core.planning import MAX_WINDOW, MIN_LATENESS
+from clockd.core.spec import validate_definition
+from clockd.errors import InvalidInput
+from clockd.runner.targets import check_strings, validate_target
+
+MAX_CATCH_UP_LIMIT: Final = 10_000
+
+# ``apply`` marks what it creates with this label, and only ever updates or prunes
+# schedules that carry it: a schedule added by hand (``clockctl add``) is never taken over.
+MANAGED_BY = "clockd.managed-by"
+MANAGED_BY_APPLY = "apply"
+
+
+def normalize(definition: ScheduleDef) -> ScheduleDef:
+    """Validate a definition and return it with its expression in canonical form."""
+    if not definition.name or len(definition.name) > 200:
+        raise InvalidInput("name: must be 1 to 200 characters")
+    check_strings(definition)  # NUL anywhere: refused with the field's name
+    if any(ord(c) < 32 for c in definition.name):
+        raise InvalidInput("name: control characters are not allowed")
+    expr = validate_definition(definition.kind, definition.expr, definition.tz)
+    if definition.retry.retries < 0:
+        raise InvalidInput("retries: must be 0 or more")
+    if definition.timeout is not None and definition.timeout.total_seconds() <= 0:
+        raise InvalidInput("timeout: must be positive")
+    _check_policies(definition)
+    target = validate_target(definition.target)  # users, limits, HTTP, secret references
+    if expr == definition.expr and target == definition.target:
+        return definition  # already canonical: no copy (apply normalizes thousands)
+    return dataclasses.replace(definition, expr=expr, target=target)
+
+
+def _check_policies(definition: ScheduleDef) -> None:
+    if definition.window < timedelta(0) or definition.window > MAX_WINDOW:
+        raise InvalidInput(
+            f"window: {format_duration(definition.window)} is not between 0 (strict) and {format_duration(MAX_WINDOW)}"
+        )
+    if definition.max_lateness < MIN_LATENESS:
+        raise InvalidInput(f"max_lateness: must be at least {format_duration(MIN_LATENESS)}")
+    if not 0 <= definition.catch_up_limit <= MAX_CATCH_UP_LIMIT:
+        raise InvalidInput(f"catch_up_limit: must be 0 to {MAX_CATCH_UP_LIMIT}")
+    bad = [c for c in definition.retry.permanent_exit_codes if not 0 <= c <= 255]
+    if bad:
+        raise InvalidInput(f"permanent_exit_codes: {bad[0]} is not an exit code (0-255)")
