@@ -1,0 +1,63 @@
+"""Composition of ``clockd run`` (``clockd.wiring``): which services a mode list builds,
+the modes table against the modes the settings accept, and the one test hook."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clockd.config import ALL_MODES, Settings
+from clockd.errors import InvalidInput
+from clockd.modes.materializer import Materializer
+from clockd.wiring import MODES, Faults, build_daemon
+
+
+def test_every_mode_the_settings_accept_has_a_builder() -> None:
+    assert tuple(MODES) == ALL_MODES
+
+
+@pytest.mark.parametrize(
+    ("modes", "services"),
+    [
+        (ALL_MODES, ["clock-watch", "leader", "materializer", "relay", "worker"]),
+        (("worker",), ["worker"]),
+        (("relay", "leader"), ["clock-watch", "leader", "relay"]),
+        (("materializer",), ["clock-watch", "materializer"]),
+    ],
+)
+async def test_a_daemon_runs_the_modes_it_was_asked_for(
+    tmp_path: Path, modes: tuple[str, ...], services: list[str]
+) -> None:
+    daemon = build_daemon(Settings(store=f"sqlite:///{tmp_path}/clockd.db", modes=modes))
+    try:
+        assert list(daemon.supervisor.services) == services
+        assert daemon.supervisor.modes == modes
+        assert daemon.location.kind == "sqlite"
+    finally:
+        await daemon.runner.aclose()
+
+
+async def test_the_fault_hook_reaches_the_materializer_and_is_off_by_default(tmp_path: Path) -> None:
+    settings = Settings(store=f"sqlite:///{tmp_path}/clockd.db", modes=("materializer",))
+    for faults, held in ((None, 0.0), (Faults(hold_before_commit=1.5), 1.5)):
+        daemon = build_daemon(settings, faults=faults)
+        try:
+            materializer = daemon.supervisor.services["materializer"]
+            assert isinstance(materializer, Materializer)
+            assert materializer.settings.hold_before_commit == held
+        finally:
+            await daemon.runner.aclose()
+
+
+def test_faults_are_read_from_the_environment_in_one_place() -> None:
+    assert Faults.from_environ({}) == Faults()
+    assert Faults.from_environ({"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": "1.5"}).hold_before_commit == 1.5
+    assert Faults.from_environ({"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": ""}) == Faults()
+    with pytest.raises(InvalidInput, match="CLOCKD_FAULT_HOLD_BEFORE_COMMIT: expected seconds"):
+        Faults.from_environ({"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": "soon"})
+
+
+def test_a_postgresql_store_without_etcd_is_refused_before_anything_starts() -> None:
+    with pytest.raises(InvalidInput, match="pass --etcd"):
+        build_daemon(Settings(store="postgresql://clockd@127.0.0.1:1/clockd"))
