@@ -50,9 +50,9 @@ class MaterializerSettings:
     instants_per_schedule: int = 500  # per schedule per tick; the cursor continues next tick
     interval: float = 0.5  # seconds between ticks when idle
     limits_every: float = 10.0  # seconds between reads of the tenants' catch-up rates
-    # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_BEFORE_COMMIT): hold each
-    # batch this long between the lease check and the commit, as a GC pause or a VM
-    # migration would. Zero in production.
+    # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_BEFORE_COMMIT, read only by
+    # clockd.wiring.Faults): hold each batch this long between the lease check and the
+    # commit, as a GC pause or a VM migration would. Zero in production.
     hold_before_commit: float = 0.0
 
 
