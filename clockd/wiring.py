@@ -8,8 +8,10 @@ coordinator or a runner through the functions here and never imports an adapter
 Composition of ``clockd run``: :func:`build_daemon` resolves the store, builds the
 coordinator and runner, and :func:`build_modes` builds each mode the settings ask for
 from :data:`MODES`, a table of name → builder. **Adding a mode** is: its name in
-``clockd.config.ALL_MODES``, a builder ``def _api(parts: Parts) -> Service`` here, and
-one entry in :data:`MODES` (a unit test checks the table and ``ALL_MODES`` agree). The
+``clockd.config.ALL_MODES``, a builder ``def _api(parts: Parts) -> Service | None`` here
+(None: off in this process), and one entry in :data:`MODES` (a unit test checks the table
+and ``ALL_MODES`` agree). Work that must finish after the modes stop but before the
+coordinator gives up its leases goes in the supervisor's ``drain`` list. The
 supervisor runs what the table built; the daemon's edge (signals, reload, health,
 ``sd_notify``) does not change.
 
@@ -211,8 +213,9 @@ def _worker(parts: Parts) -> Service:
     return Worker(parts.store, parts.runner, parts.clock, settings)
 
 
-# Every mode ``clockd run --mode`` accepts, in the order its task starts.
-MODES: Final[Mapping[str, Callable[[Parts], Service]]] = {
+# Every mode ``clockd run --mode`` accepts, in the order its task starts. A builder may
+# return None when its settings turn it off in this process (e.g. an address of "off").
+MODES: Final[Mapping[str, Callable[[Parts], Service | None]]] = {
     "leader": _leader,
     "materializer": _materializer,
     "relay": _relay,
@@ -230,8 +233,8 @@ def build_modes(parts: Parts, modes: tuple[str, ...]) -> dict[str, Service]:
     if _WATCHED.intersection(modes):
         services["clock-watch"] = parts.clock_watch
     for name, build in MODES.items():
-        if name in modes:
-            services[name] = build(parts)
+        if name in modes and (service := build(parts)) is not None:
+            services[name] = service
     return services
 
 

@@ -31,10 +31,19 @@ class Supervisor:
     ``coord``, which campaigns for leadership only when ``"leader"`` is among ``modes``
     and claims shards only when ``"materializer"`` is. It builds nothing itself."""
 
-    def __init__(self, modes: Sequence[str], coord: Coordinator, services: Mapping[str, Service]) -> None:
+    def __init__(
+        self,
+        modes: Sequence[str],
+        coord: Coordinator,
+        services: Mapping[str, Service],
+        drain: Sequence[Callable[[], Awaitable[None]]] = (),
+    ) -> None:
         self.modes = tuple(modes)
         self.coord = coord
         self.services: dict[str, Service] = dict(services)
+        # Awaited in order once every mode has returned, before the coordinator stops:
+        # work of this process that must end while it still holds its leases.
+        self.drain = tuple(drain)
 
     async def run(
         self,
@@ -75,6 +84,8 @@ class Supervisor:
                         )
                         stopping.set()
         finally:
+            for finish in self.drain:
+                await finish()
             await self.coord.stop()
         if failed is not None:
             raise failed

@@ -3,13 +3,17 @@ the modes table against the modes the settings accept, and the one test hook."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from clockd.config import ALL_MODES, Settings
+from clockd.coord.local import LocalCoordinator
 from clockd.errors import InvalidInput
 from clockd.modes.materializer import Materializer
+from clockd.modes.supervisor import Supervisor
+from clockd.store.sqlite import SqliteStore
 from clockd.wiring import MODES, Faults, build_daemon
 
 
@@ -61,3 +65,22 @@ def test_faults_are_read_from_the_environment_in_one_place() -> None:
 def test_a_postgresql_store_without_etcd_is_refused_before_anything_starts() -> None:
     with pytest.raises(InvalidInput, match="pass --etcd"):
         build_daemon(Settings(store="postgresql://clockd@127.0.0.1:1/clockd"))
+
+
+async def test_the_supervisor_drains_while_it_still_holds_its_leases(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "clockd.db")
+    await store.open()
+    coord = LocalCoordinator(store, tmp_path / "clockd.db.lock", node_id="a", shard_count=4)
+    held_during_drain: list[bool] = []
+
+    async def drain() -> None:
+        held_during_drain.append(coord.leader_lease() is not None and len(coord.shard_leases()) == 4)
+
+    stopping = asyncio.Event()
+    stopping.set()  # no mode to run: start the coordinator, drain, stop
+    try:
+        await Supervisor(("leader", "materializer"), coord, {}, drain=[drain]).run(stopping)
+        assert held_during_drain == [True]
+        assert coord.leader_lease() is None and coord.shard_leases() == []
+    finally:
+        await store.close()
