@@ -25,8 +25,10 @@ contract (``compile_spec(kind, expr, tz, created_at)``):
 Every expected instant must have exactly one planned occurrence, in one of the
 accounted states: SUCCEEDED, RUNNING, queued (SCHEDULED, ENQUEUED, RETRY_WAIT), DEAD,
 MISSED, SKIPPED_OVERLAP, CANCELED — each with its reason where it has one. The
-problems: **missing** (no occurrence), **doubled** (more than one occurrence at one
-instant, whatever their versions), **unexpected** (an occurrence at an instant no
+problems: **missing** (no occurrence), **doubled** (two or more occurrences at one
+instant that ran or may still run, whatever their versions; rows that never ran — canceled
+before any attempt, missed, skipped — are superseded history, not a double fire),
+**unexpected** (an occurrence at an instant no
 version expects, or of another version than the one that expects it). DST gap
 instants are never expected (the contract skips them); a repeated wall time of a
 fixed-hour job is expected once, at its first instant.
@@ -34,6 +36,7 @@ fixed-hour job is expected once, at its first instant.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -246,19 +249,23 @@ def _account(
     def entry(status: Status, detail: str = "") -> Entry:
         return Entry(history.schedule_id, history.name, instant, status, version, rows, detail)
 
-    if len(rows) > 1 and version is not None:
-        # A CANCELED occurrence of an older version that the expecting version planned again
-        # (``resume --from paused-at`` re-plans the paused period) never ran: superseded.
-        live = [o for o in rows if not (o.state is OccurrenceState.CANCELED and o.version < version)]
-        if len(live) == 1 and live[0].version == version:
-            superseded = ", ".join(f"{o.id} (version {o.version})" for o in rows if o is not live[0])
-            return Entry(
-                history.schedule_id, history.name, instant, _BY_STATE[live[0].state], version,
-                (live[0],), f"supersedes canceled {superseded}",
-            )  # fmt: skip
     if len(rows) > 1:
-        listed = ", ".join(f"{o.id} (version {o.version}, {o.state})" for o in rows)
-        return entry(Status.DOUBLED, f"{len(rows)} occurrences at one instant: {listed}")
+        # Doubled means two occurrences of one instant that both ran, or could still run.
+        # The others never ran (canceled by a pause, an update or a delete before any
+        # attempt, or ended MISSED / SKIPPED_OVERLAP): they are history, superseded by the
+        # one that counts — the live one, else the expecting version's, else the newest.
+        live = [o for o in rows if _ran_or_may_run(o)]
+        if len(live) > 1:
+            listed = ", ".join(f"{o.id} (version {o.version}, {o.state})" for o in rows)
+            return entry(Status.DOUBLED, f"{len(rows)} occurrences at one instant: {listed}")
+        counted = live[0] if live else next((o for o in rows if o.version == version), rows[-1])
+        found = _account(history, wins, current, cursor, instant, version, (counted,))
+        if found.status.problem:
+            return found
+        others = [o for o in rows if o is not counted]
+        kind = "canceled " if all(o.state is OccurrenceState.CANCELED for o in others) else ""
+        superseded = ", ".join(f"{o.id} (version {o.version})" for o in others)
+        return dataclasses.replace(found, detail=f"supersedes {kind}{superseded}")
     if rows:
         occ = rows[0]
         if version is not None:
@@ -285,6 +292,14 @@ def _account(
     if current is not None and version == current.version.version and cursor is not None and instant >= cursor:
         detail = f"no occurrence (the schedule is {history.state}; its cursor is at {_iso(cursor)})"
     return entry(Status.MISSING, detail)
+
+
+def _ran_or_may_run(occ: Occurrence) -> bool:
+    """It ran (an attempt was made: a dropped dead letter is CANCELED after running) or it
+    still may (queued, running, retrying)."""
+    if occ.state in (OccurrenceState.MISSED, OccurrenceState.SKIPPED_OVERLAP):
+        return False
+    return occ.state is not OccurrenceState.CANCELED or occ.attempts > 0
 
 
 def _legacy_cover(wins: list[Window], version: int, occ: Occurrence, instant: datetime) -> bool:

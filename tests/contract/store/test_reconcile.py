@@ -3,9 +3,12 @@ clock, then rows are broken on purpose and the reconciler must say exactly what 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from clockd.core.model import OccurrenceState, RetryPolicy
+from clockd.core.model import CommandTarget, OccurrenceState, RetryPolicy, ScheduleKind
+from clockd.modes.sampler import Sampler, SamplerSettings
+from clockd.obs.metrics import REGISTRY
 from clockd.services.ops import ResumeFrom
 from clockd.services.reconcile import Report, Status, run_reconcile
 
@@ -159,3 +162,43 @@ async def test_resuming_from_the_pause_replans_canceled_instants_without_doublin
     superseded = [e for e in report.entries if e.detail.startswith("supersedes canceled")]
     assert superseded and all(e.occurrences[0].version == 3 for e in superseded)
     assert sorted(e.instant.minute for e in report.entries if e.status is Status.SUCCEEDED) == list(range(1, 12))
+
+
+async def test_pause_resume_update_of_an_every_job_is_not_doubled(pipeline: Pipeline) -> None:
+    """Issue 15 item 3: two CANCELED rows of one instant (each canceled before it ran, by the
+    pause and by the update) are history, not a double fire."""
+    every = dataclasses.replace(cron("tick", "* * * * *"), kind=ScheduleKind.EVERY, expr="1m")
+    await pipeline.ops.add(every)
+    await pipeline.advance(3 * MIN)
+    await pipeline.ops.pause("tick")  # the instants planned ahead are CANCELED (version 1)
+    await pipeline.ops.resume("tick")  # version 3 plans them again
+    await pipeline.cycle()
+    await pipeline.ops.update("tick", dataclasses.replace(every, target=CommandTarget(("/bin/true",))))
+    await pipeline.advance(3 * MIN)
+    report = await reconcile(pipeline, T0, pipeline.clock.now())
+    assert report.ok, report.problems
+    assert report.counts.get(Status.DOUBLED, 0) == 0
+    twice = [e for e in report.entries if e.detail.startswith("supersedes canceled")]
+    assert twice, "the instant with two canceled rows is accounted for, naming the superseded one"
+    # The leader's hourly check agrees, and its gauge reads 0 (also once the schedule is gone).
+    await pipeline.ops.remove("tick")
+    pipeline.clock.advance(10 * MIN)
+    sampler = Sampler(pipeline.store, pipeline.clock, SamplerSettings(reconcile_window=timedelta(hours=1)))
+    assert await sampler.reconcile(pipeline.clock.now()) == 0
+    assert REGISTRY.get_sample_value("clockd_occurrences_unaccounted") == 0
+
+
+async def test_two_runs_of_one_instant_are_still_doubled(pipeline: Pipeline) -> None:
+    await pipeline.ops.add(cron("minutely", "* * * * *"))
+    await pipeline.advance(3 * MIN)
+    twin = T0 + 2 * MIN
+    await pipeline.sql(
+        "INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for, "
+        "available_at, state, attempts, max_attempts, manual) "
+        "SELECT 'twin-' || id, schedule_id, schedule_version + 1, tenant, queue, scheduled_for, "
+        "available_at, 'CANCELED', 1, max_attempts, manual FROM occurrences WHERE scheduled_for = ?",
+        pipeline.us(twin),
+    )  # canceled, but after an attempt: it ran (a dropped dead letter), so two runs
+    report = await reconcile(pipeline, T0, T0 + 3 * MIN)
+    [problem] = report.problems
+    assert (problem.instant, problem.status) == (twin, Status.DOUBLED)
