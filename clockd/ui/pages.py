@@ -1,7 +1,7 @@
 """The dashboard's pages: Starlette routes mounted at ``/ui`` by the api mode.
 
 Everything a page shows comes from the store port and the operator use cases
-(:class:`clockd.ops.Ops`), the same ones ``clockctl`` and the HTTP API call, so
+(:class:`clockd.services.ops.Ops`), the same ones ``clockctl`` and the HTTP API call, so
 the dashboard never shows a different truth. See the package docstring for the
 session, CSRF and tenant invariants; :meth:`Dashboard._own` is the tenant check
 for anything reached by occurrence id.
@@ -30,7 +30,7 @@ from clockd.core.durations import format_duration
 from clockd.core.model import Occurrence, OccurrenceState, Schedule, ScheduleKind, ScheduleState
 from clockd.core.upcoming import Upcoming, upcoming
 from clockd.errors import ClockdError, NotFound
-from clockd.ops import Ops, spec_of
+from clockd.services.ops import Ops, spec_of
 from clockd.store import Store
 from clockd.ui.svg import LagPoint, histogram, lag_plot
 
@@ -340,7 +340,7 @@ class Dashboard:
         at = request.query_params.get("at", "").strip()
         explain_error = None
         if at:
-            from clockd.explain import explain_at
+            from clockd.services.explain import explain_at
 
             try:
                 explanation = await explain_at(self.store, schedule, at, now)

@@ -31,7 +31,7 @@ from clockd.core.model import (
     ScheduleDef,
     ScheduleKind,
 )
-from clockd.ops import Ops
+from clockd.services.ops import Ops
 from clockd.store import Completion, CursorAdvance, Fence, NewOccurrence
 from clockd.store.sqlite.store import SqliteStore
 from clockd.ui.pages import Dashboard, Viewer
