@@ -63,6 +63,7 @@ import yaml
 
 from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
+from clockd.core.limits import MAX_RETRIES, check_name
 from clockd.core.model import (
     CommandTarget,
     HttpTarget,
@@ -79,7 +80,7 @@ from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput
 from clockd.ops import MANAGED_BY, MAX_CATCH_UP_LIMIT, normalize
 from clockd.runner.limits import MIN_MEMORY, format_size, parse_size
-from clockd.targets import validate_target
+from clockd.targets import check_strings, validate_target
 
 __all__ = [
     "FIELDS",
@@ -87,6 +88,7 @@ __all__ = [
     "MAX_ALIAS_VALUES",
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
+    "FieldProblem",
     "FieldSpec",
     "FileError",
     "Job",
@@ -99,6 +101,7 @@ __all__ = [
     "json_schema",
     "load_paths",
     "load_text",
+    "validate_job",
 ]
 
 MAX_FILE_BYTES: Final = 10 * 1024 * 1024
@@ -107,7 +110,6 @@ MAX_ALIAS_VALUES: Final = 100_000  # values those references stand for, nested o
 MAX_DEPTH: Final = 64  # nested collections
 MAX_ERRORS_PER_FILE: Final = 100
 MAX_WINDOW: Final = timedelta(minutes=5)  # DESIGN.md §4: a flexible window is at most 5 min
-MAX_RETRIES: Final = 1000
 MAX_LIMIT: Final = 1 << 31  # cpu_limit (seconds) and nproc_limit, as clockd.targets checks them
 MAX_MEMORY: Final = 1 << 62
 YAML_SUFFIXES: Final = (".yaml", ".yml")
@@ -203,10 +205,14 @@ def _what(value: Value) -> str:
 def from_python(data: Any, line: int) -> Value:
     """A plain Python value (str, bool, int, list, dict) as a composed value at ``line``:
     how the crontab importer hands its jobs to the same validator as YAML files."""
+    if data is None:
+        return Scalar("null", "null", line)
     if isinstance(data, bool):
         return Scalar("true" if data else "false", "bool", line)
     if isinstance(data, int):
         return Scalar(str(data), "int", line)
+    if isinstance(data, float):
+        return Scalar(repr(data), "float", line)
     if isinstance(data, str):
         return Scalar(data, "str", line)
     if isinstance(data, Mapping):
@@ -835,8 +841,8 @@ def _decode(spec: FieldSpec, value: Value) -> Any:
         if text.strip().lower() == "strict":
             return timedelta(0)
         window = parse_duration(text)
-        if window > MAX_WINDOW:
-            raise _Refused(f"{format_duration(window)} is longer than {format_duration(MAX_WINDOW)}")
+        if window > MAX_WINDOW:  # the words of ops.normalize: one message whatever the front end
+            raise _Refused(f"{format_duration(window)} is not between 0 (strict) and {format_duration(MAX_WINDOW)}")
         return window
     if kind is FieldKind.CHOICE:
         text = _scalar(value, "str")
@@ -1088,6 +1094,79 @@ def job_from_mapping(data: Mapping[str, Any], where: Location) -> tuple[Job | No
     errors: list[FileError] = []
     job = job_from_value(from_python(dict(data), where.line or 1), where.path, errors)
     return job, errors
+
+
+# -- one job, from any front end ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """Why one field of a job mapping is refused. ``path`` names the field (``("retries",)``,
+    ``("http", "url")``; empty for the job as a whole), ready for a JSON pointer."""
+
+    path: tuple[str | int, ...]
+    message: str
+
+    @property
+    def pointer(self) -> str:
+        """The path as a JSON pointer (RFC 6901), e.g. ``/http/url``; ``""`` for the whole job."""
+        return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in self.path)
+
+    def __str__(self) -> str:
+        return ": ".join([*map(str, self.path), self.message])
+
+
+_PROBLEM_FIELDS: Final = frozenset({*FIELD_NAMES, "tenant"})
+
+
+def validate_job(data: Mapping[str, Any], *, tenant: str = "default") -> ScheduleDef | list[FieldProblem]:
+    """THE validator of one schedule, whatever brought it: a schedule file's entry, the
+    mapping ``clockctl add``/``update`` build from their options, or the JSON object of
+    an HTTP ``POST /v1/schedules``. Same fields (:data:`FIELDS`), same limits
+    (``clockd.core.limits``, ``clockd.ops.normalize``), same messages.
+
+    ``data`` maps field names to plain JSON-like values (str, int, float, bool, None,
+    lists and dicts of them), typed as a schedule file types them: ``retries: "3"`` is
+    refused (a string, not an integer), ``null`` is a value (refused where the field
+    wants one), an absent key takes the default. ``tenant`` is the schedule's tenant (a
+    file or a request does not carry it: the caller knows it).
+
+    Returns the validated, normalized definition (expression canonical, not yet marked
+    as managed by apply), or *every* problem found, each with the path of its field and a
+    one-line message; ``str(problem)`` is ``"field: message"``, the text a file error
+    shows after its ``file:line:``. Raises nothing, whatever ``data`` holds."""
+    try:
+        value = from_python(dict(data), 1)
+    except TypeError as exc:
+        return [FieldProblem((), str(exc))]
+    except RecursionError:
+        return [FieldProblem((), f"nested more than {MAX_DEPTH} levels deep: refused")]
+    errors: list[FileError] = []
+    job = job_from_value(value, "<job>", errors)
+    problems = [_problem(e.field, e.message) for e in errors]
+    if job is None:
+        return problems or [FieldProblem((), "refused")]  # pragma: no cover - job_from_value reports why
+    try:
+        check_name(tenant, "tenant")
+        check_strings(dataclasses.replace(job.definition, tenant=tenant))
+    except InvalidInput as exc:
+        return [_problem(None, exc.message)]
+    return dataclasses.replace(job.definition, tenant=tenant)
+
+
+def _problem(field_name: str | None, message: str) -> FieldProblem:
+    if field_name is None:
+        # normalize's messages start with their field ("timeout: must be positive").
+        named, sep, rest = message.partition(": ")
+        if sep and named in _PROBLEM_FIELDS:
+            field_name, message = named, rest
+    if field_name is None:
+        return FieldProblem((), message)
+    if field_name == "http":
+        part, sep, rest = message.partition(": ")
+        if sep and part in _HTTP_KEYS:
+            return FieldProblem(("http", part), rest)
+    return FieldProblem((field_name,), message)
 
 
 # -- files ---------------------------------------------------------------------------------------
