@@ -63,7 +63,7 @@ import yaml
 
 from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
-from clockd.core.limits import MAX_RETRIES, check_name
+from clockd.core.limits import MAX_RETRIES, check_command, check_name
 from clockd.core.model import (
     CommandTarget,
     HttpTarget,
@@ -147,7 +147,12 @@ class FileError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.field}: {self.message}" if self.field else f"{self.where}: {self.message}"
+        return f"{self.where}: {_shown(self.field)}: {self.message}" if self.field else f"{self.where}: {self.message}"
+
+
+def _shown(key: str) -> str:
+    """A key as it can be shown on one line: quoted when it holds a line break or a control."""
+    return key if key.isprintable() else repr(key)
 
 
 class _Refused(InvalidInput):
@@ -781,7 +786,7 @@ def _decode_http(value: Value) -> HttpTarget:
     lines: dict[str, int] = {}
     for key, line, item in _entries(value, allow_merge=True):
         if key not in _HTTP_KEYS:
-            refusals.append(_Refused(f"{key}: unknown key (valid: {', '.join(_HTTP_KEYS)})", line))
+            refusals.append(_Refused(f"{_shown(key)}: unknown key (valid: {', '.join(_HTTP_KEYS)})", line))
             continue
         lines[key] = line
         try:
@@ -823,6 +828,10 @@ def _decode_http(value: Value) -> HttpTarget:
 
 def _decode(spec: FieldSpec, value: Value) -> Any:
     kind = spec.kind
+    if spec.name in _NAME_FIELDS:
+        text = _text(value)
+        _limit(check_name, text, spec.name)
+        return text
     if kind in (FieldKind.STRING, FieldKind.CRON):
         return _text(value)
     if kind is FieldKind.INSTANT:
@@ -899,6 +908,18 @@ def _decode(spec: FieldSpec, value: Value) -> Any:
             out[key] = _as_text(item, key)
         return out
     raise AssertionError(kind)  # pragma: no cover
+
+
+_NAME_FIELDS: Final = frozenset({"name", "queue"})
+
+
+def _limit(check: Callable[..., None], *args: Any) -> None:
+    """One of ``clockd.core.limits``' checks, its refusal without the field prefix (the
+    loader adds the field itself), so each is reported in the same pass as the others."""
+    try:
+        check(*args)
+    except InvalidInput as exc:
+        raise _Refused(exc.message.partition(": ")[2] or exc.message) from None
 
 
 def _entries(value: Map, *, allow_merge: bool) -> list[tuple[str, int, Value]]:
@@ -1018,6 +1039,11 @@ def job_from_value(value: Value, path: str, errors: list[FileError]) -> Job | No
                 "command",
                 f"a string needs shell: true (or give a list such as {json.dumps(command.split()[:3])})",
             )
+        else:
+            try:
+                _limit(check_command, [command] if isinstance(command, str) else command, (), shell)
+            except _Refused as exc:
+                refuse(lines["command"], "command", exc.message)
     tz = got.get("tz", "UTC")
     if "tz" in got:
         try:
@@ -1113,7 +1139,7 @@ class FieldProblem:
         return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in self.path)
 
     def __str__(self) -> str:
-        return ": ".join([*map(str, self.path), self.message])
+        return ": ".join([*(_shown(str(part)) for part in self.path), self.message])
 
 
 _PROBLEM_FIELDS: Final = frozenset({*FIELD_NAMES, "tenant"})
