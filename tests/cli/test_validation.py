@@ -111,6 +111,8 @@ def test_the_default_name_is_the_program_basename(ctl: Any) -> None:
     added = ctl("add", "--every", "1h", "--", "/usr/bin/env", "true")
     assert added.returncode == 0, added.stderr
     assert "added env " in added.stdout
+    again = ctl("add", "--every", "2h", "--", "/usr/bin/env", "false")
+    assert again.returncode == 1 and "give another with --name" in again.stderr, again.stderr
 
 
 def test_the_file_loader_refuses_the_same_things_with_the_same_words() -> None:

@@ -38,7 +38,7 @@ from clockd.core.model import (
     ScheduleKind,
 )
 from clockd.core.spec import compile_spec, validate_definition
-from clockd.errors import InvalidInput
+from clockd.errors import Conflict, InvalidInput
 from clockd.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
 from clockd.schedfile import validate_job
 
@@ -391,7 +391,12 @@ def register(app: typer.Typer) -> None:
                 permanent_exit_codes=permanent_exit_codes,
             ),
         )
-        added = with_ops(lambda ops: ops.create(definition, idempotency_key))
+        try:
+            added = with_ops(lambda ops: ops.create(definition, idempotency_key))
+        except Conflict as exc:
+            if name is not None or "already exists in tenant" not in exc.message:
+                raise
+            raise Conflict(f"{exc.message}; the name was taken from the command: give another with --name") from None
         schedule = added.schedule
         upcoming = next_runs(spec_of(schedule), schedule.created_at, 5)
         if output is OutputFormat.json:
