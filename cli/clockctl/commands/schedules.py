@@ -24,6 +24,8 @@ from clockctl.render import (
     occurrence_doc,
     schedule_doc,
     short,
+    shown_state,
+    stamp,
     target_rows,
     version_doc,
     when,
@@ -87,7 +89,7 @@ def build_definition(
         raise InvalidInput("give one of a cron expression, --at or --every")
     job: dict[str, Any] = {}
     if at:
-        job["at"] = format_instant(parse_instant(at, tz, datetime.now(UTC)))
+        job["at"] = format_instant(parse_instant(at, tz, whole_second_now()))
         command = args
     elif every:
         job["every"] = every
@@ -166,6 +168,13 @@ def build_definition(
         job["timeout"] = timeout
     job.update(policies or {})
     return validated(job, tenant)
+
+
+def whole_second_now() -> datetime:
+    """Now, rounded up to the second: ``--at now+1m`` gives an instant people can read
+    and type back (no microseconds), never one before the ``now`` it was given."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=0) + timedelta(seconds=1) if now.microsecond else now
 
 
 def validated(job: Mapping[str, Any], tenant: str) -> ScheduleDef:
@@ -437,7 +446,7 @@ def register(app: typer.Typer) -> None:
                 s.name,
                 when(s),
                 s.definition.tz,
-                str(s.state),
+                shown_state(s),
                 short(s.next_run_at) if s.state == "active" else "-",
                 s.definition.target.describe(),
             )
@@ -488,7 +497,7 @@ def register(app: typer.Typer) -> None:
         rows = [
             ("when", f"{when(schedule)}  ({spec.describe()})"),
             ("zone", schedule.definition.tz),
-            ("state", f"{schedule.state} (version {schedule.version})"),
+            ("state", f"{shown_state(schedule)} (version {schedule.version})"),
             ("target", schedule.definition.target.describe()),
             *target_rows(schedule.definition.target),
             ("queue", schedule.definition.queue),
@@ -519,10 +528,10 @@ def register(app: typer.Typer) -> None:
             table = Table(box=None, header_style="bold")
             for col in ("ID", "SCHEDULED (UTC)", "VERSION", "STATE", "ATTEMPTS", "EXIT"):
                 table.add_column(col)
-            for o in recent:
+            for o, occ in zip(recent, occurrences, strict=True):
                 table.add_row(
                     o["id"][:12],
-                    o["scheduled_for"],
+                    stamp(occ.scheduled_for),
                     str(o["version"]),
                     o["state"],
                     str(o["attempts"]),
@@ -620,7 +629,7 @@ def _print_next(schedule: Schedule, upcoming: list[datetime]) -> None:
     console.print("next runs:")
     flexible = schedule.definition.window > timedelta(0)
     for t, start in zip(upcoming, starts_of(schedule, upcoming), strict=True):
-        line = f"  {local(t, schedule.definition.tz)}  ({iso(t)})"
+        line = f"  {local(t, schedule.definition.tz)}  ({stamp(t)})"
         if flexible:
-            line += f"  starts {iso(start)} (+{dur(start - t)})"
+            line += f"  starts {stamp(start)} (+{dur(start - t)})"
         console.print(line)

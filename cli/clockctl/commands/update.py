@@ -11,16 +11,16 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 import typer
 
 from clockctl import policyopts
-from clockctl.commands.schedules import validated
+from clockctl.commands.schedules import validated, whole_second_now
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
-from clockctl.render import iso, local, occurrence_doc, schedule_doc
+from clockctl.render import iso, local, occurrence_doc, schedule_doc, stamp
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef
 from clockd.errors import InvalidInput
@@ -115,9 +115,9 @@ def register(app: typer.Typer) -> None:
         if upcoming:
             console.print("next runs:")
             for t, start in zip(upcoming, starts_of(schedule, upcoming), strict=True):
-                line = f"  {local(t, schedule.definition.tz)}  ({iso(t)})"
+                line = f"  {local(t, schedule.definition.tz)}  ({stamp(t)})"
                 if start != t:
-                    line += f"  starts {iso(start)}"
+                    line += f"  starts {stamp(start)}"
                 console.print(line)
 
 
@@ -159,7 +159,7 @@ class _Edits:
         elif self.every is not None:
             when["every"] = self.every
         elif self.at is not None:
-            when["at"] = format_instant(parse_instant(self.at, tz, datetime.now(UTC)))
+            when["at"] = format_instant(parse_instant(self.at, tz, whole_second_now()))
         if when:
             for key in ("schedule", "at", "every"):
                 job.pop(key, None)
