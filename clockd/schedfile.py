@@ -63,7 +63,7 @@ import yaml
 
 from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
-from clockd.core.limits import MAX_RETRIES, check_command, check_name
+from clockd.core.limits import MAX_NAME, MAX_RETRIES, check_command, check_name
 from clockd.core.model import (
     CommandTarget,
     HttpTarget,
@@ -1492,6 +1492,7 @@ def dump_jobs(definitions: Iterable[ScheduleDef], comments: Sequence[str] = ()) 
 _DURATION_PATTERN = r"^\s*([0-9]+\s*([dD]|[hH]|[mM]|[sS]|[mM][sS]|[uU][sS])\s*)+$"
 _SIZE_PATTERN = r"^\s*[0-9]{1,19}\s*[kKmMgGtT]?([iI]?[bB])?\s*$"
 _SCALAR_TYPES = ["string", "number", "boolean"]
+_NAME_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff]*$"
 
 
 def _http_schema() -> dict[str, Any]:
@@ -1564,6 +1565,9 @@ def _field_schema(spec: FieldSpec) -> dict[str, Any]:
         schema = _http_schema()
     else:
         schema = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean", "null"]}}
+    if spec.name in _NAME_FIELDS:
+        # clockd.core.limits.check_name, as far as a pattern can say it (the Cc, Zl, Zp and common Cf characters).
+        schema.update(maxLength=MAX_NAME, pattern=_NAME_PATTERN)
     schema = {"description": spec.help, **schema}
     default = spec.default
     if default not in (None, "", {}, []):
