@@ -5,28 +5,9 @@ import problems in line order."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
-
-import pytest
-
-BIN = Path(os.environ.get("CLOCKCTL_BIN_DIR", Path(sys.executable).parent))
-
-
-@pytest.fixture
-def ctl(tmp_path: Path) -> Any:
-    env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
-    env.pop("CLOCKD_STORE", None)
-    env.pop("COLUMNS", None)
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)
-
-    return run
 
 
 def test_version_as_json_and_as_a_flag(ctl: Any) -> None:

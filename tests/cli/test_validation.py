@@ -5,30 +5,14 @@ a schedule file refuses the same things with the same words."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from clockd.core.limits import MAX_ARG_BYTES
 from clockd.schedfile import load_text, validate_job
-
-BIN = Path(os.environ.get("CLOCKCTL_BIN_DIR", Path(sys.executable).parent))
-
-
-@pytest.fixture
-def ctl(tmp_path: Path) -> Any:
-    env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
-    env.pop("CLOCKD_STORE", None)
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)
-
-    return run
 
 
 def refused(result: subprocess.CompletedProcess[str], needle: str) -> None:
