@@ -17,8 +17,8 @@ Invariants:
   another name than the one stored;
 * a command can be ``execve``'d by Linux: each argument (the shell line included)
   below :data:`MAX_ARG_BYTES` (MAX_ARG_STRLEN, 32 pages) and argv plus the job's
-  own environment within :data:`MAX_EXEC_BYTES`, a quarter of the usual 8 MiB stack
-  (ARG_MAX), leaving room for what the worker adds;
+  own environment within :data:`MAX_EXEC_BYTES`, half of the usual ARG_MAX (a quarter
+  of an 8 MiB stack), leaving the other half for the variables the worker adds;
 * checks are linear in the input and bounded: a zone name longer than
   :data:`MAX_ZONE_NAME` is refused before any spelling suggestion is computed.
 """
@@ -47,7 +47,7 @@ __all__ = [
 MAX_NAME: Final = 200
 MAX_RETRIES: Final = 1000
 MAX_ARG_BYTES: Final = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN counts the terminating NUL
-MAX_EXEC_BYTES: Final = 2 * 1024 * 1024  # argv + the schedule's env, each string with its NUL
+MAX_EXEC_BYTES: Final = 1024 * 1024  # argv + the schedule's env, each string with its NUL
 MAX_ZONE_NAME: Final = 64  # the longest IANA name today is 32 characters
 
 # Characters of a shell line: a program name holding one was meant for /bin/sh.
