@@ -392,8 +392,7 @@ class Ops:
     async def set_tenant(self, tenant: str, **changes: int | None) -> TenantLimits:
         """Change some of a tenant's limits (a value of None removes that limit); the others
         stay as they were."""
-        if not tenant or any(ord(c) < 32 for c in tenant):
-            raise InvalidInput("tenant: give a name without control characters")
+        check_name(tenant, "tenant")  # the rule every schedule's tenant follows
         for key, value in changes.items():
             if key not in _LIMIT_FIELDS:
                 raise InvalidInput(f"unknown tenant limit {key!r}")

@@ -57,6 +57,11 @@ def test_add_refuses_bad_input_with_one_line_and_writes_nothing(ctl: Any, args: 
     nothing_stored(ctl)
 
 
+def test_tenant_limits_take_the_same_tenant_names(ctl: Any) -> None:
+    refused(ctl("tenant", "set", "team\u202e", "--max-schedules", "3"), "tenant: character U+202E")
+    assert ctl("tenant", "set", "team-a", "--max-schedules", "3").returncode == 0
+
+
 def test_argv_and_env_too_big_to_exec_are_refused_wherever_they_come_from() -> None:
     one = validate_job({"name": "big", "every": "1h", "command": ["echo", "x" * (MAX_ARG_BYTES + 1)]})
     assert [str(p) for p in one] == [  # type: ignore[union-attr]
