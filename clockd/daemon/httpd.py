@@ -20,10 +20,10 @@ Health = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 
 
 async def serve(addr: str, health: Health) -> asyncio.Server:
-    """Serve on ``host:port``. An address that cannot be bound (a port in use, say) is
-    :class:`InvalidInput` naming it, raised at start: a daemon that runs without the
-    metrics and health checks it was configured with is found out only when they are
-    needed (``metrics_addr: off`` runs without them on purpose)."""
+    """Serve on ``host:port``, or raise :class:`InvalidInput` naming the address when it
+    cannot be bound (a port in use, say): ``clockd run`` then stops at start, because a
+    daemon running without the metrics and health checks it was configured with is found
+    out only when they are needed (``metrics_addr: off`` runs without them on purpose)."""
     host, _, port = addr.rpartition(":")
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
