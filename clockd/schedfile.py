@@ -41,6 +41,9 @@ Invariants:
   ``env``/``labels`` values, ``command`` list items, header values and ``body`` are
   taken as written (secret references such as ``${file:/path}`` included: nothing
   is ever resolved here, and export writes them back unresolved);
+* one validator: :func:`validate_job` checks a job given as plain data (the mapping
+  ``clockctl add``/``update`` build from their options, the JSON body of the HTTP API)
+  with the same code, limits (``clockd.core.limits``) and messages as a file's entry;
 * :func:`job_document` is the inverse of the loader: loading the output of
   :func:`dump_jobs` gives back equal definitions (what makes ``export`` → ``apply``
   a no-op).
