@@ -13,6 +13,8 @@ import typer
 
 from clockctl import context
 from clockctl.commands import register_all
+from clockctl.commands.version import version_text
+from clockctl.output import console
 
 app = typer.Typer(
     name="clockctl",
@@ -35,9 +37,21 @@ def _global(
             help="sqlite:///PATH or postgresql://… (default: sqlite at $CLOCKD_HOME/clockd.db)",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="print the version (as clockctl version) and exit"
+        ),
+    ] = False,
 ) -> None:
     """Add, preview, inspect and change clockd schedules."""
     context.state["store"] = store
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(version_text())
+        raise typer.Exit(0)
 
 
 register_all(app)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -15,11 +14,14 @@ from rich.console import Console
 
 from clockd.errors import ClockdError
 
+PIPED_WIDTH = 100_000
+
 
 def _width(stream: object) -> int | None:
-    # Piped output is read by scripts and pagers: never cut a table to 80 columns.
+    # Piped output is read by scripts, grep and pagers: one row per line, never a cell
+    # wrapped (or cut) to fit 80 or COLUMNS columns; a terminal gets its own width.
     isatty = getattr(stream, "isatty", None)
-    return None if isatty is not None and isatty() else int(os.environ.get("COLUMNS", "200"))
+    return None if isatty is not None and isatty() else PIPED_WIDTH
 
 
 console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))

@@ -5,14 +5,11 @@ Each option left out keeps what the definition has (``add``: the defaults).
 
 from __future__ import annotations
 
-import dataclasses
-from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from clockd.core.durations import parse_duration
-from clockd.core.model import MisfirePolicy, OverlapPolicy, ScheduleDef
+from clockd.core.model import MisfirePolicy, OverlapPolicy
 from clockd.errors import InvalidInput
 
 Misfire = Annotated[
@@ -59,8 +56,7 @@ PermanentExitCodes = Annotated[
 ]
 
 
-def apply_policies(
-    definition: ScheduleDef,
+def policy_fields(
     *,
     misfire: MisfirePolicy | None = None,
     max_lateness: str | None = None,
@@ -68,22 +64,18 @@ def apply_policies(
     overlap: OverlapPolicy | None = None,
     window: str | None = None,
     permanent_exit_codes: str | None = None,
-) -> ScheduleDef:
-    """``definition`` with the given options set (validated later by ``Ops``)."""
-    changes: dict[str, object] = {}
-    if misfire is not None:
-        changes["misfire"] = misfire
-    if max_lateness is not None:
-        changes["max_lateness"] = parse_duration(max_lateness)
-    if catch_up_limit is not None:
-        changes["catch_up_limit"] = catch_up_limit
-    if overlap is not None:
-        changes["overlap"] = overlap
-    if window is not None:
-        changes["window"] = timedelta(0) if window.strip().lower() == "strict" else parse_duration(window)
-    if permanent_exit_codes is not None:
-        changes["retry"] = dataclasses.replace(definition.retry, permanent_exit_codes=exit_codes(permanent_exit_codes))
-    return dataclasses.replace(definition, **changes)  # type: ignore[arg-type]
+) -> dict[str, Any]:
+    """The given options as schedule-file fields (validated with the rest of the job by
+    ``clockd.formats.schedfile.validate_job``); options left out are absent."""
+    fields: dict[str, Any] = {
+        "misfire": misfire.value if misfire is not None else None,
+        "max_lateness": max_lateness,
+        "catch_up_limit": catch_up_limit,
+        "overlap": overlap.value if overlap is not None else None,
+        "window": window,
+        "permanent_exit_codes": list(exit_codes(permanent_exit_codes)) if permanent_exit_codes is not None else None,
+    }
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def exit_codes(text: str) -> tuple[int, ...]:

@@ -93,6 +93,32 @@ def iso(dt: datetime | None) -> str | None:
     )
 
 
+def stamp(dt: datetime | None) -> str:
+    """An instant for people (tables, messages): UTC ISO 8601 to the second. JSON keeps
+    :func:`iso`'s full precision; an instant to the microsecond is noise on a screen."""
+    if dt is None:
+        return "-"
+    return dt.astimezone(ZoneInfo("UTC")).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def until(dt: datetime, now: datetime) -> str:
+    """How far ``dt`` is from ``now``, the way ``systemctl list-timers`` says it:
+    ``in 3h 12m``, ``in 45s``, ``2d 1h ago`` (two units at most)."""
+    seconds = int((dt - now).total_seconds())
+    ahead = seconds >= 0
+    seconds = abs(seconds)
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    first = next(i for i, (_, size) in enumerate(units) if seconds >= size or size == 1)
+    big, big_size = units[first]
+    text = f"{seconds // big_size}{big}"
+    if first + 1 < len(units):
+        small, small_size = units[first + 1]
+        rest = seconds % big_size // small_size
+        if rest:
+            text += f" {rest}{small}"
+    return f"in {text}" if ahead else f"{text} ago"
+
+
 def local(dt: datetime | None, tz: str) -> str:
     if dt is None:
         return "-"
@@ -121,6 +147,15 @@ def describe_when(d: ScheduleDef) -> str:
     return f"every {d.expr}"
 
 
+def shown_state(s: Schedule) -> str:
+    """The state people see: ``done`` for an ``--at`` schedule whose one run has been
+    planned (nothing more will run; ``clockctl runs NAME`` has its outcome), else the
+    stored state (active, paused, deleted)."""
+    if s.state is ScheduleState.ACTIVE and s.definition.kind is ScheduleKind.ONCE and s.next_run_at is None:
+        return "done"
+    return str(s.state)
+
+
 def schedule_doc(s: Schedule) -> dict[str, Any]:
     d = s.definition
     return {
@@ -130,7 +165,7 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
         "kind": str(d.kind),
         "expr": d.expr,
         "tz": d.tz,
-        "state": str(s.state),
+        "state": shown_state(s),
         "version": s.version,
         "next_run_at": iso(s.next_run_at),
         "queue": d.queue,

@@ -20,6 +20,7 @@ from functools import cache, lru_cache
 from zoneinfo import ZoneInfo
 
 import clockd  # noqa: F401  (runs zoneinfo.reset_tzpath(to=[]) before any zone is built)
+from clockd.core.limits import MAX_ZONE_NAME
 from clockd.errors import UnknownZone
 
 __all__ = ["available_zones", "get_zone", "tzdata_version"]
@@ -89,6 +90,9 @@ def suggest_zones(name: str, limit: int = 3) -> list[str]:
 
 
 def _unknown_message(name: str) -> str:
+    if len(name) > MAX_ZONE_NAME:
+        # difflib is quadratic in the input: a 16 KB "zone" took 10 s to refuse.
+        return f"time zone name longer than {MAX_ZONE_NAME} characters; use an IANA name such as Europe/Paris, or UTC"
     message = f"unknown time zone {name!r}"
     close = suggest_zones(name) if name else []
     if len(close) == 1:

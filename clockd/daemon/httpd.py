@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -10,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from clockd.errors import InvalidInput
 from clockd.obs.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -17,9 +19,11 @@ log = logging.getLogger(__name__)
 Health = Callable[[], Awaitable[tuple[bool, dict[str, Any]]]]
 
 
-async def serve(addr: str, health: Health) -> asyncio.Server | None:
-    """Serve on ``host:port``; None (and a log line) if the address cannot be bound:
-    losing metrics must never stop scheduling."""
+async def serve(addr: str, health: Health) -> asyncio.Server:
+    """Serve on ``host:port``, or raise :class:`InvalidInput` naming the address when it
+    cannot be bound (a port in use, say): ``clockd run`` then stops at start, because a
+    daemon running without the metrics and health checks it was configured with is found
+    out only when they are needed (``metrics_addr: off`` runs without them on purpose)."""
     host, _, port = addr.rpartition(":")
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -55,14 +59,14 @@ async def serve(addr: str, health: Health) -> asyncio.Server | None:
 
     try:
         server = await asyncio.start_server(handle, host or "127.0.0.1", int(port))
-    except (OSError, ValueError) as exc:
-        log.error(
-            "metrics endpoint not started on %s: %s",
-            addr,
-            exc,
-            extra={"action": "metrics_unavailable"},
-        )
-        return None
+    except ValueError:
+        raise InvalidInput(f"metrics_addr: {addr!r} is not HOST:PORT (or off)") from None
+    except OSError as exc:
+        why = f"port {port} is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise InvalidInput(
+            f"metrics_addr: cannot listen on {addr}: {why} (another clockd? choose another with "
+            "--metrics-addr / metrics_addr, or off)"
+        ) from None
     bound = server.sockets[0].getsockname() if server.sockets else addr
     log.info("metrics on http://%s:%s/metrics", bound[0], bound[1], extra={"action": "metrics_listening"})
     return server

@@ -261,7 +261,13 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
 
     server = None
     if settings.metrics_addr and settings.metrics_addr != "off":
-        server = await serve(settings.metrics_addr, health)
+        try:
+            server = await serve(settings.metrics_addr, health)
+        except ClockdError:  # exit 2 naming the port: close what is open first
+            await runner.aclose()
+            with contextlib.suppress(ClockdError):
+                await store.close()
+            raise
 
     watchdog = sdnotify.watchdog_interval()
     pinger: asyncio.Task[None] | None = None

@@ -41,6 +41,9 @@ Invariants:
   ``env``/``labels`` values, ``command`` list items, header values and ``body`` are
   taken as written (secret references such as ``${file:/path}`` included: nothing
   is ever resolved here, and export writes them back unresolved);
+* one validator: :func:`validate_job` checks a job given as plain data (the mapping
+  ``clockctl add``/``update`` build from their options, the JSON body of the HTTP API)
+  with the same code, limits (``clockd.core.limits``) and messages as a file's entry;
 * :func:`job_document` is the inverse of the loader: loading the output of
   :func:`dump_jobs` gives back equal definitions (what makes ``export`` → ``apply``
   a no-op).
@@ -63,6 +66,7 @@ import yaml
 
 from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
+from clockd.core.limits import MAX_NAME, MAX_RETRIES, check_command, check_name
 from clockd.core.model import (
     CommandTarget,
     HttpTarget,
@@ -79,7 +83,7 @@ from clockd.core.spec import validate_definition
 from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput
 from clockd.formats.validate import MANAGED_BY, MAX_CATCH_UP_LIMIT, normalize
-from clockd.runner.targets import validate_target
+from clockd.runner.targets import check_strings, validate_target
 
 __all__ = [
     "FIELDS",
@@ -87,6 +91,7 @@ __all__ = [
     "MAX_ALIAS_VALUES",
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
+    "FieldProblem",
     "FieldSpec",
     "FileError",
     "Job",
@@ -99,6 +104,7 @@ __all__ = [
     "json_schema",
     "load_paths",
     "load_text",
+    "validate_job",
 ]
 
 MAX_FILE_BYTES: Final = 10 * 1024 * 1024
@@ -107,7 +113,6 @@ MAX_ALIAS_VALUES: Final = 100_000  # values those references stand for, nested o
 MAX_DEPTH: Final = 64  # nested collections
 MAX_ERRORS_PER_FILE: Final = 100
 MAX_WINDOW: Final = timedelta(minutes=5)  # DESIGN.md §4: a flexible window is at most 5 min
-MAX_RETRIES: Final = 1000
 MAX_LIMIT: Final = 1 << 31  # cpu_limit (seconds) and nproc_limit, as clockd.runner.targets checks them
 MAX_MEMORY: Final = 1 << 62
 YAML_SUFFIXES: Final = (".yaml", ".yml")
@@ -145,7 +150,12 @@ class FileError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.field}: {self.message}" if self.field else f"{self.where}: {self.message}"
+        return f"{self.where}: {_shown(self.field)}: {self.message}" if self.field else f"{self.where}: {self.message}"
+
+
+def _shown(key: str) -> str:
+    """A key as it can be shown on one line: quoted when it holds a line break or a control."""
+    return key if key.isprintable() else repr(key)
 
 
 class _Refused(InvalidInput):
@@ -203,10 +213,14 @@ def _what(value: Value) -> str:
 def from_python(data: Any, line: int) -> Value:
     """A plain Python value (str, bool, int, list, dict) as a composed value at ``line``:
     how the crontab importer hands its jobs to the same validator as YAML files."""
+    if data is None:
+        return Scalar("null", "null", line)
     if isinstance(data, bool):
         return Scalar("true" if data else "false", "bool", line)
     if isinstance(data, int):
         return Scalar(str(data), "int", line)
+    if isinstance(data, float):
+        return Scalar(repr(data), "float", line)
     if isinstance(data, str):
         return Scalar(data, "str", line)
     if isinstance(data, Mapping):
@@ -775,7 +789,7 @@ def _decode_http(value: Value) -> HttpTarget:
     lines: dict[str, int] = {}
     for key, line, item in _entries(value, allow_merge=True):
         if key not in _HTTP_KEYS:
-            refusals.append(_Refused(f"{key}: unknown key (valid: {', '.join(_HTTP_KEYS)})", line))
+            refusals.append(_Refused(f"{_shown(key)}: unknown key (valid: {', '.join(_HTTP_KEYS)})", line))
             continue
         lines[key] = line
         try:
@@ -817,6 +831,10 @@ def _decode_http(value: Value) -> HttpTarget:
 
 def _decode(spec: FieldSpec, value: Value) -> Any:
     kind = spec.kind
+    if spec.name in _NAME_FIELDS:
+        text = _text(value)
+        _limit(check_name, text, spec.name)
+        return text
     if kind in (FieldKind.STRING, FieldKind.CRON):
         return _text(value)
     if kind is FieldKind.INSTANT:
@@ -835,8 +853,8 @@ def _decode(spec: FieldSpec, value: Value) -> Any:
         if text.strip().lower() == "strict":
             return timedelta(0)
         window = parse_duration(text)
-        if window > MAX_WINDOW:
-            raise _Refused(f"{format_duration(window)} is longer than {format_duration(MAX_WINDOW)}")
+        if window > MAX_WINDOW:  # the words of ops.normalize: one message whatever the front end
+            raise _Refused(f"{format_duration(window)} is not between 0 (strict) and {format_duration(MAX_WINDOW)}")
         return window
     if kind is FieldKind.CHOICE:
         text = _scalar(value, "str")
@@ -893,6 +911,18 @@ def _decode(spec: FieldSpec, value: Value) -> Any:
             out[key] = _as_text(item, key)
         return out
     raise AssertionError(kind)  # pragma: no cover
+
+
+_NAME_FIELDS: Final = frozenset({"name", "queue"})
+
+
+def _limit(check: Callable[..., None], *args: Any) -> None:
+    """One of ``clockd.core.limits``' checks, its refusal without the field prefix (the
+    loader adds the field itself), so each is reported in the same pass as the others."""
+    try:
+        check(*args)
+    except InvalidInput as exc:
+        raise _Refused(exc.message.partition(": ")[2] or exc.message) from None
 
 
 def _entries(value: Map, *, allow_merge: bool) -> list[tuple[str, int, Value]]:
@@ -1012,6 +1042,11 @@ def job_from_value(value: Value, path: str, errors: list[FileError]) -> Job | No
                 "command",
                 f"a string needs shell: true (or give a list such as {json.dumps(command.split()[:3])})",
             )
+        else:
+            try:
+                _limit(check_command, [command] if isinstance(command, str) else command, (), shell)
+            except _Refused as exc:
+                refuse(lines["command"], "command", exc.message)
     tz = got.get("tz", "UTC")
     if "tz" in got:
         try:
@@ -1088,6 +1123,79 @@ def job_from_mapping(data: Mapping[str, Any], where: Location) -> tuple[Job | No
     errors: list[FileError] = []
     job = job_from_value(from_python(dict(data), where.line or 1), where.path, errors)
     return job, errors
+
+
+# -- one job, from any front end ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """Why one field of a job mapping is refused. ``path`` names the field (``("retries",)``,
+    ``("http", "url")``; empty for the job as a whole), ready for a JSON pointer."""
+
+    path: tuple[str | int, ...]
+    message: str
+
+    @property
+    def pointer(self) -> str:
+        """The path as a JSON pointer (RFC 6901), e.g. ``/http/url``; ``""`` for the whole job."""
+        return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in self.path)
+
+    def __str__(self) -> str:
+        return ": ".join([*(_shown(str(part)) for part in self.path), self.message])
+
+
+_PROBLEM_FIELDS: Final = frozenset({*FIELD_NAMES, "tenant"})
+
+
+def validate_job(data: Mapping[str, Any], *, tenant: str = "default") -> ScheduleDef | list[FieldProblem]:
+    """THE validator of one schedule, whatever brought it: a schedule file's entry, the
+    mapping ``clockctl add``/``update`` build from their options, or the JSON object of
+    an HTTP ``POST /v1/schedules``. Same fields (:data:`FIELDS`), same limits
+    (``clockd.core.limits``, ``clockd.ops.normalize``), same messages.
+
+    ``data`` maps field names to plain JSON-like values (str, int, float, bool, None,
+    lists and dicts of them), typed as a schedule file types them: ``retries: "3"`` is
+    refused (a string, not an integer), ``null`` is a value (refused where the field
+    wants one), an absent key takes the default. ``tenant`` is the schedule's tenant (a
+    file or a request does not carry it: the caller knows it).
+
+    Returns the validated, normalized definition (expression canonical, not yet marked
+    as managed by apply), or *every* problem found, each with the path of its field and a
+    one-line message; ``str(problem)`` is ``"field: message"``, the text a file error
+    shows after its ``file:line:``. Raises nothing, whatever ``data`` holds."""
+    try:
+        value = from_python(dict(data), 1)
+    except TypeError as exc:
+        return [FieldProblem((), str(exc))]
+    except RecursionError:
+        return [FieldProblem((), f"nested more than {MAX_DEPTH} levels deep: refused")]
+    errors: list[FileError] = []
+    job = job_from_value(value, "<job>", errors)
+    problems = [_problem(e.field, e.message) for e in errors]
+    if job is None:
+        return problems or [FieldProblem((), "refused")]  # pragma: no cover - job_from_value reports why
+    try:
+        check_name(tenant, "tenant")
+        check_strings(dataclasses.replace(job.definition, tenant=tenant))
+    except InvalidInput as exc:
+        return [_problem(None, exc.message)]
+    return dataclasses.replace(job.definition, tenant=tenant)
+
+
+def _problem(field_name: str | None, message: str) -> FieldProblem:
+    if field_name is None:
+        # normalize's messages start with their field ("timeout: must be positive").
+        named, sep, rest = message.partition(": ")
+        if sep and named in _PROBLEM_FIELDS:
+            field_name, message = named, rest
+    if field_name is None:
+        return FieldProblem((), message)
+    if field_name == "http":
+        part, sep, rest = message.partition(": ")
+        if sep and part in _HTTP_KEYS:
+            return FieldProblem(("http", part), rest)
+    return FieldProblem((field_name,), message)
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -1387,6 +1495,7 @@ def dump_jobs(definitions: Iterable[ScheduleDef], comments: Sequence[str] = ()) 
 _DURATION_PATTERN = r"^\s*([0-9]+\s*([dD]|[hH]|[mM]|[sS]|[mM][sS]|[uU][sS])\s*)+$"
 _SIZE_PATTERN = r"^\s*[0-9]{1,19}\s*[kKmMgGtT]?([iI]?[bB])?\s*$"
 _SCALAR_TYPES = ["string", "number", "boolean"]
+_NAME_PATTERN = "^[^\\u0000-\\u001f\\u007f-\\u009f\\u00ad\\u061c\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff]*$"
 
 
 def _http_schema() -> dict[str, Any]:
@@ -1459,6 +1568,9 @@ def _field_schema(spec: FieldSpec) -> dict[str, Any]:
         schema = _http_schema()
     else:
         schema = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean", "null"]}}
+    if spec.name in _NAME_FIELDS:
+        # clockd.core.limits.check_name, as far as a pattern can say it (the Cc, Zl, Zp and common Cf characters).
+        schema.update(maxLength=MAX_NAME, pattern=_NAME_PATTERN)
     schema = {"description": spec.help, **schema}
     default = spec.default
     if default not in (None, "", {}, []):

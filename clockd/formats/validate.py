@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Final
 
 from clockd.core.durations import format_duration
+from clockd.core.limits import check_name, check_retries
 from clockd.core.model import ScheduleDef
 from clockd.core.planning import MAX_WINDOW, MIN_LATENESS
 from clockd.core.spec import validate_definition
@@ -34,14 +35,13 @@ MANAGED_BY_APPLY = "apply"
 
 def normalize(definition: ScheduleDef) -> ScheduleDef:
     """Validate a definition and return it with its expression in canonical form."""
-    if not definition.name or len(definition.name) > 200:
-        raise InvalidInput("name: must be 1 to 200 characters")
     check_strings(definition)  # NUL anywhere: refused with the field's name
-    if any(ord(c) < 32 for c in definition.name):
-        raise InvalidInput("name: control characters are not allowed")
+    # The limits every front end shares (clockd.core.limits): the CLI, files and the API.
+    check_name(definition.name, "name")
+    check_name(definition.tenant, "tenant")
+    check_name(definition.queue, "queue")
     expr = validate_definition(definition.kind, definition.expr, definition.tz)
-    if definition.retry.retries < 0:
-        raise InvalidInput("retries: must be 0 or more")
+    check_retries(definition.retry.retries)
     if definition.timeout is not None and definition.timeout.total_seconds() <= 0:
         raise InvalidInput("timeout: must be positive")
     _check_policies(definition)

@@ -18,6 +18,7 @@ import pwd
 import re
 from urllib.parse import urlsplit
 
+from clockd.core.limits import check_command
 from clockd.core.model import RESERVED_HEADERS, CommandTarget, HttpTarget, NoopTarget, ScheduleDef, Target
 from clockd.core.sizes import MIN_MEMORY, format_size
 from clockd.errors import InvalidInput
@@ -62,6 +63,7 @@ def _command(target: CommandTarget) -> CommandTarget:
         raise InvalidInput("command: missing (give the program and its arguments)")
     for i, arg in enumerate(target.argv):
         _no_nul(arg, f"command argument {i}")
+    check_command(target.argv, target.env, target.shell)  # sizes execve takes; a shell line without shell
     for key, value in target.env:
         if not _ENV_KEY.fullmatch(key):
             raise InvalidInput(f"env: invalid variable name {key!r} (no '=' or NUL, not empty)")

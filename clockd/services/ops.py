@@ -34,6 +34,7 @@ from enum import StrEnum
 
 from clockd.core.clock import Clock
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
+from clockd.core.limits import check_name
 from clockd.core.model import (
     Attempt,
     Occurrence,
@@ -351,8 +352,7 @@ class Ops:
     async def set_tenant(self, tenant: str, **changes: int | None) -> TenantLimits:
         """Change some of a tenant's limits (a value of None removes that limit); the others
         stay as they were."""
-        if not tenant or any(ord(c) < 32 for c in tenant):
-            raise InvalidInput("tenant: give a name without control characters")
+        check_name(tenant, "tenant")  # the rule every schedule's tenant follows
         for key, value in changes.items():
             if key not in _LIMIT_FIELDS:
                 raise InvalidInput(f"unknown tenant limit {key!r}")

@@ -23,7 +23,7 @@ from clockd.core.model import (
     ScheduleKind,
 )
 from clockd.errors import InvalidInput
-from clockd.formats.schedfile import FIELD_NAMES, dump_jobs, load_text
+from clockd.formats.schedfile import FIELD_NAMES, dump_jobs, load_text, validate_job
 from clockd.formats.validate import normalize
 
 FAST = settings(
@@ -180,3 +180,37 @@ def test_dump_then_load_is_the_identity(drawn: list[ScheduleDef]) -> None:
     result = load_text(text, "export.yaml")
     assert [str(e) for e in result.errors] == [], text
     assert [j.definition for j in result.jobs] == wanted, text
+
+
+# -- validate_job: the one validator of the CLI, the files and the API ---------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@FAST
+@given(st.dictionaries(st.sampled_from(FIELD_NAMES) | st.text(max_size=8), _JSON, max_size=8), st.text(max_size=20))
+def test_validate_job_returns_a_definition_or_problems_and_raises_nothing(data: dict[str, object], tenant: str) -> None:
+    result = validate_job(data, tenant=tenant)
+    if isinstance(result, list):
+        assert result and all(p.message and "\n" not in str(p) for p in result)
+        assert all(p.pointer == "" or p.pointer.startswith("/") for p in result)
+    else:
+        assert normalize(result) == result and result.tenant == tenant
+
+
+_INVISIBLE = st.sampled_from(["\x00", "\x07", "\n", "\x7f", "\x85", "\x9b", "\u200b", "\u202e", "\u2066", "\u2028"])
+
+
+@FAST
+@given(st.text(min_size=1, max_size=20).filter(str.isprintable), _INVISIBLE, st.sampled_from(["name", "queue"]))
+def test_names_with_control_or_invisible_characters_are_refused(text: str, bad: str, field: str) -> None:
+    assume(text.strip())
+    job = {"name": "n", "every": "1h", "command": ["true"], field: text[:5] + bad + text[5:]}
+    result = validate_job(job)
+    assert isinstance(result, list) and [p.pointer for p in result] == [f"/{field}"]
+    tenant = validate_job({"name": "n", "every": "1h", "noop": True}, tenant=text + bad)
+    assert isinstance(tenant, list) and [p.pointer for p in tenant] == ["/tenant"]

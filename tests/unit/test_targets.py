@@ -117,8 +117,9 @@ def test_build_http_target(tmp_path: Path) -> None:
         expect_status="200,204",
     )
     assert d.name == "hooks.example.test"
+    # build_definition returns what the one validator made of it: normalized (method upper-cased).
     assert d.target == HttpTarget(
-        method="post",
+        method="POST",
         url="https://hooks.example.test/x",
         headers=(("Authorization", "Bearer ${file:/etc/t}"), ("X-Empty", "")),
         body='{"from": "file"}',

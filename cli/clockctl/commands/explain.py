@@ -12,7 +12,7 @@ import typer
 
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
-from clockctl.render import attempt_doc, iso, local, occurrence_doc
+from clockctl.render import attempt_doc, iso, local, occurrence_doc, stamp
 from clockd.services.explain import Explanation, explain_at
 from clockd.services.ops import Ops
 
@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         if output is OutputFormat.json:
             emit_json(explanation_doc(found))
             return
-        where = iso(found.at.instant) if found.at.wall is None else f"{found.at.wall:%Y-%m-%dT%H:%M} ({found.tz})"
+        where = stamp(found.at.instant) if found.at.wall is None else f"{found.at.wall:%Y-%m-%dT%H:%M} ({found.tz})"
         console.print(f"{found.schedule} at {where}: {found.why}", markup=False, highlight=False)
         console.print(f"  {found.summary}", markup=False, highlight=False)
         width = max((len(k) for k, _ in found.facts), default=0)
@@ -60,7 +60,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"  {key:<{width}}  {value}", markup=False, highlight=False)
         for label, instant in (("previous instant", found.before), ("next instant", found.after)):
             if instant is not None and found.why in _NEIGHBOURS:
-                console.print(f"  {label}: {local(instant, found.tz)} ({iso(instant)})", markup=False, highlight=False)
+                line = f"  {label}: {local(instant, found.tz)} ({stamp(instant)})"
+                console.print(line, markup=False, highlight=False)
 
 
 # Answers about the expression itself: the nearest instants help.

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
-from clockctl.render import iso, local
+from clockctl.render import iso, local, stamp
 from clockd.errors import InvalidInput
 from clockd.formats.crontab import parse_crontab
 from clockd.formats.schedfile import (
@@ -180,15 +180,37 @@ def register(app: typer.Typer) -> None:
             source=os.path.abspath(file),
         )
         jobs, errors = result.jobs()
+        # Notes, skipped lines and errors in the crontab's line order, as a reader fixes them.
+        remarks = _in_line_order(
+            [(n.line, "note", n.message) for n in result.notes]
+            + [(n.line, "not imported", n.message) for n in result.skipped]
+        )
         comments = [f"{file}: {zone_note}"] if zone_note else []
-        comments += [f"{Location(file, n.line)}: note: {n.message}" for n in result.notes]
-        comments += [f"{Location(file, n.line)}: not imported: {n.message}" for n in result.skipped]
-        for line in comments:
-            _note(line)
+        comments += [f"{Location(file, line)}: {kind}: {message}" for line, kind, message in remarks]
         if errors:
-            raise _refuse(errors)
+            listed = [(line, f"{Location(file, line)}: {kind}: {message}") for line, kind, message in remarks]
+            listed += [(e.where.line, str(e)) for e in errors]
+            for text in comments[:1] if zone_note else []:
+                _note(text)
+            for _, text in _in_line_order(listed):
+                _note(text)
+            raise _refuse([], len(errors))
+        if not (dry_run and output is OutputFormat.json):
+            for line in comments:
+                _note(line)
         if dry_run:
             kind = "system crontab (user column)" if result.system else "user crontab"
+            if output is OutputFormat.json:
+                emit_json(
+                    {
+                        "source": file,
+                        "system": result.system,
+                        "zone_note": zone_note or None,
+                        "remarks": [{"line": line, "kind": kind, "message": m} for line, kind, m in remarks],
+                        "jobs": [job_document(j.definition) for j in jobs],
+                    }
+                )
+                return
             head = [f"Imported from {file} ({kind}) by clockctl import-crontab.", *comments]
             typer.echo(dump_jobs([j.definition for j in jobs], head), nl=False)
             return
@@ -270,7 +292,7 @@ def _next(item: PlanItem) -> str:
     if item.next_run_at is None or item.desired is None:
         return "none" + (" (paused)" if item.current is not None and item.current.state == "paused" else "")
     paused = item.current is not None and item.current.state == "paused"
-    text = f"{local(item.next_run_at, item.desired.tz)} ({iso(item.next_run_at)})"
+    text = f"{local(item.next_run_at, item.desired.tz)} ({stamp(item.next_run_at)})"
     return text + (" — paused: it stays paused" if paused else "")
 
 
@@ -318,10 +340,25 @@ def _plan_doc(plan: ApplyPlan, jobs: Sequence[Job], dry_run: bool, result: Apply
     }
 
 
-def _refuse(errors: Sequence[FileError]) -> typer.Exit:
+_Remark = TypeVar("_Remark", bound=tuple[Any, ...])
+
+
+def _in_line_order(remarks: list[_Remark]) -> list[_Remark]:
+    """Sorted by line (each remark's first item); a remark about the whole file (line None)
+    stays after the one before it."""
+    keyed = []
+    last = 0
+    for position, remark in enumerate(remarks):
+        last = remark[0] if remark[0] is not None else last
+        keyed.append(((last, position), remark))
+    return [remark for _, remark in sorted(keyed, key=lambda item: item[0])]
+
+
+def _refuse(errors: Sequence[FileError], count: int | None = None) -> typer.Exit:
     for error in errors:
         err_console.print(str(error), markup=False, highlight=False)
-    err_console.print(f"{len(errors)} error(s); nothing was applied", markup=False, highlight=False)
+    err_console.print(f"{len(errors) if count is None else count} error(s); nothing was applied", markup=False,
+                      highlight=False)  # fmt: skip
     return typer.Exit(2)
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
+from clockctl.render import until
 from clockd.core.cron import parse_cron
 from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
@@ -57,7 +58,8 @@ def register(app: typer.Typer) -> None:
 
         JSON (-o json): an array with one object per real fire, in order:
         {"utc": "2026-03-30T00:30:00Z", "local": "2026-03-30T02:30:00+02:00",
-        "note": null or "repeated hour: …", "skipped": ["2026-03-29T02:30"]}.
+        "note": null or the table's note ("DST gap: …", "repeated hour: …"),
+        "skipped": ["2026-03-29T02:30"]}.
         "skipped" lists the local wall times (no offset: they do not exist)
         skipped in a gap since the previous fire; it is empty most of the time.
         With --window, each object also has "starts_by": the end of the span the run
@@ -95,21 +97,20 @@ def register(app: typer.Typer) -> None:
         table.add_column("#", justify="right")
         table.add_column(f"local ({tz})", no_wrap=True)
         table.add_column("UTC", no_wrap=True)
+        table.add_column("from now", no_wrap=True)
         if spread:
             table.add_column("starts by (UTC)", no_wrap=True)
         table.add_column("note")
         for number, (fire, skips) in enumerate(rows, start=1):
-            notes = _skip_notes(skips)
-            if fire.note:
-                notes.append(fire.note)
             cells = [
                 str(number),
                 fire.local.strftime("%a %Y-%m-%d %H:%M:%S ") + _offset(fire.local),
                 fire.utc.strftime("%Y-%m-%d %H:%M:%SZ"),
+                until(fire.utc, now),
             ]
             if spread:
                 cells.append((fire.utc + spread).strftime("%Y-%m-%d %H:%M:%SZ"))
-            table.add_row(*cells, "; ".join(notes))
+            table.add_row(*cells, "; ".join(_notes(fire, skips)))
         console.print(table)
         if not rows:
             console.print("no fire times after that instant")
@@ -128,9 +129,14 @@ def _doc(fire: Fire, skips: list[Skip]) -> dict[str, Any]:
     return {
         "utc": format_instant(fire.utc),
         "local": fire.local.isoformat(),
-        "note": fire.note,
+        "note": "; ".join(_notes(fire, skips)) or None,  # the table's note column, word for word
         "skipped": [s.wall.isoformat(timespec="minutes") for s in skips],
     }
+
+
+def _notes(fire: Fire, skips: list[Skip]) -> list[str]:
+    """What the note column says of a fire: the gap skipped before it, then its own note."""
+    return [*_skip_notes(skips), *([fire.note] if fire.note else [])]
 
 
 def _skip_notes(skips: list[Skip]) -> list[str]:

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
-from clockctl.render import iso
+from clockctl.render import iso, stamp
 from clockd.core.instants import parse_instant
 from clockd.errors import InvalidInput
 from clockd.services.ops import Ops
@@ -127,7 +127,7 @@ def _summary(report: Report) -> str:
     counts = ", ".join(f"{report.counts[s]} {s}" for s in ORDER if report.counts.get(s))
     head = (
         f"{report.schedules} schedule(s), {report.expected} expected instant(s) "
-        f"from {iso(report.start)} to {iso(report.end)}"
+        f"from {stamp(report.start)} to {stamp(report.end)}"
     )
     return f"{head}: {counts or 'nothing'}"
 
@@ -142,7 +142,7 @@ def _print(report: Report, everything: bool) -> None:
             detail = e.detail or (
                 f"{e.occurrences[0].id}" + (f": {e.reason}" if e.reason else "") if e.occurrences else ""
             )
-            table.add_row(e.schedule, iso(e.instant) or "", str(e.status), detail)
+            table.add_row(e.schedule, stamp(e.instant), str(e.status), detail)
         console.print(table)
     if report.ok:
         console.print(f"{_summary(report)} — all accounted for", markup=False, highlight=False)

@@ -11,6 +11,9 @@ from rich.table import Table
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
 from clockctl.render import attempt_doc, occurrence_doc, short
+from clockd.core.model import Attempt, Occurrence
+from clockd.errors import NotFound
+from clockd.services.ops import Ops
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 
@@ -62,15 +65,35 @@ def register(app: typer.Typer) -> None:
     @handle_errors
     def logs(
         occurrence: Annotated[
-            str, typer.Argument(metavar="OCCURRENCE", help="occurrence id (or a unique prefix of 6+ characters)")
+            str,
+            typer.Argument(
+                metavar="OCCURRENCE|NAME",
+                help="occurrence id (or a unique prefix of 6+ characters), or a schedule name: its latest run",
+            ),
         ],
         attempt: Annotated[
             int | None, typer.Option("--attempt", metavar="N", help="attempt number (default: the latest)")
         ] = None,
+        tenant: Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant of the schedule")] = "default",
         output: Output = OutputFormat.table,
     ) -> None:
-        """Print the captured output (stdout and stderr, last 64 KiB) of an attempt."""
-        occ, att = with_ops(lambda ops: ops.attempt(occurrence, attempt))
+        """Print the captured output (stdout and stderr, last 64 KiB) of an attempt: of an
+        occurrence, or of the latest run of a schedule (clockctl logs NAME)."""
+
+        async def go(ops: Ops) -> tuple[Occurrence, Attempt]:
+            try:
+                return await ops.attempt(occurrence, attempt)
+            except NotFound as missing:
+                try:
+                    recent = await ops.runs(occurrence, 50, tenant)
+                except NotFound:
+                    raise missing from None  # neither an occurrence nor a schedule
+            ran = next((o for o in recent if o.attempts > 0), None)
+            if ran is None:
+                raise NotFound(f"schedule {occurrence!r} has not run yet (clockctl runs {occurrence} --upcoming)")
+            return await ops.attempt(ran.id, attempt)
+
+        occ, att = with_ops(go)
         if output is OutputFormat.json:
             emit_json(attempt_doc(att))
             return

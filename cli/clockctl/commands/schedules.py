@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import typer
@@ -23,26 +24,24 @@ from clockctl.render import (
     occurrence_doc,
     schedule_doc,
     short,
+    shown_state,
+    stamp,
     target_rows,
     version_doc,
     when,
 )
 from clockd.core.durations import parse_duration
 from clockd.core.instants import format_instant, parse_instant
+from clockd.core.limits import shell_line_hint
 from clockd.core.model import (
-    CommandTarget,
-    HttpTarget,
-    NoopTarget,
     Occurrence,
-    RetryPolicy,
     Schedule,
     ScheduleDef,
     ScheduleKind,
-    Target,
 )
-from clockd.core.sizes import parse_size
-from clockd.core.spec import compile_spec
-from clockd.errors import InvalidInput
+from clockd.core.spec import compile_spec, validate_definition
+from clockd.errors import Conflict, InvalidInput
+from clockd.formats.schedfile import validate_job
 from clockd.services.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
@@ -77,19 +76,33 @@ def build_definition(
     body: str | None = None,
     expect_status: str | None = None,
     insecure: bool = False,
+    policies: Mapping[str, Any] | None = None,
 ) -> ScheduleDef:
-    """Turn ``clockctl add`` arguments into a definition (validated later by ``Ops``)."""
+    """Turn ``clockctl add`` arguments into a validated definition.
+
+    The options become the job mapping a schedule file would hold (the same field names),
+    validated by :func:`clockd.formats.schedfile.validate_job`: one validator, one set of limits
+    and messages for the CLI, files and the API. What only a command line has is settled
+    here first: ``--at now+2s`` becomes an instant, ``--body @FILE`` the file's text,
+    ``--cpu-limit 1500ms`` whole seconds (rounded up), and options that do not go together."""
     if at and every:
         raise InvalidInput("give one of a cron expression, --at or --every")
+    job: dict[str, Any] = {}
     if at:
-        kind, expr, command = ScheduleKind.ONCE, "", args
-        expr = format_instant(parse_instant(at, tz, datetime.now(UTC)))
+        job["at"] = format_instant(parse_instant(at, tz, whole_second_now()))
+        command = args
     elif every:
-        kind, expr, command = ScheduleKind.EVERY, every, args
+        job["every"] = every
+        command = args
     else:
         if not args:
             raise InvalidInput("missing the cron expression (or --at / --every)")
-        kind, expr, command = ScheduleKind.CRON, args[0], args[1:]
+        job["schedule"], command = args[0], args[1:]
+    if command and (at or every) and _looks_like_cron(command[0]):
+        raise InvalidInput(
+            f"{command[0]!r} is a cron expression: give one of a cron expression, --at or --every "
+            "(the command goes after --)"
+        )
     command_only = {
         "--shell": shell,
         "--env": bool(env),
@@ -107,7 +120,6 @@ def build_definition(
         "--expect-status": expect_status is not None,
         "--insecure": insecure,
     }
-    target: Target
     if noop or http:
         given = [opt for opt, on in command_only.items() if on]
         if given:
@@ -122,51 +134,82 @@ def build_definition(
         if command:
             raise InvalidInput(f"{'--noop' if noop else '--http'} takes no command")
     if noop:
-        target = NoopTarget()
+        job["noop"] = True
     elif http:
-        target = HttpTarget(
-            method=http[0],
-            url=http[1],
-            headers=tuple(_header(h) for h in headers or ()),
-            body=_body(body),
-            expect_status=_statuses(expect_status),
-            insecure=insecure,
-        )
+        request: dict[str, Any] = {"method": http[0], "url": http[1]}
+        if headers:
+            request["headers"] = [list(_header(h)) for h in headers]
+        if body is not None:
+            request["body"] = _body(body)
+        if expect_status is not None:
+            request["expect_status"] = list(_statuses(expect_status))
+        if insecure:
+            request["insecure"] = True
+        job["http"] = request
     else:
         if not command:
             raise InvalidInput("missing the command: put it after --, e.g. -- /usr/local/bin/report.sh")
-        target = CommandTarget(
-            argv=(" ".join(command),) if shell else tuple(command),
-            shell=shell,
-            env=_env(env),
-            cwd=cwd,
-            user=user,
-            group=group,
-            env_from_file=env_from_file,
-            memory_limit=parse_size(memory_limit) if memory_limit is not None else None,
-            cpu_limit=_cpu_seconds(cpu_limit) if cpu_limit is not None else None,
-            nproc_limit=nproc_limit,
-        )
-    if name is None:
-        if noop:
-            name = "noop"
-        elif http:
-            name = urlsplit(http[1]).hostname or "http"
-        else:
-            name = os.path.basename(command[0].split()[0]) or "job"
-    if retries < 0:
-        raise InvalidInput("--retries: must be 0 or more")
-    return ScheduleDef(
-        name=name,
-        kind=kind,
-        expr=expr,
-        tz=tz,
-        target=target,
-        queue=queue,
-        tenant=tenant,
-        timeout=parse_duration(timeout) if timeout else None,
-        retry=RetryPolicy(retries=retries, backoff=parse_duration(backoff)),
-    )
+        job["command"] = " ".join(command) if shell else list(command)
+        optional = {
+            "shell": shell or None,
+            "env": dict(_env(env)) or None,
+            "cwd": cwd,
+            "user": user,
+            "group": group,
+            "env_from_file": env_from_file,
+            "memory_limit": memory_limit,
+            "cpu_limit": f"{_cpu_seconds(cpu_limit)}s" if cpu_limit is not None else None,
+            "nproc_limit": nproc_limit,
+        }
+        job.update((key, value) for key, value in optional.items() if value is not None)
+    job["name"] = name if name is not None else _default_name(noop, http, command, shell)
+    job.update(tz=tz, queue=queue, retries=retries, backoff=backoff)
+    if timeout:
+        job["timeout"] = timeout
+    job.update(policies or {})
+    return validated(job, tenant)
+
+
+def whole_second_now() -> datetime:
+    """Now, rounded up to the second: ``--at now+1m`` gives an instant people can read
+    and type back (no microseconds), never one before the ``now`` it was given."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=0) + timedelta(seconds=1) if now.microsecond else now
+
+
+def validated(job: Mapping[str, Any], tenant: str) -> ScheduleDef:
+    """``job`` (schedule-file fields) through the one validator; every problem on one line."""
+    result = validate_job(job, tenant=tenant)
+    if isinstance(result, list):
+        raise InvalidInput("; ".join(str(problem) for problem in result))
+    return result
+
+
+def _looks_like_cron(text: str) -> bool:
+    if not (text.startswith("@") or len(text.split()) in (5, 6)):
+        return False
+    try:
+        validate_definition(ScheduleKind.CRON, text, "UTC")
+    except InvalidInput:
+        return False
+    return True
+
+
+def _default_name(noop: bool, http: tuple[str, str] | None, command: list[str], shell: bool) -> str:
+    """The name a schedule gets without --name: the program's basename, only when that is
+    unambiguous (not a shell line, whose first word names no single program)."""
+    if noop:
+        return "noop"
+    if http:
+        return urlsplit(http[1]).hostname or "http"
+    program = command[0] if command else ""
+    if shell:
+        raise InvalidInput("--name: required with --shell (a shell line names no single program)")
+    base = os.path.basename(program.rstrip("/"))
+    if not base or shell_line_hint(base) is not None:
+        # An empty or shell-line program: the validator says what is wrong with it.
+        return "job"
+    return base
 
 
 def _env(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -348,17 +391,21 @@ def register(app: typer.Typer) -> None:
             body=body,
             expect_status=expect_status,
             insecure=insecure,
+            policies=policyopts.policy_fields(
+                misfire=misfire,
+                max_lateness=max_lateness,
+                catch_up_limit=catch_up_limit,
+                overlap=overlap,
+                window=window,
+                permanent_exit_codes=permanent_exit_codes,
+            ),
         )
-        definition = policyopts.apply_policies(
-            definition,
-            misfire=misfire,
-            max_lateness=max_lateness,
-            catch_up_limit=catch_up_limit,
-            overlap=overlap,
-            window=window,
-            permanent_exit_codes=permanent_exit_codes,
-        )
-        added = with_ops(lambda ops: ops.create(definition, idempotency_key))
+        try:
+            added = with_ops(lambda ops: ops.create(definition, idempotency_key))
+        except Conflict as exc:
+            if name is not None or "already exists in tenant" not in exc.message:
+                raise
+            raise Conflict(f"{exc.message}; the name was taken from the command: give another with --name") from None
         schedule = added.schedule
         upcoming = next_runs(spec_of(schedule), schedule.created_at, 5)
         if output is OutputFormat.json:
@@ -399,7 +446,7 @@ def register(app: typer.Typer) -> None:
                 s.name,
                 when(s),
                 s.definition.tz,
-                str(s.state),
+                shown_state(s),
                 short(s.next_run_at) if s.state == "active" else "-",
                 s.definition.target.describe(),
             )
@@ -450,7 +497,7 @@ def register(app: typer.Typer) -> None:
         rows = [
             ("when", f"{when(schedule)}  ({spec.describe()})"),
             ("zone", schedule.definition.tz),
-            ("state", f"{schedule.state} (version {schedule.version})"),
+            ("state", f"{shown_state(schedule)} (version {schedule.version})"),
             ("target", schedule.definition.target.describe()),
             *target_rows(schedule.definition.target),
             ("queue", schedule.definition.queue),
@@ -481,10 +528,10 @@ def register(app: typer.Typer) -> None:
             table = Table(box=None, header_style="bold")
             for col in ("ID", "SCHEDULED (UTC)", "VERSION", "STATE", "ATTEMPTS", "EXIT"):
                 table.add_column(col)
-            for o in recent:
+            for o, occ in zip(recent, occurrences, strict=True):
                 table.add_row(
                     o["id"][:12],
-                    o["scheduled_for"],
+                    stamp(occ.scheduled_for),
                     str(o["version"]),
                     o["state"],
                     str(o["attempts"]),
@@ -582,7 +629,7 @@ def _print_next(schedule: Schedule, upcoming: list[datetime]) -> None:
     console.print("next runs:")
     flexible = schedule.definition.window > timedelta(0)
     for t, start in zip(upcoming, starts_of(schedule, upcoming), strict=True):
-        line = f"  {local(t, schedule.definition.tz)}  ({iso(t)})"
+        line = f"  {local(t, schedule.definition.tz)}  ({stamp(t)})"
         if flexible:
-            line += f"  starts {iso(start)} (+{dur(start - t)})"
+            line += f"  starts {stamp(start)} (+{dur(start - t)})"
         console.print(line)

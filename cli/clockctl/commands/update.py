@@ -11,19 +11,20 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 import typer
 
 from clockctl import policyopts
+from clockctl.commands.schedules import validated, whole_second_now
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
-from clockctl.render import iso, local, occurrence_doc, schedule_doc
-from clockd.core.durations import parse_duration
+from clockctl.render import iso, local, occurrence_doc, schedule_doc, stamp
 from clockd.core.instants import format_instant, parse_instant
-from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef, ScheduleKind, Target
+from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef
 from clockd.errors import InvalidInput
+from clockd.formats.schedfile import job_document
 from clockd.services.ops import Change, Ops, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
@@ -114,9 +115,9 @@ def register(app: typer.Typer) -> None:
         if upcoming:
             console.print("next runs:")
             for t, start in zip(upcoming, starts_of(schedule, upcoming), strict=True):
-                line = f"  {local(t, schedule.definition.tz)}  ({iso(t)})"
+                line = f"  {local(t, schedule.definition.tz)}  ({stamp(t)})"
                 if start != t:
-                    line += f"  starts {iso(start)}"
+                    line += f"  starts {stamp(start)}"
                 console.print(line)
 
 
@@ -141,65 +142,69 @@ class _Edits:
     permanent_exit_codes: str | None
 
     def apply(self, current: ScheduleDef) -> ScheduleDef:
-        """``current`` with these edits (validated later by ``Ops``)."""
+        """``current`` with these edits, validated as a whole by the one validator: the
+        edits are laid over the schedule's file form (``job_document``) and the result goes
+        through ``validate_job``, as a schedule file's entry would."""
         if sum(x is not None for x in (self.cron, self.every, self.at)) > 1:
             raise InvalidInput("give one of --cron, --every or --at")
         if self.command is not None and self.args:
             raise InvalidInput("give the new command either with --command or after --, not both")
-        changes: dict[str, object] = {}
+        job = job_document(current)
         tz = self.tz if self.tz is not None else current.tz
         if self.tz is not None:
-            changes["tz"] = self.tz
+            job["tz"] = self.tz
+        when: dict[str, str] = {}
         if self.cron is not None:
-            changes["kind"], changes["expr"] = ScheduleKind.CRON, self.cron
+            when["schedule"] = self.cron
         elif self.every is not None:
-            changes["kind"], changes["expr"] = ScheduleKind.EVERY, self.every
+            when["every"] = self.every
         elif self.at is not None:
-            instant = parse_instant(self.at, tz, datetime.now(UTC))
-            changes["kind"], changes["expr"] = ScheduleKind.ONCE, format_instant(instant)
-        target = self._target(current.target)
-        if target is not None:
-            changes["target"] = target
+            when["at"] = format_instant(parse_instant(self.at, tz, whole_second_now()))
+        if when:
+            for key in ("schedule", "at", "every"):
+                job.pop(key, None)
+            job.update(when)
+        argv = self._argv()
+        if argv is not None:
+            if not isinstance(current.target, CommandTarget):
+                job.pop("http", None)
+                job.pop("noop", None)
+            job["command"] = argv[0] if self.shell else list(argv)
+            job["shell"] = self.shell
         elif self.shell:
             raise InvalidInput("--shell applies to a new command (--command or after --)")
         if self.queue is not None:
-            changes["queue"] = self.queue
+            job["queue"] = self.queue
         if self.timeout is not None:
-            changes["timeout"] = None if self.timeout.strip().lower() == "none" else parse_duration(self.timeout)
-        retry = current.retry
+            job.pop("timeout", None)
+            if self.timeout.strip().lower() != "none":
+                job["timeout"] = self.timeout
         if self.retries is not None:
-            if self.retries < 0:
-                raise InvalidInput("--retries: must be 0 or more")
-            retry = dataclasses.replace(retry, retries=self.retries)
+            job["retries"] = self.retries
         if self.backoff is not None:
-            retry = dataclasses.replace(retry, backoff=parse_duration(self.backoff))
-        changes["retry"] = retry
-        edited = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
-        return policyopts.apply_policies(
-            edited,
-            misfire=self.misfire,
-            max_lateness=self.max_lateness,
-            catch_up_limit=self.catch_up_limit,
-            overlap=self.overlap,
-            window=self.window,
-            permanent_exit_codes=self.permanent_exit_codes,
+            job["backoff"] = self.backoff
+        job.update(
+            policyopts.policy_fields(
+                misfire=self.misfire,
+                max_lateness=self.max_lateness,
+                catch_up_limit=self.catch_up_limit,
+                overlap=self.overlap,
+                window=self.window,
+                permanent_exit_codes=self.permanent_exit_codes,
+            )
         )
+        # Labels (apply's managed-by mark included) are not the user's to edit here.
+        return dataclasses.replace(validated(job, current.tenant), labels=current.labels)
 
-    def _target(self, current: Target) -> Target | None:
-        """The new command target, keeping what the old command ran with (env, cwd, user…)."""
+    def _argv(self) -> tuple[str, ...] | None:
+        """The new command's argv (one string with --shell); None if no new command."""
         if self.command is None and not self.args:
             return None
         if self.shell:
-            argv: tuple[str, ...] = (self.command if self.command is not None else " ".join(self.args),)
-        elif self.command is not None:
+            return (self.command if self.command is not None else " ".join(self.args),)
+        if self.command is not None:
             try:
-                argv = tuple(shlex.split(self.command))
+                return tuple(shlex.split(self.command))
             except ValueError as exc:
                 raise InvalidInput(f"--command: {exc}") from None
-        else:
-            argv = tuple(self.args)
-        if not argv or not argv[0]:
-            raise InvalidInput("the new command is empty")
-        if isinstance(current, CommandTarget):
-            return dataclasses.replace(current, argv=argv, shell=self.shell)
-        return CommandTarget(argv=argv, shell=self.shell)
+        return tuple(self.args)

@@ -1,0 +1,45 @@
+"""A new user's first runs against a real ``clockd`` (issue 15 item 12): ``logs NAME``,
+a finished ``--at`` schedule shown as done, a busy metrics port refused at start."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e.conftest import Clockd, wait_for
+
+BIN = Path(sys.executable).parent
+
+
+def test_logs_name_shows_the_latest_run_and_a_finished_at_schedule_is_done(clockd: Clockd) -> None:
+    clockd.start()
+    clockd.ctl("add", "--at", "now+1s", "--name", "hello", "--", "echo", "hello from clockd")
+    wait_for("the run to succeed", lambda: [r for r in clockd.runs("hello") if r["state"] == "SUCCEEDED"])
+    logs = clockd.ctl("logs", "hello")
+    assert logs.stdout == "hello from clockd\n"
+    assert clockd.ctl_json("show", "hello")["state"] == "done"
+    listed = next(line for line in clockd.ctl("list").stdout.splitlines() if line.lstrip().startswith("hello"))
+    assert " done " in listed and " active " not in listed
+    clockd.ctl("add", "--at", "now+1h", "--name", "later", "--", "true")
+    missing = clockd.ctl("logs", "later", check=False)
+    assert missing.returncode == 1 and "has not run yet" in missing.stderr
+    nothing = clockd.ctl("logs", "no-such-thing", check=False)
+    assert nothing.returncode == 1 and "no occurrence 'no-such-thing'" in nothing.stderr
+
+
+def test_a_busy_metrics_port_stops_clockd_run_with_exit_2(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}"}
+        env.pop("CLOCKD_STORE", None)
+        result = subprocess.run([str(BIN / "clockd"), "run"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert f"cannot listen on 127.0.0.1:{port}: port {port} is in use" in result.stderr
+    assert "Traceback" not in result.stderr
