@@ -53,8 +53,7 @@ Policies (DESIGN.md §4), where each is enforced:
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -62,7 +61,6 @@ from typing import Protocol
 from clockd.core.model import (
     Attempt,
     AttemptOutcome,
-    MisfirePolicy,
     Occurrence,
     OccurrenceState,
     Schedule,
@@ -72,7 +70,6 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
-from clockd.core.planning import missed_reason, sweep_verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,47 +214,6 @@ class Missed:
     dispatch_id: int
     occurrence_id: str
     reason: str
-
-
-def misfire_verdicts(rows: Sequence[LateRow], now: datetime) -> list[Missed]:
-    """The rows the misfire policy turns MISSED, each with its reason (both adapters)."""
-    missed: list[Missed] = []
-    for row in rows:
-        policy = MisfirePolicy(row.policy)
-        if sweep_verdict(policy, row.newest_rank, row.catch_up_limit, row.newer_due):
-            reason = missed_reason(now - row.claimable_since, row.max_lateness, policy)
-            missed.append(Missed(row.dispatch_id, row.occurrence_id, reason + "; no worker reached it in time"))
-    return missed
-
-
-def schedule_quota_message(tenant: str, limit: int) -> str:
-    return (
-        f"tenant {tenant} is at its limit of {limit} active schedules (paused ones count too); "
-        f"remove one, or raise it with clockctl tenant set {tenant} --max-schedules N"
-    )
-
-
-def creates_by_tenant(batch: Sequence[NewSchedule]) -> Counter[str]:
-    """How many of ``batch``'s creates go to each tenant (the batched quota check)."""
-    return Counter(new.definition.tenant for new in batch)
-
-
-def within_quota(wanted: Mapping[str, int], limits: Mapping[str, int], counts: Mapping[str, int]) -> bool:
-    """Whether every tenant with a ``max_schedules`` (``limits``) stays within it when its
-    ``wanted`` creates join its ``counts`` live schedules: false exactly when creating
-    them one by one would raise ``QuotaExceeded`` (``apply_schedules``' batches)."""
-    return all(counts.get(tenant, 0) + wanted[tenant] <= cap for tenant, cap in limits.items())
-
-
-def idempotency_conflict_message(key: str, tenant: str) -> str:
-    return f"idempotency key {key!r} is already used by another schedule of tenant {tenant!r}"
-
-
-def not_dead_message(occurrence: Occurrence) -> str:
-    return (
-        f"occurrence {occurrence.id} is not in the dead-letter queue (state {occurrence.state}); "
-        "only DEAD occurrences can be replayed or dropped"
-    )
 
 
 class Store(Protocol):
@@ -559,9 +515,7 @@ class Store(Protocol):
     # statements; none scans a table the hot paths write, except ``dead_count`` (the
     # ``occurrences_dead`` partial index) and ``queue_stats`` (the queue, which is small).
 
-    async def reconcile_rows(
-        self, start: datetime, end: datetime, schedule_id: str | None = None
-    ) -> ReconcileRows:
+    async def reconcile_rows(self, start: datetime, end: datetime, schedule_id: str | None = None) -> ReconcileRows:
         """What the reconciler compares, for instants in ``[start, end]`` (inclusive), from
         ONE consistent snapshot (SQLite: one transaction; PostgreSQL: a REPEATABLE READ,
         READ ONLY transaction):
