@@ -90,6 +90,18 @@ class Driver(Protocol):
 
     display: str  # where the store is, for messages
 
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def migrate(self) -> list[str]: ...
+
+    async def server_time(self) -> datetime: ...
+
+    async def call(self, fn: Any, *, write: bool) -> Any:
+        """Run ``fn(connection)`` as one transaction (tests reach the raw connection so)."""
+        ...
+
     async def transaction(self, body: Body[T], mode: Mode) -> T:
         """Run ``body`` as one transaction: ``read`` (SQLite ``BEGIN``; PostgreSQL
         autocommit statements), ``write`` (``BEGIN IMMEDIATE`` / a transaction), or

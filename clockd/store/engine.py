@@ -203,6 +203,29 @@ class SqlStore:
         self._misfire_from = d.array([s.value for s in states.sources("misfire")])
         self._cancel_from = d.array([s.value for s in states.sources("cancel")])
 
+    # -- lifecycle (the driver's) -------------------------------------------------------------
+
+    async def open(self) -> None:
+        """See the port. SQLite: opens the file (creating it and its directory) and applies
+        pending migrations (read-only: only checks them). PostgreSQL: checks the schema,
+        opens the pool, never migrates."""
+        await self.driver.open()
+
+    async def close(self) -> None:
+        await self.driver.close()
+
+    async def migrate(self) -> list[str]:
+        """See the port. PostgreSQL: works on a closed store too (``clockd migrate``)."""
+        return await self.driver.migrate()
+
+    async def server_time(self) -> datetime:
+        """The database server's clock (``clock_timestamp()``; SQLite: the local clock)."""
+        return await self.driver.server_time()
+
+    async def _call(self, fn: Any, *, write: bool) -> Any:
+        """Run ``fn(connection)`` as one transaction in the driver's own way (tests)."""
+        return await self.driver.call(fn, write=write)
+
     # -- plumbing ------------------------------------------------------------------------------
 
     async def _read(self, body: Body[Any]) -> Any:

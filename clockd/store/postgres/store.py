@@ -70,7 +70,7 @@ from clockd.errors import SchemaMismatch, StoreLocked, StorePermissionDenied, St
 from clockd.store import LagStats
 from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Step, drive_async
 from clockd.store.engine import SqlStore
-from clockd.store.sql import load_migrations, load_queries, trusted_sql
+from clockd.store.sql import check_versions, load_migrations, load_queries, trusted_sql
 
 log = logging.getLogger(__name__)
 
@@ -299,19 +299,16 @@ class PostgresDriver:
         if exists:
             rows = await (await conn.execute(Q["schema_migrations_list"])).fetchall()
             applied = {int(v) for v, _ in rows}
-        newest = max(applied, default=0)
-        if newest > KNOWN_VERSION:
-            raise SchemaMismatch(
-                f"database schema {newest:04d} of {self.display} is newer than this clockd "
-                f"(knows {KNOWN_VERSION:04d}): upgrade clockd"
-            )
-        missing = [m for m in MIGRATIONS if m.version not in applied]
-        if missing and not apply:
-            raise SchemaMismatch(
-                f"database schema is at {newest:04d}, this clockd needs {KNOWN_VERSION:04d}: "
+        return check_versions(
+            applied,
+            MIGRATIONS,
+            self.display,
+            apply=apply,
+            behind=lambda newest, known: (
+                f"database schema is at {newest:04d}, this clockd needs {known:04d}: "
                 f"run `clockd migrate --store {self.display}`"
-            )
-        return applied
+            ),
+        )
 
     async def _migrate(self, conn: Conn) -> list[str]:
         """Apply pending migrations, each in its own transaction with its record, under
@@ -339,6 +336,16 @@ class PostgresDriver:
                 extra={"action": "store_migrated", "migration": label},
             )
         return done
+
+    async def server_time(self) -> datetime:
+        """The server's clock now (``clock_timestamp()``, not the transaction's start)."""
+
+        async def run(conn: Conn) -> datetime:
+            row = await (await conn.execute(PG["server_time"])).fetchone()
+            assert row is not None
+            return _utc(row[0])
+
+        return await self.call(run, write=False)
 
     # -- values --------------------------------------------------------------------------------
 
@@ -442,37 +449,10 @@ class PostgresStore(SqlStore):
     def __repr__(self) -> str:
         return f"PostgresStore({self.display!r})"
 
-    async def open(self) -> None:
-        """Connect, check the schema, open the pool. Raises ``StoreUnavailable`` (server
-        unreachable, refused login) or ``SchemaMismatch`` (behind: run ``clockd migrate``;
-        ahead: upgrade clockd). Never migrates."""
-        await self.driver.open()
-
-    async def close(self) -> None:
-        await self.driver.close()
-
-    async def migrate(self) -> list[str]:
-        """See the port. Works on a closed store too (``clockd migrate`` does not open)."""
-        return await self.driver.migrate()
-
     async def create_roles(self) -> None:
         """Create (or refresh the grants of) the clockd_daemon, clockd_operator and
         clockd_readonly group roles from ``roles.sql``. Run as the database owner."""
         await self.driver.create_roles()
-
-    async def server_time(self) -> datetime:
-        """The server's clock now (``clock_timestamp()``, not the transaction's start)."""
-
-        async def run(conn: Conn) -> datetime:
-            row = await (await conn.execute(PG["server_time"])).fetchone()
-            assert row is not None
-            return _utc(row[0])
-
-        return await self.driver.call(run, write=False)
-
-    async def _call(self, fn: Callable[[Conn], Awaitable[T]], *, write: bool) -> T:
-        """Run ``fn(connection)`` on a pooled connection (tests)."""
-        return await self.driver.call(fn, write=write)
 
 
 def _integrity(exc: Exception) -> Integrity | None:

@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any, Final, LiteralString, TypeVar
 
 from clockd.core.model import OverlapPolicy
-from clockd.errors import SchemaMismatch, StoreLocked, StoreUnavailable
+from clockd.errors import StoreLocked, StoreUnavailable
 from clockd.store import LagStats
 from clockd.store.codec import dumps, from_us, opt_from_us, opt_to_us, to_us
 from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Step, drive_sync
 from clockd.store.engine import SqlStore
-from clockd.store.sql import Migration, load_migrations, load_queries, trusted_sql
+from clockd.store.sql import Migration, check_versions, load_migrations, load_queries, trusted_sql
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +172,9 @@ class SqliteDriver:
             )
         if isinstance(exc, sqlite3.OperationalError):
             return StoreUnavailable(f"SQLite error on {where}: {exc}")
-        # Integrity and programming errors are bugs, not outages: keep them visible.
-        return exc
+        return exc  # a constraint or a programming error is a bug, not an outage: keep it
 
-    # -- lifecycle -----------------------------------------------------------------------------
+    # -- the file ----------------------------------------------------------------------------------
 
     async def open(self) -> None:
         if self._executor is not None:
@@ -284,18 +283,16 @@ class SqliteDriver:
         release, or (``apply`` false) on one older than it."""
         exists = conn.execute(Q["schema_migrations_exists"]).fetchone()
         applied = {int(v) for v, _ in conn.execute(Q["schema_migrations_list"]).fetchall()} if exists else set()
-        newest = max(applied, default=0)
-        if newest > KNOWN_VERSION:
-            raise SchemaMismatch(
-                f"database schema {newest:04d} of {self.path} is newer than this clockd "
-                f"(knows {KNOWN_VERSION:04d}): upgrade clockd"
-            )
-        if any(m.version not in applied for m in MIGRATIONS) and not apply:
-            raise SchemaMismatch(
+        return check_versions(
+            applied,
+            MIGRATIONS,
+            str(self.path),
+            apply=apply,
+            behind=lambda newest, known: (
                 f"database schema {newest:04d} of {self.path} is older than this clockd "
-                f"(knows {KNOWN_VERSION:04d}): open it read-write once to migrate it"
-            )
-        return applied
+                f"(knows {known:04d}): open it read-write once to migrate it"
+            ),
+        )
 
     def _migrate(self, conn: sqlite3.Connection) -> list[str]:
         """Apply pending migrations, each in its own transaction with its record. The
@@ -318,6 +315,10 @@ class SqliteDriver:
                 "applied migration %s to %s", label, self.path, extra={"action": "store_migrated", "migration": label}
             )
         return done
+
+    async def server_time(self) -> datetime:
+        """SQLite has no server: the local clock (the offset check is then zero)."""
+        return datetime.now(UTC)
 
     # -- values --------------------------------------------------------------------------------
 
@@ -456,26 +457,6 @@ class SqliteStore(SqlStore):
     @property
     def busy_timeout(self) -> float:
         return self.driver.busy_timeout
-
-    async def open(self) -> None:
-        """Open the file (creating it and its directory), set the pragmas, apply pending
-        migrations (read-only: only check them). Raises ``StoreUnavailable``,
-        ``StoreLocked`` or ``SchemaMismatch``."""
-        await self.driver.open()
-
-    async def close(self) -> None:
-        await self.driver.close()
-
-    async def migrate(self) -> list[str]:
-        return await self.driver.migrate()
-
-    async def server_time(self) -> datetime:
-        """SQLite has no server: the local clock (the offset check is then zero)."""
-        return datetime.now(UTC)
-
-    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        """Run ``fn(connection)`` as one transaction on the store's thread (tests)."""
-        return await self.driver.call(fn, write=write)
 
 
 def _integrity(exc: Exception) -> Integrity | None:
