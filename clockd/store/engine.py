@@ -14,8 +14,10 @@ How sync ``sqlite3`` and async psycopg meet: the body is a plain generator, so t
 SQLite driver runs the *whole* body on its one dedicated thread (one
 ``run_in_executor`` hop per transaction, as before) and the PostgreSQL driver runs it on
 the event loop, awaiting each statement (and sending a ``Pipeline`` in one round trip).
-Neither pays a hop per statement. Measured with ``make bench-quick`` before and after
-(ratios to bare SQL; docs/store.md has the figures).
+Neither pays a hop per statement. Measured before and after (``make bench-quick``, and
+an A/B of the same workload through the old and the new tree, alternating: median
+new/old per phase 0.76–1.11 on SQLite, 0.89–1.07 on PostgreSQL, all within run-to-run
+noise on the shared machine; docs/store.md has the tables).
 
 Adding a store method: one method here (a body yielding ``Run("name", …)``), one
 ``-- name: name`` block in each dialect's ``queries.sql``, and, if the schema changes,
