@@ -29,7 +29,7 @@ integer microseconds in SQLite without the engine knowing which.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
@@ -163,46 +163,58 @@ class Driver(Protocol):
         ...
 
 
-def drive_sync(body: Body[T], run: Any, integrity: Any) -> T:
+def _advance(body: Body[Any], value: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Resume ``body`` with a step's result (or throw its ``Integrity`` in): (True, the
+    body's result) when it returned, else (False, its next step). An ``Integrity`` the body
+    let through comes out as the driver's own error (a bug, kept visible)."""
+    try:
+        return False, (body.send(value) if error is None else body.throw(error))
+    except StopIteration as stop:
+        return True, stop.value
+    except Integrity as exc:
+        raise exc.original from None
+
+
+def _failed(body: Body[Any], exc: Exception, integrity: Callable[[Exception], Integrity | None]) -> Integrity:
+    """The ``Integrity`` to throw into ``body`` for ``exc``; any other error closes the
+    body and propagates (the driver rolls the transaction back)."""
+    found = integrity(exc)
+    if found is None:
+        body.close()
+        raise exc
+    return found
+
+
+def drive_sync(body: Body[T], run: Callable[[Step], Any], integrity: Callable[[Exception], Integrity | None]) -> T:
     """Run ``body`` with ``run(step) -> result`` (synchronous drivers). ``integrity(exc)``
     returns an ``Integrity`` for a constraint error, else None."""
     value: Any = None
-    error: BaseException | None = None
+    error: Integrity | None = None
     while True:
-        try:
-            step = body.send(value) if error is None else body.throw(error)
-        except StopIteration as stop:
-            result: T = stop.value
+        done, out = _advance(body, value, error)
+        if done:
+            result: T = out
             return result
-        except Integrity as exc:
-            raise exc.original from None
         value, error = None, None
         try:
-            value = run(step)
+            value = run(out)
         except Exception as exc:
-            error = integrity(exc)
-            if error is None:
-                body.close()
-                raise
+            error = _failed(body, exc, integrity)
 
 
-async def drive_async(body: Body[T], run: Any, integrity: Any) -> T:
+async def drive_async(
+    body: Body[T], run: Callable[[Step], Awaitable[Any]], integrity: Callable[[Exception], Integrity | None]
+) -> T:
     """``drive_sync`` for asynchronous drivers: ``run(step)`` is awaited."""
     value: Any = None
-    error: BaseException | None = None
+    error: Integrity | None = None
     while True:
-        try:
-            step = body.send(value) if error is None else body.throw(error)
-        except StopIteration as stop:
-            result: T = stop.value
+        done, out = _advance(body, value, error)
+        if done:
+            result: T = out
             return result
-        except Integrity as exc:
-            raise exc.original from None
         value, error = None, None
         try:
-            value = await run(step)
+            value = await run(out)
         except Exception as exc:
-            error = integrity(exc)
-            if error is None:
-                body.close()
-                raise
+            error = _failed(body, exc, integrity)
