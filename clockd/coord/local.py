@@ -40,7 +40,9 @@ class LocalCoordinator:
             self.lock_path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o640)
         except OSError as exc:
-            raise StoreUnavailable(f"cannot open lock file {self.lock_path}: {exc.strerror}") from exc
+            raise StoreUnavailable(
+                f"cannot open lock file {self.lock_path}: {exc.strerror}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -66,7 +68,9 @@ class LocalCoordinator:
         if materialize:
             for shard in range(self.shard_count):
                 resource = shard_resource(shard)
-                self._shards[shard] = Lease(resource, await self.store.next_token(resource), FOREVER)
+                self._shards[shard] = Lease(
+                    resource, await self.store.next_token(resource), FOREVER
+                )
 
     async def stop(self) -> None:
         self._leader = None

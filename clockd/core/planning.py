@@ -154,7 +154,9 @@ def after_attempt(
     if permanent or (exit_code is not None and exit_code in retry.permanent_exit_codes):
         return AfterAttempt(OccurrenceState.DEAD, None, "permanent failure: not retried")
     if attempt >= max_attempts:
-        return AfterAttempt(OccurrenceState.DEAD, None, f"dead after {attempt} attempt{'s' if attempt > 1 else ''}")
+        return AfterAttempt(
+            OccurrenceState.DEAD, None, f"dead after {attempt} attempt{'s' if attempt > 1 else ''}"
+        )
     return AfterAttempt(OccurrenceState.RETRY_WAIT, now + retry.delay(attempt, jitter), None)
 
 

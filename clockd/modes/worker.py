@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 _LAG_STARTED = metrics.schedule_lag.labels(step="started")
 _ATTEMPTS = {outcome: metrics.attempts_total.labels(outcome=str(outcome)) for outcome in AttemptOutcome}
 
-
 def default_worker_id() -> str:
     return f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 

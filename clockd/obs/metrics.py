@@ -36,7 +36,9 @@ occurrences_relayed = Counter(
     "Outbox rows moved into the dispatch queue",
     registry=REGISTRY,
 )
-attempts_total = Counter("clockd_attempts_total", "Finished attempts by outcome", ["outcome"], registry=REGISTRY)
+attempts_total = Counter(
+    "clockd_attempts_total", "Finished attempts by outcome", ["outcome"], registry=REGISTRY
+)
 retries_total = Counter("clockd_retries_total", "Attempts followed by a retry", registry=REGISTRY)
 dead_total = Counter("clockd_dead_total", "Occurrences that went DEAD", registry=REGISTRY)
 stale_completions = Counter(
@@ -44,7 +46,9 @@ stale_completions = Counter(
     "Completions rejected because the lease token was stale (a newer attempt owns it)",
     registry=REGISTRY,
 )
-leases_reaped = Counter("clockd_leases_reaped_total", "Expired worker leases returned by the leader", registry=REGISTRY)
+leases_reaped = Counter(
+    "clockd_leases_reaped_total", "Expired worker leases returned by the leader", registry=REGISTRY
+)
 fenced_writes_rejected = Counter(
     "clockd_fenced_writes_rejected_total",
     "Writes refused because a newer holder's fencing token was stored",
@@ -52,7 +56,9 @@ fenced_writes_rejected = Counter(
     registry=REGISTRY,
 )
 running_jobs = Gauge("clockd_running_jobs", "Jobs running in this worker", registry=REGISTRY)
-leadership = Gauge("clockd_is_leader", "1 while this process holds the leader lease", registry=REGISTRY)
+leadership = Gauge(
+    "clockd_is_leader", "1 while this process holds the leader lease", registry=REGISTRY
+)
 shards_owned = Gauge("clockd_shards_owned", "Shards this materializer holds", registry=REGISTRY)
 # clockd_leadership_changes_total and clockd_shard_moves_total: read from the coordinator
 # at scrape time (see ``watch_coordinator`` below).
@@ -79,7 +85,9 @@ store_errors = Counter(
     ["mode"],
     registry=REGISTRY,
 )
-tzdata_info = Gauge("clockd_tzdata_info", "IANA zone data release in use", ["version"], registry=REGISTRY)
+tzdata_info = Gauge(
+    "clockd_tzdata_info", "IANA zone data release in use", ["version"], registry=REGISTRY
+)
 
 # -- operator read paths: sampled by the leader from the store (clockd.modes.sampler) ---------
 
@@ -144,3 +152,4 @@ REGISTRY.register(_coordinator)
 def watch_coordinator(coord: object) -> None:
     """Export ``coord``'s counters (``leadership_changes``, ``shard_moves``, ``etcd_up``)."""
     _coordinator.source = coord
+

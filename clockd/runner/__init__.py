@@ -50,3 +50,4 @@ class Runner(Protocol):
         """Run ``request.target``. When ``stop`` is set, terminate it (SIGTERM to the
         process group, SIGKILL after ``kill_grace``) and return ``STOPPED``."""
         ...
+

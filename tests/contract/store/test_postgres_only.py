@@ -442,5 +442,7 @@ async def test_a_running_attempt_row_from_before_0005_is_completed_in_place(
     assert await store.finish([done], T0 + MIN) == {claims[0].lease_token}
     reaped = await store.reap_expired(FENCE, 100, T0 + LEASE + SEC)
     assert [r.occurrence_id for r in reaped] == [claims[1].occurrence_id]
-    outcomes = [[(a.number, a.outcome) for a in await store.list_attempts(claim.occurrence_id)] for claim in claims]
+    outcomes = [
+        [(a.number, a.outcome) for a in await store.list_attempts(claim.occurrence_id)] for claim in claims
+    ]
     assert outcomes == [[(1, AttemptOutcome.SUCCEEDED)], [(1, AttemptOutcome.LOST)]]
