@@ -1,9 +1,12 @@
-"""Store port: the contract every store adapter (SQLite, PostgreSQL) keeps.
+"""Store port: the contract every store keeps (SQLite embedded, PostgreSQL shared).
 
-Both adapters pass one contract suite (``tests/contract/store``). Their SQL lives
-in ``<adapter>/queries.sql`` under the *same query names*, and their migrations in
-``<adapter>/migrations/NNNN_name.sql`` under the *same numbers* (a parity test
-checks both).
+The port is implemented **once**, by the SQL store engine (``clockd.store.engine``),
+over a narrow driver protocol (``clockd.store.driver``); each dialect keeps only its
+driver (``<dialect>/store.py``) and its SQL (``<dialect>/queries.sql``, named blocks;
+``<dialect>/migrations/NNNN_name.sql``, the same numbers in both). One contract suite
+(``tests/contract/store``) runs over both; ``test_sql_parity.py`` checks that every
+query the engine and the drivers run exists, and that no block is left that nobody
+runs. docs/store.md draws the design and the path of one occurrence through it.
 
 Rules that hold for every method:
 
@@ -12,13 +15,15 @@ Rules that hold for every method:
 * Hot paths are **batches**: one call moves many rows with set-based SQL, in one
   transaction, never a row at a time.
 * Every state transition is a conditional write (``… WHERE state = expected
-  [AND lease_token = …]``). A write that matches no row lost a race: it is
-  reported in the result (rejected tokens, conflicts), never retried blindly.
+  [AND lease_token = …]``), its expected and next states taken from the one table of
+  allowed transitions (``clockd.core.states``). A write that matches no row lost a
+  race: it is reported in the result (rejected tokens, conflicts), never retried
+  blindly.
 * Writes made under a role (materializer, leader) carry a ``Fence``. In the
   same transaction the adapter advances ``fences(resource, token)`` to the
   fence's token only if the stored token is not larger; if it is larger, the
   transaction commits **nothing** and raises ``FencedOut``. (The fence check
-  lives in each adapter's ``_advance_fence``.)
+  lives in the engine's ``SqlStore._advance_fence``.)
 * Driver errors are translated: ``StoreUnavailable`` (cannot connect / disk),
   ``StoreLocked``, ``SchemaMismatch``, ``Conflict`` (duplicate name),
   ``NotFound``. Nothing half-written survives a raised error.
@@ -32,7 +37,14 @@ Tables (both adapters; names matter for the parity test):
   schedule_version, scheduled_for)``; the deterministic id is the primary key.
 * ``outbox``: occurrences written by the materializer, not yet in the queue.
 * ``dispatch``: the queue workers claim from (``visible_at``, lease columns).
-* ``attempts``: one row per try, keyed by ``(occurrence_id, attempt)``.
+* ``attempts``: one row per try, keyed by ``(occurrence_id, attempt)``, complete
+  (outcome, end, output) once the try ends. While a try runs, its record is its lease
+  (the ``dispatch`` row: token, worker); ``list_attempts`` shows it from the claim on,
+  outcome ``running``, in both stores. (Storage detail, not visible through the port:
+  PostgreSQL since schema 0005 writes the row when the try ends; SQLite, whose
+  ``dispatch`` row has no lease start, keeps a ``running`` row from the claim and the
+  finish completes it in place — the same upsert PostgreSQL uses for a ``running`` row
+  written before 0005.)
 * ``fences``, ``counters``, ``schema_migrations``.
 * ``overlap_slots`` (schema 0002): per schedule whose overlap policy is not
   ``allow``, the occurrence holding it (running, or retrying) and the one
@@ -53,8 +65,7 @@ Policies (DESIGN.md §4), where each is enforced:
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -62,7 +73,6 @@ from typing import Protocol
 from clockd.core.model import (
     Attempt,
     AttemptOutcome,
-    MisfirePolicy,
     Occurrence,
     OccurrenceState,
     Schedule,
@@ -72,7 +82,6 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
-from clockd.core.planning import missed_reason, sweep_verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,47 +226,6 @@ class Missed:
     dispatch_id: int
     occurrence_id: str
     reason: str
-
-
-def misfire_verdicts(rows: Sequence[LateRow], now: datetime) -> list[Missed]:
-    """The rows the misfire policy turns MISSED, each with its reason (both adapters)."""
-    missed: list[Missed] = []
-    for row in rows:
-        policy = MisfirePolicy(row.policy)
-        if sweep_verdict(policy, row.newest_rank, row.catch_up_limit, row.newer_due):
-            reason = missed_reason(now - row.claimable_since, row.max_lateness, policy)
-            missed.append(Missed(row.dispatch_id, row.occurrence_id, reason + "; no worker reached it in time"))
-    return missed
-
-
-def schedule_quota_message(tenant: str, limit: int) -> str:
-    return (
-        f"tenant {tenant} is at its limit of {limit} active schedules (paused ones count too); "
-        f"remove one, or raise it with clockctl tenant set {tenant} --max-schedules N"
-    )
-
-
-def creates_by_tenant(batch: Sequence[NewSchedule]) -> Counter[str]:
-    """How many of ``batch``'s creates go to each tenant (the batched quota check)."""
-    return Counter(new.definition.tenant for new in batch)
-
-
-def within_quota(wanted: Mapping[str, int], limits: Mapping[str, int], counts: Mapping[str, int]) -> bool:
-    """Whether every tenant with a ``max_schedules`` (``limits``) stays within it when its
-    ``wanted`` creates join its ``counts`` live schedules: false exactly when creating
-    them one by one would raise ``QuotaExceeded`` (``apply_schedules``' batches)."""
-    return all(counts.get(tenant, 0) + wanted[tenant] <= cap for tenant, cap in limits.items())
-
-
-def idempotency_conflict_message(key: str, tenant: str) -> str:
-    return f"idempotency key {key!r} is already used by another schedule of tenant {tenant!r}"
-
-
-def not_dead_message(occurrence: Occurrence) -> str:
-    return (
-        f"occurrence {occurrence.id} is not in the dead-letter queue (state {occurrence.state}); "
-        "only DEAD occurrences can be replayed or dropped"
-    )
 
 
 class Store(Protocol):
@@ -433,9 +401,11 @@ class Store(Protocol):
         """Claim up to ``limit`` visible dispatch rows (``visible_at <= now``, not leased) of
         ``queues``, oldest ``visible_at`` first, skipping rows other claimers hold. Each gets a
         fresh ``lease_token`` and ``lease_until = now + lease_for``; its occurrence becomes
-        RUNNING with ``attempts + 1`` (and ``started_at`` on the first attempt), and an
-        attempt row (outcome ``running``) is written. Only occurrences still ENQUEUED or
-        RETRY_WAIT are claimed: a canceled one is never handed out."""
+        RUNNING with ``attempts + 1`` (and ``started_at`` on the first attempt), and the
+        attempt is running: ``list_attempts`` shows it (outcome ``running``) until it ends
+        (see ``attempts`` above for where that is stored). Only occurrences still ENQUEUED
+        or RETRY_WAIT (``states.sources("claim")``) are claimed: a canceled one is never
+        handed out. Lease tokens are 128 random bits (hex) made by the engine."""
         ...
 
     # The claim above also enforces, in the same transaction (one statement chain with
@@ -462,22 +432,27 @@ class Store(Protocol):
         ...
 
     async def finish(self, completions: Sequence[Completion], now: datetime) -> set[str]:
-        """Record outcomes, each conditional on its lease token. SUCCEEDED/DEAD: dispatch
-        row deleted, occurrence finished. RETRY_WAIT: dispatch row unleased with
-        ``visible_at = retry_at``. Returns the tokens accepted; a stale token (reaped and
-        re-claimed meanwhile) changes nothing."""
+        """Record outcomes, each conditional on its lease token. The attempt's row is
+        written (or completed) with its outcome, end, exit code, signal and output.
+        SUCCEEDED/DEAD: dispatch row deleted, occurrence finished (a DEAD one's reason is
+        the worker's error, or ``attempt N <outcome> (exit code C)``). RETRY_WAIT: dispatch
+        row unleased with ``visible_at = retry_at``. Returns the tokens accepted; a stale
+        token (reaped and re-claimed meanwhile) changes nothing. ``ValueError`` for a
+        ``next_state`` ``finish`` cannot lead to, or an outcome of ``running``."""
         ...
 
     async def release(self, tokens: Sequence[str], now: datetime) -> int:
-        """Give back claims that were never started (shutdown): the attempt row is removed,
-        ``attempts`` decremented, the occurrence is claimable again at once."""
+        """Give back claims that were never started (shutdown): the running attempt is
+        forgotten (it leaves no row in ``list_attempts``), ``attempts`` decremented, the
+        occurrence is claimable again at once."""
         ...
 
     # -- leader ----------------------------------------------------------------------
 
     async def reap_expired(self, fence: Fence, limit: int, now: datetime) -> list[Reaped]:
         """Leases with ``lease_until < now``: the attempt is recorded LOST; the occurrence
-        is redelivered at once (RETRY_WAIT) if it has attempts left, else DEAD."""
+        is redelivered at once (RETRY_WAIT) if it has attempts left, else DEAD (reason
+        ``lease expired on attempt N of M …``). Fenced."""
         ...
 
     async def prune(self, fence: Fence, before: datetime, limit: int, now: datetime) -> int:
@@ -559,9 +534,7 @@ class Store(Protocol):
     # statements; none scans a table the hot paths write, except ``dead_count`` (the
     # ``occurrences_dead`` partial index) and ``queue_stats`` (the queue, which is small).
 
-    async def reconcile_rows(
-        self, start: datetime, end: datetime, schedule_id: str | None = None
-    ) -> ReconcileRows:
+    async def reconcile_rows(self, start: datetime, end: datetime, schedule_id: str | None = None) -> ReconcileRows:
         """What the reconciler compares, for instants in ``[start, end]`` (inclusive), from
         ONE consistent snapshot (SQLite: one transaction; PostgreSQL: a REPEATABLE READ,
         READ ONLY transaction):

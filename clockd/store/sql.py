@@ -26,10 +26,12 @@ enforces PEP 675 flags any code that splices input into SQL.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import LiteralString
+
+from clockd.errors import SchemaMismatch
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\S+)\s*$")
 _VALID_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -143,3 +145,25 @@ def load_migrations(package: str, directory: str = "migrations") -> list[Migrati
             f"found {[f'{v:04d}' for v in versions]}"
         )
     return [found[v] for v in versions]
+
+
+def check_versions(
+    applied: set[int],
+    migrations: Sequence[Migration],
+    where: str,
+    *,
+    apply: bool,
+    behind: Callable[[int, int], str],
+) -> set[int]:
+    """``applied`` back, after the checks every store makes when it opens: ``SchemaMismatch``
+    on a schema newer than ``migrations`` know, or (``apply`` false) on one missing some;
+    ``behind(newest, known)`` says what to do then (each store says it its own way)."""
+    known = migrations[-1].version if migrations else 0
+    newest = max(applied, default=0)
+    if newest > known:
+        raise SchemaMismatch(
+            f"database schema {newest:04d} of {where} is newer than this clockd (knows {known:04d}): upgrade clockd"
+        )
+    if not apply and any(m.version not in applied for m in migrations):
+        raise SchemaMismatch(behind(newest, known))
+    return applied

@@ -10,10 +10,11 @@
 -- slower for a batch of 1000.
 --
 -- Where SQLite needs several statements because it has no data-modifying CTEs, the
--- PostgreSQL store runs one statement chain (claim_lease, relay_dispatch). The steps
--- of such a chain keep their SQLite names below as the same step on its own: the
--- store does not call them, test_postgres_only.py prepares them against the schema so
--- they stay true, and a reader can compare the two files step by step.
+-- PostgreSQL driver runs one statement chain (claim_lease, relay_dispatch,
+-- materialize_insert, overlap_release). Every block here is run by the engine
+-- (clockd/store/engine.py) or by the PostgreSQL driver's own steps; test_sql_parity.py
+-- checks that none is left that nobody runs. State names, policy defaults and reason
+-- texts of the conditional writes come in as parameters from core.
 --
 -- Row locks: every statement that picks rows other sessions may pick at the same time
 -- says so (FOR UPDATE [SKIP LOCKED]) inside `id = ANY(ARRAY(SELECT ...))`, never in
@@ -170,18 +171,18 @@ JOIN schedule_versions AS v ON v.schedule_id = k.schedule_id AND v.version = k.v
 DELETE FROM outbox WHERE occurrence_id IN (
     SELECT id FROM occurrences
     WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
-      AND state IN ('SCHEDULED', 'ENQUEUED', 'RETRY_WAIT') AND (NOT manual OR %(include_manual)s));
+      AND state = ANY(%(expected)b::text[]) AND (NOT manual OR %(include_manual)s));
 
 -- name: cancel_dispatch
 DELETE FROM dispatch WHERE lease_token IS NULL AND occurrence_id IN (
     SELECT id FROM occurrences
     WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
-      AND state IN ('SCHEDULED', 'ENQUEUED', 'RETRY_WAIT') AND (NOT manual OR %(include_manual)s));
+      AND state = ANY(%(expected)b::text[]) AND (NOT manual OR %(include_manual)s));
 
 -- name: cancel_occurrences
-UPDATE occurrences SET state = 'CANCELED', reason = %(reason)s, finished_at = %(now)s
+UPDATE occurrences SET state = %(next)s::text, reason = %(reason)s, finished_at = %(now)s
 WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
-  AND state IN ('SCHEDULED', 'ENQUEUED', 'RETRY_WAIT') AND (NOT manual OR %(include_manual)s);
+  AND state = ANY(%(expected)b::text[]) AND (NOT manual OR %(include_manual)s);
 
 -- ------------------------------------------------------------------ occurrences (clockctl)
 
@@ -305,20 +306,6 @@ ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- ------------------------------------------------------------------ relay
 
--- name: relay_take
--- Step 1 of relay_dispatch on its own (not called by the store).
-DELETE FROM outbox WHERE id = ANY(ARRAY(
-    SELECT id FROM outbox WHERE available_at <= %(until)s
-    ORDER BY available_at, id LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED))
-RETURNING occurrence_id;
-
--- name: relay_enqueue
--- Step 2 of relay_dispatch on its own (not called by the store).
-UPDATE occurrences SET state = 'ENQUEUED', enqueued_at = %(now)s
-WHERE id = ANY(%(ids)b::text[]) AND state = 'SCHEDULED'
-RETURNING id;
-
 -- name: relay_dispatch
 -- The relay, one statement: take up to :limit outbox rows due by :until (rows another
 -- relay holds are skipped), mark their still-SCHEDULED occurrences ENQUEUED, and queue
@@ -331,8 +318,8 @@ WITH taken AS (
         FOR UPDATE SKIP LOCKED))
     RETURNING occurrence_id
 ), enqueued AS (
-    UPDATE occurrences AS o SET state = 'ENQUEUED', enqueued_at = %(now)s
-    FROM taken WHERE o.id = taken.occurrence_id AND o.state = 'SCHEDULED'
+    UPDATE occurrences AS o SET state = %(next)s::text, enqueued_at = %(now)s
+    FROM taken WHERE o.id = taken.occurrence_id AND o.state = %(expected)s::text
     RETURNING o.id, o.queue, o.tenant, o.available_at
 )
 INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
@@ -341,26 +328,13 @@ ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- ------------------------------------------------------------------ worker
 
--- name: claim_pick
--- Step 1 of claim_lease on its own (not called by the store): per queue, an ordered
--- scan of dispatch_ready that stops at :limit, skipping rows other claimers hold; then
--- the oldest :limit of those across the queues.
-SELECT d.visible_at, d.id, d.occurrence_id
-FROM unnest(%(queues)b::text[]) AS q(queue)
-CROSS JOIN LATERAL (
-    SELECT dispatch.visible_at, dispatch.id, dispatch.occurrence_id FROM dispatch
-    WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
-      AND dispatch.visible_at <= %(now)s
-    ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-) AS d
-ORDER BY d.visible_at, d.id LIMIT %(limit)s;
-
 -- name: claim_lease
--- The claim, one statement chain. SQLite runs its steps as statements of their own:
--- claim_tenants, claim_pick_fair and claim_pick (pick), claim_judge (decide), then
--- claim_lease / claim_start / claim_attempts / tenant_claims_count / overlap_slots_take /
--- claim_losers / dispatch_delete (write). Here:
+-- The claim, one statement chain. SQLite runs its steps as statements of their own
+-- (SqliteDriver.claim: claim_tenants, claim_pick_fair and claim_pick pick, claim_judge
+-- decides, then claim_losers, dispatch_delete, claim_lease, claim_start, claim_attempts,
+-- tenant_claims_count, overlap_slots_take write). The rules come in as parameters from
+-- core (clockd.store.engine): the claimable states, the default overlap policy, the
+-- reason templates. Here:
 --   tenants   the tenants with unleased rows per queue (a skip scan of dispatch_ready_tenant);
 --   picked    per queue, a share of each tenant's oldest visible rows (when it has more
 --             than one tenant) and the queue's oldest :limit, locked SKIP LOCKED: an ordered
@@ -411,11 +385,11 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     ) AS g
 ), cand AS MATERIALIZED (
     SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
-           coalesce(s.spec->>'overlap', 'allow') AS overlap
+           coalesce(s.spec->>'overlap', %(default_overlap)s::text) AS overlap
     FROM dispatch AS d
     JOIN occurrences AS o ON o.id = d.occurrence_id
     JOIN schedules AS s ON s.id = o.schedule_id
-    WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+    WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND o.state = ANY(%(claimable)b::text[])
 ), limits AS MATERIALIZED (
     SELECT l.tenant,
            least(coalesce(l.max_running - l.running, 1000000000),
@@ -455,7 +429,8 @@ WITH RECURSIVE tenants (queue, tenant) AS (
        OR (h.slotted AND h.srank = 1
            AND (h.occurrence_id = h.holder OR (h.holder IS NULL AND h.waiter IS NULL)))
 ), starters AS MATERIALIZED (
-    SELECT e.* FROM eligible AS e LEFT JOIN room AS r ON r.tenant = e.tenant
+    SELECT e.*, row_number() OVER (ORDER BY e.trank, e.visible_at, e.id) AS start_no
+    FROM eligible AS e LEFT JOIN room AS r ON r.tenant = e.tenant
     WHERE r.tenant IS NULL OR e.trank <= r.n
     ORDER BY e.trank, e.visible_at, e.id LIMIT %(limit)s
 ), busy AS (
@@ -474,23 +449,26 @@ WITH RECURSIVE tenants (queue, tenant) AS (
                AS action,
            id, occurrence_id, tenant, schedule_id, overlap,
            CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL
-                THEN 'waiting for occurrence ' || running_id || ' to finish (overlap queue_one)'
+                THEN replace(%(overlap_parked)s::text, '{running}', running_id)
                 WHEN overlap = 'queue_one'
-                THEN 'skipped: occurrence ' || running_id || ' is running and '
-                     || coalesce(waiter, first_loser) || ' is already waiting (overlap queue_one)'
-                ELSE 'skipped: occurrence ' || running_id || ' is still running (overlap skip)' END
+                THEN replace(replace(%(overlap_queue_full)s::text, '{running}', running_id),
+                             '{waiting}', coalesce(waiter, first_loser))
+                ELSE replace(%(overlap_skipped)s::text, '{running}', running_id) END
                AS reason
     FROM losers
 ), leased AS (
     UPDATE dispatch
-    SET lease_token = gen_random_uuid()::text, lease_until = %(lease_until)s,
+    -- The engine's fresh tokens, the n-th to the n-th start (one source of tokens).
+    SET lease_token = (SELECT (%(tokens)b::text[])[s.start_no] FROM starters AS s WHERE s.id = dispatch.id),
+        lease_until = %(lease_until)s,
         worker_id = %(worker_id)s, leased_at = %(now)s
     WHERE dispatch.id = ANY(ARRAY(SELECT id FROM starters))
     RETURNING dispatch.id, dispatch.occurrence_id, dispatch.lease_token
 ), started AS (
     UPDATE occurrences AS o
-    SET state = 'RUNNING', attempts = o.attempts + 1, started_at = coalesce(o.started_at, %(now)s)
-    FROM leased WHERE o.id = leased.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+    SET state = %(running_state)s::text, attempts = o.attempts + 1,
+        started_at = coalesce(o.started_at, %(now)s)
+    FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
     RETURNING o.id, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for, o.max_attempts
 ), counted AS (
     UPDATE tenant_limits AS l
@@ -512,11 +490,11 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     WHERE g.schedule_id = t.schedule_id
 ), ended AS (
     UPDATE occurrences AS o
-    SET state = CASE WHEN j.action = 'skip' THEN 'SKIPPED_OVERLAP' ELSE o.state END,
+    SET state = CASE WHEN j.action = 'skip' THEN %(skipped_state)s::text ELSE o.state END,
         finished_at = CASE WHEN j.action = 'skip' THEN %(now)s ELSE o.finished_at END,
         reason = j.reason
     FROM judged AS j
-    WHERE o.id = j.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+    WHERE o.id = j.occurrence_id AND o.state = ANY(%(claimable)b::text[])
 ), dequeued AS (
     -- Skipped rows leave the queue; so does the waiter (the slot keeps it, overlap_release
     -- puts it back).
@@ -536,30 +514,6 @@ FROM started
 JOIN leased ON leased.occurrence_id = started.id
 JOIN starters ON starters.id = leased.id
 ORDER BY starters.trank, starters.visible_at, starters.id;
-
--- name: claim_start
--- Step 2 of claim_lease on its own (not called by the store).
-UPDATE occurrences SET state = 'RUNNING', attempts = attempts + 1,
-                       started_at = coalesce(started_at, %(now)s)
-WHERE id = ANY(%(ids)b::text[]) AND state IN ('ENQUEUED', 'RETRY_WAIT')
-RETURNING id, attempts, schedule_id, schedule_version, scheduled_for, max_attempts;
-
--- name: claim_attempts
--- SQLite's step 3 of the claim (a 'running' attempt row). Not called by this store:
--- since schema 0005 the attempt row is written when the attempt ends (finish_attempts,
--- reap_attempts) and a running attempt is read from its dispatch row (attempts_list).
-INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome)
-SELECT d.occurrence_id, o.attempts, d.lease_token, d.worker_id, %(now)s, 'running'
-FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.id = ANY(%(dispatch_ids)b::bigint[]);
-
--- The worker's statements below start from its own tokens (unnest) and reach each row by
--- a unique key. Written as `lease_token = ANY(...) AND o.state = 'RUNNING'`, a planner
--- whose statistics predate a burst (autoanalyze runs a minute late at best) estimated
--- one RUNNING occurrence, scanned occurrences first and re-filtered every leased row
--- per occurrence: 25 s for 500 tokens in the top-of-hour drill, leases expired, rows
--- were reaped and ran twice as long. Without a selective filter on the big tables
--- there is no such plan to pick.
 
 -- name: leases_extend
 -- The ids by one probe of dispatch_lease_token per token (LIMIT 1 keeps each probe a
@@ -648,7 +602,7 @@ UPDATE occurrences
 SET attempts = attempts - 1,
     state = CASE WHEN attempts - 1 = 0 THEN 'ENQUEUED' ELSE 'RETRY_WAIT' END,
     started_at = CASE WHEN attempts - 1 = 0 THEN NULL ELSE started_at END
-WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
+WHERE id = ANY(%(ids)b::text[]) AND state = %(running)s::text;
 
 -- ------------------------------------------------------------------ leader
 
@@ -675,15 +629,15 @@ SET outcome = 'lost', finished_at = excluded.finished_at, error = excluded.error
 WHERE a.outcome = 'running';
 
 -- name: reap_retry
-UPDATE occurrences SET state = 'RETRY_WAIT'
-WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
+UPDATE occurrences SET state = %(next)s::text
+WHERE id = ANY(%(ids)b::text[]) AND state = %(expected)s::text;
 
 -- name: reap_dead
 UPDATE occurrences
-SET state = 'DEAD', finished_at = %(now)s,
-    reason = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
-             || ' (worker crashed, paused or partitioned)'
-WHERE id = ANY(%(ids)b::text[]) AND state = 'RUNNING';
+SET state = %(next)s::text, finished_at = %(now)s,
+    reason = replace(replace(%(reason)s::text, '{attempt}', attempts::text), '{max_attempts}',
+                     max_attempts::text)
+WHERE id = ANY(%(ids)b::text[]) AND state = %(expected)s::text;
 
 -- name: prune
 -- Terminal occurrences both due and finished before :before, oldest due first: a walk
@@ -805,16 +759,6 @@ SELECT t.tenant, l.max_schedules, l.max_running, l.max_triggers_per_minute, l.ca
 FROM tenants AS t LEFT JOIN tenant_limits AS l ON l.tenant = t.tenant
 ORDER BY t.tenant;
 
--- name: tenant_claims_count
--- Step `counted` of claim_lease on its own (not called by the store).
-UPDATE tenant_limits AS l
-SET running = l.running + c.n,
-    window_claims = CASE WHEN l.window_start = %(minute)s THEN l.window_claims ELSE 0 END + c.n,
-    window_start = %(minute)s
-FROM unnest(%(tenants)b::text[], %(counts)b::integer[]) AS c(tenant, n)
-WHERE l.tenant = c.tenant
-  AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL);
-
 -- name: tenant_running_release
 -- :tenants = one entry per claim that ends or is given back (finish, release, reap): a
 -- capped tenant's running count goes down.
@@ -824,141 +768,7 @@ FROM (SELECT tenant, count(*) AS n FROM unnest(%(tenants)b::text[]) AS t(tenant)
 WHERE l.tenant = c.tenant
   AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL);
 
--- ------------------------------------------------------------------ claim: fairness and overlap
--- The steps of claim_lease, each on its own (not called by the store).
-
--- name: claim_tenants
--- Step `tenants` of claim_lease, for one queue.
-WITH RECURSIVE t (tenant) AS (
-    SELECT (SELECT tenant FROM dispatch
-            WHERE lease_token IS NULL AND queue = %(queue)s ORDER BY tenant LIMIT 1)
-    UNION ALL
-    SELECT (SELECT d.tenant FROM dispatch AS d
-            WHERE d.lease_token IS NULL AND d.queue = %(queue)s AND d.tenant > t.tenant
-            ORDER BY d.tenant LIMIT 1)
-    FROM t WHERE t.tenant IS NOT NULL
-)
-SELECT tenant FROM t WHERE tenant IS NOT NULL;
-
--- name: claim_pick_fair
--- The fair half of step `picked` of claim_lease, for one queue.
-SELECT d.visible_at, d.id, d.occurrence_id
-FROM unnest(%(tenants)b::text[]) AS t(tenant)
-CROSS JOIN LATERAL (
-    SELECT x.visible_at, x.id, x.occurrence_id FROM dispatch AS x
-    WHERE x.lease_token IS NULL AND x.queue = %(queue)s AND x.tenant = t.tenant
-      AND x.visible_at <= %(now)s
-    ORDER BY x.visible_at, x.id LIMIT %(share)s
-    FOR UPDATE SKIP LOCKED
-) AS d;
-
--- name: overlap_slots_ensure
--- Step `made` of claim_lease on its own (not called by the store): PostgreSQL writes the
--- slot with the schedule (schedule_insert, schedule_update).
-INSERT INTO overlap_slots (schedule_id)
-SELECT DISTINCT o.schedule_id
-FROM dispatch AS d
-JOIN occurrences AS o ON o.id = d.occurrence_id
-JOIN schedules AS s ON s.id = o.schedule_id
-WHERE d.id = ANY(%(ids)b::bigint[]) AND s.spec->>'overlap' IN ('skip', 'queue_one')
-ON CONFLICT (schedule_id) DO NOTHING;
-
--- name: claim_judge
--- Steps `cand` to `judged` of claim_lease on their own, without the row locks (not
--- called by the store): the decisions for the picked rows.
-WITH cand AS (
-    SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
-           coalesce(s.spec->>'overlap', 'allow') AS overlap
-    FROM dispatch AS d
-    JOIN occurrences AS o ON o.id = d.occurrence_id
-    JOIN schedules AS s ON s.id = o.schedule_id
-    WHERE d.id = ANY(%(picked)b::bigint[]) AND d.lease_token IS NULL
-      AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
-), slot AS (
-    SELECT g.schedule_id,
-           CASE WHEN r.state IN ('RUNNING', 'ENQUEUED', 'RETRY_WAIT') THEN g.running_id END AS holder,
-           CASE WHEN w.state IN ('ENQUEUED', 'RETRY_WAIT') THEN g.waiting_id END AS waiter
-    FROM overlap_slots AS g
-    LEFT JOIN occurrences AS r ON r.id = g.running_id
-    LEFT JOIN occurrences AS w ON w.id = g.waiting_id
-    WHERE g.schedule_id IN (SELECT schedule_id FROM cand WHERE overlap <> 'allow')
-), heads AS (
-    SELECT c.*, sl.holder, sl.waiter, sl.schedule_id IS NOT NULL AS slotted,
-           row_number() OVER (PARTITION BY c.schedule_id
-                              ORDER BY CASE WHEN c.occurrence_id = sl.holder THEN 0 ELSE 1 END,
-                                       c.scheduled_for, c.id) AS srank
-    FROM cand AS c LEFT JOIN slot AS sl ON sl.schedule_id = c.schedule_id AND c.overlap <> 'allow'
-), eligible AS (
-    SELECT h.*, row_number() OVER (PARTITION BY h.tenant ORDER BY h.visible_at, h.id) AS trank
-    FROM heads AS h
-    WHERE h.overlap = 'allow'
-       OR (h.slotted AND h.srank = 1
-           AND (h.occurrence_id = h.holder OR (h.holder IS NULL AND h.waiter IS NULL)))
-), room AS (
-    SELECT l.tenant,
-           least(coalesce(l.max_running - l.running, 1000000000),
-                 coalesce(l.max_triggers_per_minute
-                          - CASE WHEN l.window_start = %(minute)s THEN l.window_claims ELSE 0 END,
-                          1000000000)) AS n
-    FROM tenant_limits AS l
-    WHERE l.tenant IN (SELECT tenant FROM cand)
-      AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL)
-), starters AS (
-    SELECT e.* FROM eligible AS e LEFT JOIN room AS r ON r.tenant = e.tenant
-    WHERE r.tenant IS NULL OR e.trank <= r.n
-    ORDER BY e.trank, e.visible_at, e.id LIMIT %(limit)s
-), busy AS (
-    SELECT schedule_id, holder AS running_id FROM heads WHERE slotted AND holder IS NOT NULL
-    UNION
-    SELECT schedule_id, occurrence_id FROM starters WHERE overlap <> 'allow'
-), losers AS (
-    SELECT h.id, h.occurrence_id, h.tenant, h.schedule_id, h.overlap, h.waiter, b.running_id,
-           row_number() OVER w AS lrank, first_value(h.occurrence_id) OVER w AS first_loser
-    FROM heads AS h JOIN busy AS b ON b.schedule_id = h.schedule_id
-    WHERE h.slotted AND h.occurrence_id <> b.running_id AND h.id NOT IN (SELECT id FROM starters)
-    WINDOW w AS (PARTITION BY h.schedule_id ORDER BY h.scheduled_for, h.id)
-)
-SELECT 'start' AS action, id, occurrence_id, tenant, schedule_id, overlap, NULL AS reason,
-       trank, visible_at
-FROM starters
-UNION ALL
-SELECT CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL THEN 'park' ELSE 'skip' END,
-       id, occurrence_id, tenant, schedule_id, overlap,
-       CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL
-            THEN 'waiting for occurrence ' || running_id || ' to finish (overlap queue_one)'
-            WHEN overlap = 'queue_one'
-            THEN 'skipped: occurrence ' || running_id || ' is running and '
-                 || coalesce(waiter, first_loser) || ' is already waiting (overlap queue_one)'
-            ELSE 'skipped: occurrence ' || running_id || ' is still running (overlap skip)' END,
-       NULL, NULL
-FROM losers
-ORDER BY 8, 9, 2;
-
--- name: claim_losers
--- Step `ended` of claim_lease on its own (not called by the store).
-UPDATE occurrences AS o
-SET state = CASE WHEN c.action = 'skip' THEN 'SKIPPED_OVERLAP' ELSE o.state END,
-    finished_at = CASE WHEN c.action = 'skip' THEN %(now)s ELSE o.finished_at END,
-    reason = c.reason
-FROM unnest(%(ids)b::text[], %(actions)b::text[], %(reasons)b::text[]) AS c(id, action, reason)
-WHERE o.id = c.id AND o.state IN ('ENQUEUED', 'RETRY_WAIT');
-
--- name: overlap_slots_take
--- Step `taken` of claim_lease on its own (not called by the store).
-UPDATE overlap_slots AS g
-SET running_id = coalesce(t.running_id, g.running_id),
-    waiting_id = coalesce(t.waiting_id, g.waiting_id)
-FROM unnest(%(schedule_ids)b::text[], %(running_ids)b::text[], %(waiting_ids)b::text[])
-     AS t(schedule_id, running_id, waiting_id)
-WHERE g.schedule_id = t.schedule_id;
-
--- name: overlap_unpark
--- Step 2 of overlap_release on its own (not called by the store).
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT o.id, o.queue, o.tenant, %(now)s
-FROM overlap_slots AS g JOIN occurrences AS o ON o.id = g.waiting_id
-WHERE g.running_id = ANY(%(ids)b::text[]) AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
-ON CONFLICT (occurrence_id) DO NOTHING;
+-- ------------------------------------------------------------------ overlap slots
 
 -- name: overlap_release
 -- The slots held by these ended occurrences (SUCCEEDED, DEAD, MISSED, …) pass to their
@@ -1009,19 +819,19 @@ WITH RECURSIVE queues (queue) AS (
     JOIN schedules AS s ON s.id = o.schedule_id
     WHERE d.id = ANY(ARRAY(SELECT id FROM scanned))
       AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND NOT o.manual
-      AND d.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, 600000000)
+      AND d.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, %(default_max_lateness_us)s::bigint)
                                    * interval '1 microsecond'
 ), late AS (
     SELECT d.id AS dispatch_id, o.id, o.schedule_id, o.scheduled_for, d.visible_at,
-           coalesce(s.spec->>'misfire', 'fire_once') AS misfire,
-           coalesce((s.spec->>'max_lateness_us')::bigint, 600000000) AS max_lateness_us,
-           coalesce((s.spec->>'catch_up_limit')::integer, 10) AS catch_up_limit
+           coalesce(s.spec->>'misfire', %(default_misfire)s::text) AS misfire,
+           coalesce((s.spec->>'max_lateness_us')::bigint, %(default_max_lateness_us)s::bigint) AS max_lateness_us,
+           coalesce((s.spec->>'catch_up_limit')::integer, %(default_catch_up_limit)s::integer) AS catch_up_limit
     FROM occurrences AS o
     JOIN dispatch AS d ON d.occurrence_id = o.id
     JOIN schedules AS s ON s.id = o.schedule_id
     WHERE o.schedule_id = ANY(ARRAY(SELECT schedule_id FROM late_schedules))
       AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND NOT o.manual AND d.lease_token IS NULL
-      AND d.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, 600000000)
+      AND d.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, %(default_max_lateness_us)s::bigint)
                                    * interval '1 microsecond'
     FOR UPDATE OF d SKIP LOCKED
 )
@@ -1036,9 +846,9 @@ SELECT late.dispatch_id, late.id, late.visible_at, late.misfire, late.max_latene
 FROM late;
 
 -- name: misfire_mark
-UPDATE occurrences AS o SET state = 'MISSED', finished_at = %(now)s, reason = c.reason
+UPDATE occurrences AS o SET state = %(next)s::text, finished_at = %(now)s, reason = c.reason
 FROM unnest(%(ids)b::text[], %(reasons)b::text[]) AS c(id, reason)
-WHERE o.id = c.id AND o.state IN ('ENQUEUED', 'RETRY_WAIT');
+WHERE o.id = c.id AND o.state = ANY(%(expected)b::text[]);
 
 -- name: overlap_stale
 -- Slots whose holder ended without releasing them (canceled or missed while it waited
@@ -1085,21 +895,21 @@ ORDER BY o.dead_at DESC, o.id DESC LIMIT %(limit)s;
 -- A DEAD occurrence back to the queue, same id, allowed one attempt more than it has
 -- had (the claim numbers it attempts + 1). last_error stays until that attempt ends.
 UPDATE occurrences
-SET state = 'ENQUEUED', max_attempts = attempts + 1, finished_at = NULL,
+SET state = %(next)s::text, max_attempts = attempts + 1, finished_at = NULL,
     enqueued_at = %(now)s, reason = %(reason)s
-WHERE id = %(id)s AND state = 'DEAD'
+WHERE id = %(id)s AND state = %(expected)s::text
 RETURNING id;
 
 -- name: dlq_dispatch
 INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, %(now)s FROM occurrences WHERE id = %(id)s AND state = 'ENQUEUED'
+SELECT id, queue, tenant, %(now)s FROM occurrences WHERE id = %(id)s AND state = %(next)s::text
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- name: dlq_drop
 -- Dropped from the dead-letter queue: CANCELED with the reason, history (attempts,
 -- last_error) kept until retention prunes it.
-UPDATE occurrences SET state = 'CANCELED', finished_at = %(now)s, reason = %(reason)s
-WHERE id = %(id)s AND state = 'DEAD'
+UPDATE occurrences SET state = %(next)s::text, finished_at = %(now)s, reason = %(reason)s
+WHERE id = %(id)s AND state = %(expected)s::text
 RETURNING id;
 
 -- ================================================================== operator read paths

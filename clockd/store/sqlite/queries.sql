@@ -130,18 +130,18 @@ WHERE (schedule_id, version) IN (
 DELETE FROM outbox WHERE occurrence_id IN (
     SELECT id FROM occurrences
     WHERE schedule_id = :schedule_id AND schedule_version < :version
-      AND state IN ('SCHEDULED', 'ENQUEUED', 'RETRY_WAIT') AND (manual = 0 OR :include_manual));
+      AND state IN (SELECT value FROM json_each(:expected)) AND (manual = 0 OR :include_manual));
 
 -- name: cancel_dispatch
 DELETE FROM dispatch WHERE lease_token IS NULL AND occurrence_id IN (
     SELECT id FROM occurrences
     WHERE schedule_id = :schedule_id AND schedule_version < :version
-      AND state IN ('SCHEDULED', 'ENQUEUED', 'RETRY_WAIT') AND (manual = 0 OR :include_manual));
+      AND state IN (SELECT value FROM json_each(:expected)) AND (manual = 0 OR :include_manual));
 
 -- name: cancel_occurrences
-UPDATE occurrences SET state = 'CANCELED', reason = :reason, finished_at = :now
+UPDATE occurrences SET state = :next, reason = :reason, finished_at = :now
 WHERE schedule_id = :schedule_id AND schedule_version < :version
-  AND state IN ('SCHEDULED', 'ENQUEUED', 'RETRY_WAIT') AND (manual = 0 OR :include_manual);
+  AND state IN (SELECT value FROM json_each(:expected)) AND (manual = 0 OR :include_manual);
 
 -- ------------------------------------------------------------------ occurrences (clockctl)
 
@@ -247,8 +247,8 @@ DELETE FROM outbox WHERE id IN (
 RETURNING occurrence_id;
 
 -- name: relay_enqueue
-UPDATE occurrences SET state = 'ENQUEUED', enqueued_at = :now
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'SCHEDULED'
+UPDATE occurrences SET state = :next, enqueued_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :expected
 RETURNING id;
 
 -- name: relay_dispatch
@@ -268,7 +268,7 @@ ON CONFLICT (occurrence_id) DO NOTHING;
 SELECT d.visible_at, d.id, d.occurrence_id FROM dispatch AS d
 WHERE d.lease_token IS NULL AND d.queue = :queue AND d.visible_at <= :now
   AND EXISTS (SELECT 1 FROM occurrences AS o
-              WHERE o.id = d.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
+              WHERE o.id = d.occurrence_id AND o.state IN (SELECT value FROM json_each(:claimable)))
 ORDER BY d.visible_at, d.id LIMIT :limit;
 
 -- name: claim_lease
@@ -279,9 +279,9 @@ FROM json_each(:leases) AS l
 WHERE dispatch.id = json_extract(l.value, '$[0]') AND dispatch.lease_token IS NULL;
 
 -- name: claim_start
-UPDATE occurrences SET state = 'RUNNING', attempts = attempts + 1,
+UPDATE occurrences SET state = :running_state, attempts = attempts + 1,
                        started_at = coalesce(started_at, :now)
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('ENQUEUED', 'RETRY_WAIT')
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN (SELECT value FROM json_each(:claimable))
 RETURNING id, attempts, schedule_id, schedule_version, scheduled_for, max_attempts;
 
 -- name: claim_attempts
@@ -296,21 +296,31 @@ WHERE lease_token IN (SELECT value FROM json_each(:tokens))
 RETURNING lease_token;
 
 -- name: leases_held
--- The claims behind these tokens, if still held (finish, release).
-SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant
+-- The claims behind these tokens, if still held (finish, release), with their
+-- occurrence's state (the engine keeps the RUNNING ones), worker and first start (the
+-- attempt's own start is on its 'running' row, which finish_attempts completes).
+SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state, d.worker_id,
+       o.started_at
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.lease_token IN (SELECT value FROM json_each(:tokens)) AND o.state = 'RUNNING';
+WHERE d.lease_token IN (SELECT value FROM json_each(:tokens));
 
 -- name: finish_attempts
 -- :rows = [[occurrence_id, attempt, outcome, exit_code, signal, output, error,
---           next_state, reason], ...]
-UPDATE attempts
-SET finished_at = :now, outcome = json_extract(c.value, '$[2]'),
-    exit_code = json_extract(c.value, '$[3]'), signal = json_extract(c.value, '$[4]'),
-    output = json_extract(c.value, '$[5]'), error = json_extract(c.value, '$[6]')
-FROM json_each(:rows) AS c
-WHERE attempts.occurrence_id = json_extract(c.value, '$[0]')
-  AND attempts.attempt = json_extract(c.value, '$[1]');
+--           next_state, reason, lease_token, worker_id, started_at_us], ...]
+-- The attempt's row as it ends: the claim's 'running' row is completed in place (as
+-- PostgreSQL completes one written before its schema 0005); written if there is none.
+-- ("WHERE true" keeps the parser from reading ON CONFLICT as a join constraint.)
+INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
+                           outcome, exit_code, signal, output, error)
+SELECT json_extract(c.value, '$[0]'), json_extract(c.value, '$[1]'), json_extract(c.value, '$[9]'),
+       json_extract(c.value, '$[10]'), json_extract(c.value, '$[11]'), :now,
+       json_extract(c.value, '$[2]'), json_extract(c.value, '$[3]'), json_extract(c.value, '$[4]'),
+       json_extract(c.value, '$[5]'), json_extract(c.value, '$[6]')
+FROM json_each(:rows) AS c WHERE true
+ON CONFLICT (occurrence_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = excluded.exit_code,
+    signal = excluded.signal, output = excluded.output, error = excluded.error
+WHERE a.outcome = 'running';
 
 -- name: finish_occurrences
 UPDATE occurrences
@@ -320,7 +330,7 @@ SET state = json_extract(c.value, '$[7]'),
     last_error = json_extract(c.value, '$[6]'),
     reason = json_extract(c.value, '$[8]')
 FROM json_each(:rows) AS c
-WHERE occurrences.id = json_extract(c.value, '$[0]') AND occurrences.state = 'RUNNING';
+WHERE occurrences.id = json_extract(c.value, '$[0]') AND occurrences.state = :running;
 
 -- name: dispatch_delete
 DELETE FROM dispatch WHERE id IN (SELECT value FROM json_each(:ids));
@@ -348,12 +358,14 @@ UPDATE occurrences
 SET attempts = attempts - 1,
     state = CASE WHEN attempts - 1 = 0 THEN 'ENQUEUED' ELSE 'RETRY_WAIT' END,
     started_at = CASE WHEN attempts - 1 = 0 THEN NULL ELSE started_at END
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'RUNNING';
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :running;
 
 -- ------------------------------------------------------------------ leader
 
 -- name: reap_pick
-SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant
+-- (The attempt's start is on its 'running' row: the last column is only a fallback.)
+SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant, d.lease_token, d.worker_id,
+       o.started_at
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IS NOT NULL AND d.lease_until < :now
 ORDER BY d.lease_until, d.id LIMIT :limit;
@@ -365,15 +377,14 @@ WHERE (occurrence_id, attempt) IN (
   AND outcome = 'running';
 
 -- name: reap_retry
-UPDATE occurrences SET state = 'RETRY_WAIT'
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'RUNNING';
+UPDATE occurrences SET state = :next
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :expected;
 
 -- name: reap_dead
 UPDATE occurrences
-SET state = 'DEAD', finished_at = :now,
-    reason = 'lease expired on attempt ' || attempts || ' of ' || max_attempts
-             || ' (worker crashed, paused or partitioned)'
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'RUNNING';
+SET state = :next, finished_at = :now,
+    reason = replace(replace(:reason, '{attempt}', attempts), '{max_attempts}', max_attempts)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :expected;
 
 -- name: prune
 -- Terminal occurrences both due and finished before :before (the port says why both).
@@ -523,7 +534,7 @@ JOIN dispatch AS d ON d.id IN (
     WHERE x.lease_token IS NULL AND x.queue = :queue AND x.tenant = t.value
       AND x.visible_at <= :now
       AND EXISTS (SELECT 1 FROM occurrences AS o
-                  WHERE o.id = x.occurrence_id AND o.state IN ('ENQUEUED', 'RETRY_WAIT'))
+                  WHERE o.id = x.occurrence_id AND o.state IN (SELECT value FROM json_each(:claimable)))
     ORDER BY x.visible_at, x.id LIMIT :share);
 
 -- name: overlap_slots_ensure
@@ -554,12 +565,12 @@ ON CONFLICT (schedule_id) DO NOTHING;
 -- may start again); a waiter while it is still queued.
 WITH cand AS (
     SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
-           coalesce(json_extract(s.spec, '$.overlap'), 'allow') AS overlap
+           coalesce(json_extract(s.spec, '$.overlap'), :default_overlap) AS overlap
     FROM dispatch AS d
     JOIN occurrences AS o ON o.id = d.occurrence_id
     JOIN schedules AS s ON s.id = o.schedule_id
     WHERE d.id IN (SELECT value FROM json_each(:picked)) AND d.lease_token IS NULL
-      AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
+      AND o.state IN (SELECT value FROM json_each(:claimable))
 ), slot AS (
     SELECT g.schedule_id,
            CASE WHEN r.state IN ('RUNNING', 'ENQUEUED', 'RETRY_WAIT') THEN g.running_id END AS holder,
@@ -611,11 +622,11 @@ UNION ALL
 SELECT CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL THEN 'park' ELSE 'skip' END,
        id, occurrence_id, tenant, schedule_id, overlap,
        CASE WHEN overlap = 'queue_one' AND lrank = 1 AND waiter IS NULL
-            THEN 'waiting for occurrence ' || running_id || ' to finish (overlap queue_one)'
+            THEN replace(:overlap_parked, '{running}', running_id)
             WHEN overlap = 'queue_one'
-            THEN 'skipped: occurrence ' || running_id || ' is running and '
-                 || coalesce(waiter, first_loser) || ' is already waiting (overlap queue_one)'
-            ELSE 'skipped: occurrence ' || running_id || ' is still running (overlap skip)' END,
+            THEN replace(replace(:overlap_queue_full, '{running}', running_id),
+                         '{waiting}', coalesce(waiter, first_loser))
+            ELSE replace(:overlap_skipped, '{running}', running_id) END,
        NULL, NULL
 FROM losers
 ORDER BY 8, 9, 2;
@@ -624,11 +635,12 @@ ORDER BY 8, 9, 2;
 -- :rows = [[occurrence_id, action, reason], ...] from claim_judge: `skip` ends the
 -- occurrence SKIPPED_OVERLAP, `park` only notes why it waits.
 UPDATE occurrences
-SET state = CASE WHEN json_extract(c.value, '$[1]') = 'skip' THEN 'SKIPPED_OVERLAP' ELSE state END,
+SET state = CASE WHEN json_extract(c.value, '$[1]') = 'skip' THEN :skipped_state ELSE state END,
     finished_at = CASE WHEN json_extract(c.value, '$[1]') = 'skip' THEN :now ELSE finished_at END,
     reason = json_extract(c.value, '$[2]')
 FROM json_each(:rows) AS c
-WHERE occurrences.id = json_extract(c.value, '$[0]') AND occurrences.state IN ('ENQUEUED', 'RETRY_WAIT');
+WHERE occurrences.id = json_extract(c.value, '$[0]')
+  AND occurrences.state IN (SELECT value FROM json_each(:claimable));
 
 -- name: overlap_slots_take
 -- :rows = [[schedule_id, running_id|null, waiting_id|null], ...]: the claim's starts and
@@ -685,18 +697,18 @@ WITH RECURSIVE queues(queue) AS (
     JOIN occurrences AS o ON o.id = d.occurrence_id
     JOIN schedules AS s ON s.id = o.schedule_id
     WHERE d.id IN (SELECT id FROM scanned) AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND o.manual = 0
-      AND d.visible_at < :now - coalesce(json_extract(s.spec, '$.max_lateness_us'), 600000000)
+      AND d.visible_at < :now - coalesce(json_extract(s.spec, '$.max_lateness_us'), :default_max_lateness_us)
 ), late AS (
     SELECT d.id AS dispatch_id, o.id, o.schedule_id, o.scheduled_for, d.visible_at,
-           coalesce(json_extract(s.spec, '$.misfire'), 'fire_once') AS misfire,
-           coalesce(json_extract(s.spec, '$.max_lateness_us'), 600000000) AS max_lateness_us,
-           coalesce(json_extract(s.spec, '$.catch_up_limit'), 10) AS catch_up_limit
+           coalesce(json_extract(s.spec, '$.misfire'), :default_misfire) AS misfire,
+           coalesce(json_extract(s.spec, '$.max_lateness_us'), :default_max_lateness_us) AS max_lateness_us,
+           coalesce(json_extract(s.spec, '$.catch_up_limit'), :default_catch_up_limit) AS catch_up_limit
     FROM occurrences AS o
     JOIN dispatch AS d ON d.occurrence_id = o.id
     JOIN schedules AS s ON s.id = o.schedule_id
     WHERE o.schedule_id IN (SELECT schedule_id FROM late_schedules)
       AND o.state IN ('ENQUEUED', 'RETRY_WAIT') AND o.manual = 0 AND d.lease_token IS NULL
-      AND d.visible_at < :now - coalesce(json_extract(s.spec, '$.max_lateness_us'), 600000000)
+      AND d.visible_at < :now - coalesce(json_extract(s.spec, '$.max_lateness_us'), :default_max_lateness_us)
 )
 SELECT late.dispatch_id, late.id, late.visible_at, late.misfire, late.max_lateness_us,
        late.catch_up_limit,
@@ -710,9 +722,10 @@ FROM late;
 
 -- name: misfire_mark
 -- :rows = [[occurrence_id, reason], ...]: MISSED, if still queued.
-UPDATE occurrences SET state = 'MISSED', finished_at = :now, reason = json_extract(c.value, '$[1]')
+UPDATE occurrences SET state = :next, finished_at = :now, reason = json_extract(c.value, '$[1]')
 FROM json_each(:rows) AS c
-WHERE occurrences.id = json_extract(c.value, '$[0]') AND occurrences.state IN ('ENQUEUED', 'RETRY_WAIT');
+WHERE occurrences.id = json_extract(c.value, '$[0]')
+  AND occurrences.state IN (SELECT value FROM json_each(:expected));
 
 -- name: overlap_stale
 -- Slots whose holder ended without releasing them (canceled or missed while it waited
@@ -754,21 +767,21 @@ ORDER BY o.finished_at DESC, o.id DESC LIMIT :limit;
 -- A DEAD occurrence back to the queue, same id, allowed one attempt more than it has
 -- had (the claim numbers it attempts + 1). last_error stays until that attempt ends.
 UPDATE occurrences
-SET state = 'ENQUEUED', max_attempts = attempts + 1, finished_at = NULL, enqueued_at = :now,
+SET state = :next, max_attempts = attempts + 1, finished_at = NULL, enqueued_at = :now,
     reason = :reason
-WHERE id = :id AND state = 'DEAD'
+WHERE id = :id AND state = :expected
 RETURNING id;
 
 -- name: dlq_dispatch
 INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, :now FROM occurrences WHERE id = :id AND state = 'ENQUEUED'
+SELECT id, queue, tenant, :now FROM occurrences WHERE id = :id AND state = :next
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- name: dlq_drop
 -- Dropped from the dead-letter queue: CANCELED with the reason, history (attempts,
 -- last_error) kept until retention prunes it.
-UPDATE occurrences SET state = 'CANCELED', finished_at = :now, reason = :reason
-WHERE id = :id AND state = 'DEAD'
+UPDATE occurrences SET state = :next, finished_at = :now, reason = :reason
+WHERE id = :id AND state = :expected
 RETURNING id;
 
 -- ================================================================== operator read paths

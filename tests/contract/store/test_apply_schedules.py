@@ -8,9 +8,7 @@ import pytest
 from clockd.core.ids import new_schedule_id
 from clockd.core.model import OccurrenceState, OverlapPolicy, ScheduleKind, ScheduleState, TenantLimits
 from clockd.errors import Conflict, QuotaExceeded
-from clockd.store import CursorAdvance, NewSchedule, ScheduleChange, Store
-from clockd.store.postgres import store as postgres_store
-from clockd.store.sqlite import store as sqlite_store
+from clockd.store import CursorAdvance, NewSchedule, ScheduleChange, Store, engine
 
 from .support import (
     FENCE,
@@ -190,9 +188,8 @@ async def test_many_in_one_call(store: Store) -> None:
 
 @pytest.fixture
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> int:
-    """Batches of 3 creates in every adapter, so a handful of creates spans several."""
-    for module in (postgres_store, sqlite_store):
-        monkeypatch.setattr(module, "_APPLY_BATCH", 3)
+    """Batches of 3 creates in the engine (every dialect), so a handful of creates spans several."""
+    monkeypatch.setattr(engine, "_APPLY_BATCH", 3)
     return 3
 
 

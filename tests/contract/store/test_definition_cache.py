@@ -7,15 +7,13 @@ from datetime import timedelta
 
 import pytest
 
-import clockd.store.postgres.store as pg_store
-import clockd.store.sqlite.store as sqlite_store
+import clockd.store.engine as engine
 from clockd.store import Store
 from tests.contract.store.support import LEASE, T0, add_schedule, enqueue
 
 
 async def test_claims_survive_a_cache_overflow(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_store, "_DEFINITION_CACHE_MAX", 4)
-    monkeypatch.setattr(pg_store, "_DEFINITION_CACHE_MAX", 4)
+    monkeypatch.setattr(engine, "_DEFINITION_CACHE_MAX", 4)
     schedules = [await add_schedule(store, f"job-{i}") for i in range(10)]
     warm = schedules[:3]
     for i, s in enumerate(warm):

@@ -16,9 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from clockd.core import states
 from clockd.core.model import AttemptOutcome, OccurrenceState
 from clockd.errors import SchemaMismatch, StoreUnavailable
 from clockd.store import Completion, CursorAdvance
+from clockd.store.engine import new_tokens, policy_rules
 from clockd.store.postgres import PostgresStore
 from clockd.store.postgres.store import KNOWN_VERSION, MIGRATIONS, PG, Q
 from tests.harness import PostgresServer, free_port
@@ -304,6 +306,10 @@ async def test_the_claim_reads_the_ready_index_in_order_without_statistics(
         "now": T0 + MIN,
         "lease_until": T0 + 2 * MIN,
         "minute": T0 + MIN,
+        # The rules the engine passes (clockd.store.engine): tokens, states, defaults, reasons.
+        "tokens": new_tokens(100),
+        "claimable": [s.value for s in states.sources("claim")],
+        **policy_rules(),
     }
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await conn.execute("SET plan_cache_mode = force_custom_plan")
