@@ -81,7 +81,9 @@ from clockd.errors import (
     StoreUnavailable,
 )
 from clockd.store import (
+    ApiToken,
     AppliedSchedules,
+    AuditEntry,
     Backlog,
     Claim,
     Completion,
@@ -92,17 +94,28 @@ from clockd.store import (
     MaterializeResult,
     NewOccurrence,
     NewSchedule,
+    OccurrencePage,
     QueueStats,
     Reaped,
     ReconcileRows,
     ScheduleChange,
     ScheduleHistory,
+    SchedulePage,
     creates_by_tenant,
     idempotency_conflict_message,
     misfire_verdicts,
     not_dead_message,
     schedule_quota_message,
     within_quota,
+)
+from clockd.store.api_rows import (
+    audit_from_row,
+    audit_params,
+    occurrence_page_params,
+    schedule_page_params,
+    token_conflict_message,
+    token_from_row,
+    token_params,
 )
 from clockd.store.codec import (
     attempt_from_row,
@@ -1177,6 +1190,72 @@ class PostgresStore:
 
         async def run(conn: Conn) -> list[float]:
             return [float(lag) for (lag,) in await (await conn.execute(Q["enqueue_lags"], params)).fetchall()]
+
+        return await self._call(run, write=False)
+
+    # --- API: tokens, audit, pages ---
+    # Thin: each runs its named block (queries.sql, schema 0007) and decodes with
+    # clockd.store.api_rows, which both adapters share.
+
+    async def create_token(self, token: ApiToken) -> None:
+        async def run(conn: Conn) -> None:
+            try:
+                await conn.execute(Q["api_token_insert"], token_params(token, _utc))
+            except pg_errors.UniqueViolation as exc:
+                raise Conflict(token_conflict_message(token)) from exc
+
+        await self._call(run, write=True)
+
+    async def get_token(self, token_id: str) -> ApiToken | None:
+        async def run(conn: Conn) -> ApiToken | None:
+            row = await (await conn.execute(Q["api_token_get"], {"id": token_id})).fetchone()
+            return None if row is None else token_from_row(row, _utc, _opt_utc)
+
+        return await self._call(run, write=False)
+
+    async def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        async def run(conn: Conn) -> list[ApiToken]:
+            rows = await (await conn.execute(Q["api_tokens_list"], {"tenant": tenant})).fetchall()
+            return [token_from_row(row, _utc, _opt_utc) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def revoke_token(self, tenant: str, ref: str, now: datetime) -> ApiToken | None:
+        async def run(conn: Conn) -> ApiToken | None:
+            params = {"tenant": tenant, "ref": ref, "now": _utc(now)}
+            row = await (await conn.execute(Q["api_token_revoke"], params)).fetchone()
+            return None if row is None else token_from_row(row, _utc, _opt_utc)
+
+        return await self._call(run, write=True)
+
+    async def record_audit(self, entry: AuditEntry) -> int:
+        async def run(conn: Conn) -> int:
+            row = await (await conn.execute(Q["audit_insert"], audit_params(entry, _utc))).fetchone()
+            assert row is not None  # INSERT … RETURNING
+            return int(row[0])
+
+        return await self._call(run, write=True)
+
+    async def audit_page(self, tenant: str | None, before: int | None, limit: int) -> list[AuditEntry]:
+        async def run(conn: Conn) -> list[AuditEntry]:
+            params = {"tenant": tenant, "before": before, "limit": limit}
+            rows = await (await conn.execute(Q["audit_page"], params)).fetchall()
+            return [audit_from_row(row, _utc) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def schedules_page(self, tenant: str, query: SchedulePage) -> list[Schedule]:
+        async def run(conn: Conn) -> list[Schedule]:
+            rows = await (await conn.execute(Q["schedules_page"], schedule_page_params(tenant, query))).fetchall()
+            return [_schedule(row) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def occurrences_page(self, tenant: str, query: OccurrencePage) -> list[Occurrence]:
+        async def run(conn: Conn) -> list[Occurrence]:
+            params = occurrence_page_params(tenant, query, _utc)
+            rows = await (await conn.execute(Q["occurrences_page"], params)).fetchall()
+            return [_occurrence(row) for row in rows]
 
         return await self._call(run, write=False)
 

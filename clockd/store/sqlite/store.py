@@ -56,7 +56,9 @@ from clockd.errors import (
     StoreUnavailable,
 )
 from clockd.store import (
+    ApiToken,
     AppliedSchedules,
+    AuditEntry,
     Backlog,
     Claim,
     Completion,
@@ -67,17 +69,28 @@ from clockd.store import (
     MaterializeResult,
     NewOccurrence,
     NewSchedule,
+    OccurrencePage,
     QueueStats,
     Reaped,
     ReconcileRows,
     ScheduleChange,
     ScheduleHistory,
+    SchedulePage,
     creates_by_tenant,
     idempotency_conflict_message,
     misfire_verdicts,
     not_dead_message,
     schedule_quota_message,
     within_quota,
+)
+from clockd.store.api_rows import (
+    audit_from_row,
+    audit_params,
+    occurrence_page_params,
+    schedule_page_params,
+    token_conflict_message,
+    token_from_row,
+    token_params,
 )
 from clockd.store.codec import (
     attempt_from_row,
@@ -1188,6 +1201,68 @@ class SqliteStore:
 
         def run(conn: sqlite3.Connection) -> list[float]:
             return [int(lag) / 1e6 for (lag,) in conn.execute(Q["enqueue_lags"], params)]
+
+        return await self._call(run, write=False)
+
+    # --- API: tokens, audit, pages ---
+    # Thin: each runs its named block (queries.sql, schema 0007) and decodes with
+    # clockd.store.api_rows, which both adapters share.
+
+    async def create_token(self, token: ApiToken) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(Q["api_token_insert"], token_params(token, to_us))
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(token_conflict_message(token)) from exc
+
+        await self._call(run, write=True)
+
+    async def get_token(self, token_id: str) -> ApiToken | None:
+        def run(conn: sqlite3.Connection) -> ApiToken | None:
+            row = conn.execute(Q["api_token_get"], {"id": token_id}).fetchone()
+            return None if row is None else token_from_row(row, from_us, opt_from_us)
+
+        return await self._call(run, write=False)
+
+    async def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        def run(conn: sqlite3.Connection) -> list[ApiToken]:
+            rows = conn.execute(Q["api_tokens_list"], {"tenant": tenant}).fetchall()
+            return [token_from_row(row, from_us, opt_from_us) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def revoke_token(self, tenant: str, ref: str, now: datetime) -> ApiToken | None:
+        def run(conn: sqlite3.Connection) -> ApiToken | None:
+            params = {"tenant": tenant, "ref": ref, "now": to_us(now)}
+            row = conn.execute(Q["api_token_revoke"], params).fetchone()
+            return None if row is None else token_from_row(row, from_us, opt_from_us)
+
+        return await self._call(run, write=True)
+
+    async def record_audit(self, entry: AuditEntry) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(Q["audit_insert"], audit_params(entry, to_us)).fetchone()[0])
+
+        return await self._call(run, write=True)
+
+    async def audit_page(self, tenant: str | None, before: int | None, limit: int) -> list[AuditEntry]:
+        def run(conn: sqlite3.Connection) -> list[AuditEntry]:
+            rows = conn.execute(Q["audit_page"], {"tenant": tenant, "before": before, "limit": limit}).fetchall()
+            return [audit_from_row(row, from_us) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def schedules_page(self, tenant: str, query: SchedulePage) -> list[Schedule]:
+        def run(conn: sqlite3.Connection) -> list[Schedule]:
+            rows = conn.execute(Q["schedules_page"], schedule_page_params(tenant, query)).fetchall()
+            return [_schedule(row) for row in rows]
+
+        return await self._call(run, write=False)
+
+    async def occurrences_page(self, tenant: str, query: OccurrencePage) -> list[Occurrence]:
+        def run(conn: sqlite3.Connection) -> list[Occurrence]:
+            rows = conn.execute(Q["occurrences_page"], occurrence_page_params(tenant, query, to_us)).fetchall()
+            return [_occurrence(row) for row in rows]
 
         return await self._call(run, write=False)
 
