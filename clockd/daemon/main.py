@@ -19,7 +19,7 @@ from typing import Any
 
 from clockd import __version__
 from clockd.config import ALL_MODES, Settings, load_settings, resolve_store
-from clockd.core.clock import SystemClock
+from clockd.core.clock import Clock, SystemClock
 from clockd.core.zones import tzdata_version
 from clockd.daemon import sdnotify
 from clockd.daemon.httpd import serve
@@ -29,10 +29,11 @@ from clockd.modes.leader import LeaderSettings
 from clockd.modes.materializer import MaterializerSettings
 from clockd.modes.relay import RelaySettings
 from clockd.modes.sampler import SamplerSettings
-from clockd.modes.supervisor import Supervisor
+from clockd.modes.supervisor import Service, Supervisor
 from clockd.modes.worker import WorkerSettings
 from clockd.obs import metrics
 from clockd.obs.logging import setup_logging
+from clockd.store import Store
 
 log = logging.getLogger("clockd")
 
@@ -131,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus /metrics and /healthz (default 127.0.0.1:9464; 'off' to disable)",
     )
 
+    run.add_argument(
+        "--api-addr",
+        metavar="HOST:PORT",
+        help="the api mode's HTTP address (default 127.0.0.1:8470; 'off' to disable)",
+    )
+    run.add_argument("--api-tls-cert", metavar="FILE", help="serve the API over TLS with this certificate (PEM)")
+    run.add_argument("--api-tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    run.add_argument(
+        "--api-insecure",
+        action="store_true",
+        default=None,
+        help="allow plain HTTP on a non-loopback --api-addr (logged as a warning)",
+    )
+
     mig = sub.add_parser("migrate", help="apply database migrations")
     common(mig)
     mig.add_argument(
@@ -148,6 +163,7 @@ _FLAG_KEYS = (
     "store", "log_format", "log_level", "modes", "etcd", "cluster", "node_id", "queues",
     "concurrency", "shard_count", "horizon", "visibility_timeout", "heartbeat", "lease_ttl",
     "drain_grace", "kill_grace", "retention", "max_clock_skew", "metrics_addr",
+    "api_addr", "api_tls_cert", "api_tls_key", "api_insecure",
 )  # fmt: skip
 
 
@@ -209,6 +225,14 @@ async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
         await store.close()
 
 
+def api_service(settings: Settings, store: Store, clock: Clock) -> Service:
+    """The api mode (clockd.api.server), its socket bound now: a taken port or an unsafe
+    address is a one-line config error before the daemon reports ready."""
+    from clockd.api.server import build_api_server
+
+    return build_api_server(settings, store, clock)
+
+
 async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -> int:
     """Run the modes until SIGTERM/SIGINT. ``read`` re-reads the settings on SIGHUP."""
     from clockd.wiring import make_coordinator, make_runner, make_store
@@ -252,6 +276,8 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
         ),
         max_clock_skew=settings.max_clock_skew,
     )
+    if "api" in settings.modes and settings.api_addr != "off":
+        supervisor.services["api"] = api_service(settings, store, clock)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
 
