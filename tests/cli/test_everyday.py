@@ -14,10 +14,32 @@ import pytest
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture
-def ctl(tmp_path: Path) -> Any:
+def serve_api(home: Path, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Start clockd (every mode, the api on a free port) on ``home``; the environment
+    that sends clockctl through its API."""
+    from tests.api.conftest import _wait_listening
+    from tests.e2e.conftest import Clockd
+    from tests.harness.procs import free_port
+
+    home.mkdir(mode=0o700, exist_ok=True)
+    daemon = Clockd(home)
+    port = free_port()
+    daemon.start("--api-addr", f"127.0.0.1:{port}")
+    request.addfinalizer(lambda: daemon.stop(timeout=30))
+    url = f"http://127.0.0.1:{port}"
+    _wait_listening(url)
+    token = json.loads(daemon.ctl("token", "create", "--role", "admin", "--name", "cli", "-o", "json").stdout)["token"]
+    return {"CLOCKD_SERVER": url, "CLOCKD_TOKEN": token}
+
+
+@pytest.fixture(params=["store", pytest.param("api", marks=pytest.mark.e2e)])
+def ctl(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """clockctl on the store, and the same commands through a real clockd's HTTP API
+    (``--server`` by CLOCKD_SERVER / CLOCKD_TOKEN): the same output and exit codes."""
     env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
     env.pop("CLOCKD_STORE", None)
+    if request.param == "api":
+        env.update(serve_api(tmp_path / "home", request))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)

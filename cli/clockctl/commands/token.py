@@ -80,7 +80,7 @@ def create(
             )
         )
 
-    with_ops(go)
+    with_ops(go, local=True)
     if output is OutputFormat.json:
         emit_json({"token": issued.secret, **_doc(issued.record)})
         return
@@ -100,7 +100,7 @@ def list_(
     output: Output = OutputFormat.table,
 ) -> None:
     """List tokens (never the tokens themselves): id, tenant, name, role, expiry, revocation."""
-    found = with_ops(lambda ops: ops.store.list_tokens(tenant))
+    found = with_ops(lambda ops: ops.store.list_tokens(tenant), local=True)
     if output is OutputFormat.json:
         emit_json([_doc(t) for t in found])
         return
@@ -135,7 +135,7 @@ def revoke(
         )
         return revoked
 
-    revoked = with_ops(go)
+    revoked = with_ops(go, local=True)
     if output is OutputFormat.json:
         emit_json(_doc(revoked))
         return
@@ -148,7 +148,7 @@ def audit(
     output: Output = OutputFormat.table,
 ) -> None:
     """The audit log: every write through the API (who, what, when, before/after version)."""
-    entries = with_ops(lambda ops: ops.store.audit_page(tenant, None, limit))
+    entries = with_ops(lambda ops: ops.store.audit_page(tenant, None, limit), local=True)
     if output is OutputFormat.json:
         emit_json(
             [

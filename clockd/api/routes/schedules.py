@@ -57,7 +57,10 @@ async def create(request: Request, who: Principal) -> Response:
     added = await api.ops.create(definition, request.headers.get("idempotency-key"))
     if not added.existed:
         await api.audit(who, tenant, "schedule.create", added.schedule.name, None, added.schedule.version)
-    return _one(request, added.schedule, 201)
+    response = _one(request, added.schedule, 201)
+    if added.existed:  # the first answer again; the header says so (clockctl --server prints it)
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
 
 
 @endpoint(
