@@ -76,6 +76,23 @@ def next_runs(
     return out
 
 
+_SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleDef) if f.name != "name")
+_JOBS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def job_view(definition: ScheduleDef) -> dict[str, Any]:
+    """``job_document(definition)``, cached by everything but the name: a page of
+    schedules that share their shape (most do) costs one export, not one each. The
+    cached dicts are shared between answers and never mutated (merge patches copy)."""
+    key = tuple(getattr(definition, f) for f in _SHAPE_FIELDS)
+    unnamed = _JOBS.get(key)
+    if unnamed is None:
+        if len(_JOBS) >= 4096:
+            _JOBS.clear()
+        unnamed = _JOBS[key] = {k: v for k, v in job_document(definition).items() if k != "name"}
+    return {"name": definition.name, **unnamed}
+
+
 def _opt(instant: datetime | None) -> str | None:
     return None if instant is None else format_instant(instant)
 
@@ -91,7 +108,7 @@ def schedule_view(schedule: Schedule, now: datetime, *, runs: bool = True) -> di
         "tenant": schedule.definition.tenant,
         "version": schedule.version,
         "state": schedule.state.value,
-        "job": job_document(schedule.definition),
+        "job": job_view(schedule.definition),
         "next_run_at": _opt(schedule.next_run_at),
         "created_at": format_instant(schedule.created_at),
         "updated_at": format_instant(schedule.updated_at),
