@@ -104,3 +104,14 @@ async def test_a_cluster_admin_manages_tenants_and_may_act_in_any(store: SqliteS
         tenants = {t["limits"]["tenant"] for t in (await root.get("/v1/tenants")).json()["items"]}
         assert "acme" in tenants
         assert "backlog" in (await root.get("/v1/status")).json()
+
+
+async def test_secrets_stay_references_in_every_answer(store: SqliteStore) -> None:
+    secret = "${file:/etc/clockd/mail-token}"
+    body = job("mail", env={"MAIL_TOKEN": secret})
+    async with await _client(store, Limits()) as http:
+        created = await http.post("/v1/schedules", json=body)
+        assert created.status_code == 201, created.text
+        for response in (created, await http.get("/v1/schedules/mail"), await http.get("/v1/schedules")):
+            assert secret in response.text
+        assert (await http.get("/v1/schedules/mail")).json()["job"]["env"] == {"MAIL_TOKEN": secret}
