@@ -54,10 +54,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def build_app(api: ApiContext) -> Starlette:
-    document = openapi.document()
+    document: list[dict[str, Any]] = []  # built on first request: a quick start
 
     async def serve_openapi(request: Request) -> Response:
-        return answer(document)
+        if not document:
+            document.append(openapi.document())
+        return answer(document[0])
 
     routes = [Route(ep.path, _wrap(ep), methods=[ep.method]) for ep in all_endpoints()]
     routes.append(Route("/v1/openapi.json", serve_openapi, methods=["GET"]))

@@ -276,8 +276,6 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
         ),
         max_clock_skew=settings.max_clock_skew,
     )
-    if "api" in settings.modes and settings.api_addr != "off":
-        supervisor.services["api"] = api_service(settings, store, clock)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -310,6 +308,8 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     await reloader.start()  # schedules_dir, before the modes run
+    if "api" in settings.modes and settings.api_addr != "off":
+        supervisor.services["api"] = api_service(settings, store, clock)
 
     async def health() -> tuple[bool, dict[str, Any]]:
         status = await coord.status()

@@ -15,7 +15,6 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,7 +29,11 @@ from tests.harness import procs
 class ApiServer:
     urls: list[str]
     env: dict[str, str]
+    ns: str = ""  # each test's tenants are namespaced: the servers are shared by a module
     _turn: Iterator[str] = field(init=False)
+
+    def tenant(self, name: str) -> str:
+        return f"{self.ns}{name}"
 
     def __post_init__(self) -> None:
         self._turn = itertools.cycle(self.urls)
@@ -48,9 +51,8 @@ class ApiServer:
 
     def token(self, tenant: str = "acme", role: str = "operator", name: str | None = None) -> str:
         name = name or f"{role}-{uuid.uuid4().hex[:6]}"
-        doc = json.loads(
-            self.ctl("token", "create", "--tenant", tenant, "--role", role, "--name", name, "-o", "json").stdout
-        )
+        args = ("token", "create", "--tenant", self.tenant(tenant), "--role", role, "--name", name, "-o", "json")
+        doc = json.loads(self.ctl(*args).stdout)
         return str(doc["token"])
 
     def client(self, token: str | None, url: str | None = None) -> httpx.Client:
@@ -75,8 +77,12 @@ def _wait_listening(url: str) -> None:
     wait_for(f"the api at {url}", up, 30)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.etcd])])
-def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApiServer]:
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.etcd])]
+)
+def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """The processes, shared by a module's tests (each test works in its own tenants)."""
+    tmp_path = tmp_path_factory.mktemp("api")
     if request.param == "sqlite":
         daemon = Clockd(tmp_path / "home")
         daemon.home.mkdir(mode=0o700)
@@ -108,6 +114,11 @@ def api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApiServer]:
     finally:
         cluster.stop_all()
         pg_server.drop_database(name)
+
+
+@pytest.fixture
+def api(servers: ApiServer) -> ApiServer:
+    return ApiServer(servers.urls, servers.env, f"t{uuid.uuid4().hex[:8]}-")
 
 
 def job(name: str = "email", **fields: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def test_create_list_get_pause_resume_update_delete_and_the_audit_log(api: ApiSe
         created = http.post("/v1/schedules", json=job(), headers={"Idempotency-Key": "mail-1"})
         assert created.status_code == 201, created.text
         body = created.json()
-        assert created.headers["etag"] == '"1"' and body["version"] == 1 and body["tenant"] == "acme"
+        assert created.headers["etag"] == '"1"' and body["version"] == 1 and body["tenant"] == api.tenant("acme")
         assert len(body["next_runs"]) == 5
         assert body["next_runs"][0]["local"].endswith("+01:00") or body["next_runs"][0]["local"].endswith("+02:00")
         assert body["job"] == job()
@@ -84,7 +84,7 @@ def test_create_list_get_pause_resume_update_delete_and_the_audit_log(api: ApiSe
             ("schedule.delete", 5, 6),
         ]
         assert {e["actor"] for e in audit if e["action"].startswith("schedule.")} == {"ci"}
-    cli = json.loads(api.ctl("audit", "--tenant", "acme", "-o", "json").stdout)
+    cli = json.loads(api.ctl("audit", "--tenant", api.tenant("acme"), "-o", "json").stdout)
     assert cli[0]["action"] == "schedule.delete" and cli[0]["actor"] == "ci"
 
 
@@ -114,9 +114,9 @@ def test_another_tenants_token_gets_404_on_every_route_and_changes_nothing(api: 
         assert http.get("/v1/schedules").json()["items"] == []
         assert http.get("/v1/occurrences").json()["items"] == []
         assert http.get("/v1/dlq").json()["items"] == []
-        assert all(e["tenant"] == "intruder" for e in http.get("/v1/audit").json()["items"])
+        assert all(e["tenant"] == api.tenant("intruder") for e in http.get("/v1/audit").json()["items"])
         assert http.get("/v1/status").json()["schedules"] == 0
-        problem(http.get("/v1/schedules", params={"tenant": "acme"}), 404, "not-found")
+        problem(http.get("/v1/schedules", params={"tenant": api.tenant("acme")}), 404, "not-found")
         problem(http.get("/v1/occurrences", params={"schedule": "email"}), 404, "not-found")
         problem(http.get("/v1/reconcile", params={"schedule": "email"}), 404, "not-found")
     assert checked >= 12

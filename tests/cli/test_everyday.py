@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +16,36 @@ import pytest
 BIN = Path(sys.executable).parent
 
 
-def serve_api(home: Path, request: pytest.FixtureRequest) -> dict[str, str]:
-    """Start clockd (every mode, the api on a free port) on ``home``; the environment
-    that sends clockctl through its API."""
+@pytest.fixture(scope="module")
+def api_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """One clockd (every mode, the api on a free port) for the module's API runs; each test
+    gets a token of its own new tenant, so each starts from an empty store as seen."""
     from tests.api.conftest import _wait_listening
     from tests.e2e.conftest import Clockd
     from tests.harness.procs import free_port
 
-    home.mkdir(mode=0o700, exist_ok=True)
+    home = tmp_path_factory.mktemp("cli-api") / "home"
+    home.mkdir(mode=0o700)
     daemon = Clockd(home)
     port = free_port()
     daemon.start("--api-addr", f"127.0.0.1:{port}")
-    request.addfinalizer(lambda: daemon.stop(timeout=30))
     url = f"http://127.0.0.1:{port}"
-    _wait_listening(url)
-    token = json.loads(daemon.ctl("token", "create", "--role", "admin", "--name", "cli", "-o", "json").stdout)["token"]
-    return {"CLOCKD_SERVER": url, "CLOCKD_TOKEN": token}
+    try:
+        _wait_listening(url)
+        yield {"CLOCKD_HOME": str(home), "CLOCKD_SERVER": url}
+    finally:
+        daemon.stop(timeout=30)
+
+
+def serve_api(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The environment that sends clockctl through the shared daemon's API, as a new tenant."""
+    env = dict(request.getfixturevalue("api_daemon"))
+    tenant = f"cli-{uuid.uuid4().hex[:8]}"
+    made = subprocess.run(
+        [str(BIN / "clockctl"), "token", "create", "--tenant", tenant, "--role", "admin", "-o", "json"],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return {**env, "CLOCKD_TOKEN": json.loads(made.stdout)["token"]}
 
 
 @pytest.fixture(params=["store", pytest.param("api", marks=pytest.mark.e2e)])
@@ -39,7 +55,7 @@ def ctl(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
     env.pop("CLOCKD_STORE", None)
     if request.param == "api":
-        env.update(serve_api(tmp_path / "home", request))
+        env.update(serve_api(request))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)
