@@ -61,7 +61,10 @@ def build_app(api: ApiContext) -> Starlette:
             document.append(openapi.document())
         return answer(document[0])
 
-    routes = [Route(ep.path, _wrap(ep), methods=[ep.method]) for ep in all_endpoints()]
+    # Schedule names may hold "/" (sent as %2F): {name} matches any path, and the routes
+    # with a suffix after it (/pause, /explain…) are tried first.
+    endpoints = sorted(all_endpoints(), key=lambda ep: -ep.path.count("/"))
+    routes = [Route(ep.path.replace("{name}", "{name:path}"), _wrap(ep), methods=[ep.method]) for ep in endpoints]
     routes.append(Route("/v1/openapi.json", serve_openapi, methods=["GET"]))
     app = Starlette(routes=routes, exception_handlers={404: _http_error, 405: _http_error})
     app.state.api = api

@@ -115,3 +115,13 @@ async def test_secrets_stay_references_in_every_answer(store: SqliteStore) -> No
         for response in (created, await http.get("/v1/schedules/mail"), await http.get("/v1/schedules")):
             assert secret in response.text
         assert (await http.get("/v1/schedules/mail")).json()["job"]["env"] == {"MAIL_TOKEN": secret}
+
+
+async def test_a_schedule_name_with_slashes_is_one_path_segment_when_encoded(store: SqliteStore) -> None:
+    async with await _client(store, Limits()) as http:
+        assert (await http.post("/v1/schedules", json=job("team/mail"))).status_code == 201
+        assert (await http.get("/v1/schedules/team%2Fmail")).json()["name"] == "team/mail"
+        paused = await http.post("/v1/schedules/team%2Fmail/pause", json={})
+        assert paused.status_code == 200 and paused.json()["state"] == "paused"
+        assert (await http.get("/v1/schedules/team%2Fmail/explain", params={"at": "now"})).status_code == 200
+        assert (await http.delete("/v1/schedules/team%2Fmail")).status_code == 204
