@@ -3,7 +3,7 @@ tokens and tenants."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -18,6 +18,7 @@ from clockd.api.routes import Param, endpoint
 from clockd.api.routes.common import answer, query_bool, query_instant, query_int
 from clockd.api.views import audit_view, definition_from_body, next_runs, occurrence_view, page
 from clockd.core.durations import parse_duration
+from clockd.core.instants import parse_instant
 from clockd.core.model import ScheduleDef
 from clockd.core.zones import tzdata_version
 from clockd.errors import InvalidInput
@@ -57,9 +58,7 @@ async def preview(request: Request, who: Principal) -> Response:
     return answer({"runs": next_runs(definition, after, after, count)})
 
 
-def _instant(text: Any, tz: str, now: Any) -> Any:
-    from clockd.core.instants import parse_instant
-
+def _instant(text: Any, tz: str, now: datetime) -> datetime:
     if not isinstance(text, str):
         raise InvalidInput("give an ISO 8601 instant, e.g. 2026-03-29T00:30:00Z")
     return parse_instant(text, tz, now)
