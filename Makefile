@@ -75,6 +75,10 @@ install-systemd: ## Install systemd units, sysusers and tmpfiles snippets (PREFI
 schema: install ## Regenerate config/schedules.schema.json from the schedule-file model
 	$(BIN)/python -m clockd.formats.schedfile --schema > config/schedules.schema.json
 
+.PHONY: openapi
+openapi: install ## Regenerate docs/openapi.json from the API's route table
+	$(BIN)/python -m clockd.api.openapi > docs/openapi.json
+
 .PHONY: clean
 clean: ## Remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

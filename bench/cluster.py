@@ -113,7 +113,13 @@ class Cluster:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {**os.environ, "CLOCKD_METRICS_ADDR": "off", "CLOCKD_LOG_FORMAT": "json", "CLOCKD_STORE": self.dsn}
+        env = {
+            **os.environ,
+            "CLOCKD_METRICS_ADDR": "off",
+            "CLOCKD_API_ADDR": "127.0.0.1:0",  # an ephemeral port: processes never collide
+            "CLOCKD_LOG_FORMAT": "json",
+            "CLOCKD_STORE": self.dsn,
+        }
         env.pop("CLOCKD_CONFIG", None)
         env["CLOCKD_HOME"] = str(self.workdir)
         return env

@@ -60,7 +60,13 @@ def drill(n: int) -> list[dict[str, Any]]:
         # everything before the instant (as in production, where the horizon is minutes).
         due = (datetime.now(UTC) + timedelta(seconds=15 + n / 1500)).replace(microsecond=0)
         create_rate = asyncio.run(_create(db, n, due))
-        env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_METRICS_ADDR": "off", "CLOCKD_LOG_LEVEL": "warning"}
+        env = {
+            **os.environ,
+            "CLOCKD_HOME": str(home),
+            "CLOCKD_METRICS_ADDR": "off",
+            "CLOCKD_API_ADDR": "127.0.0.1:0",  # an ephemeral port: processes never collide
+            "CLOCKD_LOG_LEVEL": "warning",
+        }
         env.pop("CLOCKD_STORE", None)
         proc = subprocess.Popen(
             [str(BIN / "clockd"), "run", "--concurrency", "1000", "--log-format", "text"],

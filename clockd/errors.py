@@ -10,7 +10,9 @@
     │   └── InvalidSchedule
     ├── NotFound                     exit 1   unknown schedule / occurrence
     ├── Conflict                     exit 1   duplicate name, idempotency-key mismatch
-    │   └── QuotaExceeded                         a tenant limit (clockctl tenant set) refuses it
+    │   ├── QuotaExceeded                         a tenant limit (clockctl tenant set) refuses it
+    │   ├── IdempotencyMismatch                   the key was used for another definition (HTTP 422)
+    │   └── VersionMismatch                       not the version the caller expected (HTTP 412)
     ├── StoreError                   exit 4   database unreachable, locked, unreadable
     │   ├── StoreUnavailable
     │   ├── StoreLocked
@@ -76,6 +78,14 @@ class Conflict(ClockdError):
 
 class QuotaExceeded(Conflict):
     """The tenant is at one of its limits."""
+
+
+class IdempotencyMismatch(Conflict):
+    """That idempotency key was already used with another definition."""
+
+
+class VersionMismatch(Conflict):
+    """The schedule is not at the version the caller expected."""
 
 
 class StoreError(ClockdError):

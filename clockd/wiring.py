@@ -215,11 +215,23 @@ def _worker(parts: Parts) -> Service:
 
 # Every mode ``clockd run --mode`` accepts, in the order its task starts. A builder may
 # return None when its settings turn it off in this process (e.g. an address of "off").
+def _api(parts: Parts) -> Service | None:
+    """The HTTP API and the dashboard (clockd.api.server). Its socket is bound here, while
+    the daemon is composed: a taken port or an unsafe address is a one-line config error
+    (exit 2) before the daemon reports ready."""
+    if parts.settings.api_addr == "off":
+        return None
+    from clockd.api.server import build_api_server
+
+    return build_api_server(parts.settings, parts.store, parts.clock, parts.coord)
+
+
 MODES: Final[Mapping[str, Callable[[Parts], Service | None]]] = {
     "leader": _leader,
     "materializer": _materializer,
     "relay": _relay,
     "worker": _worker,
+    "api": _api,
 }
 
 # Modes that act on the store's clock and so step down when this host's clock is off.

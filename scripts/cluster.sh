@@ -19,7 +19,7 @@ ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
 BIN=$PWD/.venv/bin
 DSN="postgresql://postgres@127.0.0.1:$PGPORT/clockd"
 ETCD="http://127.0.0.1:$ETCD_PORT"
-MODES=(leader materializer relay worker)
+MODES=(leader materializer relay worker api)
 
 pgbin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -58,7 +58,8 @@ start() {
   for mode in "${MODES[@]}"; do
     for i in 1 2; do
       CLOCKD_STORE=$DSN "$BIN/clockd" run --mode "$mode" --etcd "$ETCD" --node-id "$mode-$i" \
-        --metrics-addr "127.0.0.1:$port" --log-format json >"$DIR/logs/$mode-$i.log" 2>&1 &
+        --metrics-addr "127.0.0.1:$port" --api-addr "127.0.0.1:$((8469 + i))" --log-format json \
+        >"$DIR/logs/$mode-$i.log" 2>&1 &
       echo $! >"$DIR/$mode-$i.pid"
       echo "clockd $mode-$i (pid $!) metrics on http://127.0.0.1:$port/metrics"
       port=$((port + 1))

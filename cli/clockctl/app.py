@@ -3,6 +3,8 @@
 Each command lives in ``clockctl.commands.<noun>`` and registers itself on ``app``.
 Errors map to exit codes in one place (``clockctl.output.handle_errors``):
 1 not found or conflict, 2 bad input, 4 store unavailable or locked, 5 etcd.
+With ``--server`` (or ``CLOCKD_SERVER``, or a context) the verbs go through the HTTP
+API (``clockctl.remote``) with the same output and exit codes.
 """
 
 from __future__ import annotations
@@ -43,9 +45,32 @@ def _global(
             "--version", is_eager=True, callback=_print_version, help="print the version (as clockctl version) and exit"
         ),
     ] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            metavar="URL",
+            help="run through the clockd HTTP API at URL instead of the store (CLOCKD_SERVER)",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", metavar="TOKEN", help="bearer token for --server (CLOCKD_TOKEN)"),
+    ] = None,
+    context_name: Annotated[
+        str | None,
+        typer.Option(
+            "--context",
+            metavar="NAME",
+            help="a named server and token from ~/.config/clockd/client.yaml (default: its current-context)",
+        ),
+    ] = None,
 ) -> None:
     """Add, preview, inspect and change clockd schedules."""
     context.state["store"] = store
+    context.state["server"] = server
+    context.state["token"] = token
+    context.state["context"] = context_name
 
 
 def _print_version(value: bool) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
+from clockctl.remote import RemoteOps, resolve
+from clockd.client import AsyncClient
 from clockd.config import resolve_store
 from clockd.core.clock import SystemClock
 from clockd.services.ops import Ops
@@ -13,15 +15,32 @@ from clockd.wiring import make_store
 
 T = TypeVar("T")
 
-# Set by the app callback from --store / CLOCKD_STORE.
-state: dict[str, str | None] = {"store": None}
+# Set by the app callback from --store / CLOCKD_STORE and --server / --token / --context.
+state: dict[str, str | None] = {"store": None, "server": None, "token": None, "context": None}
 
 
-def with_ops(fn: Callable[[Ops], Awaitable[T]]) -> T:
+def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False) -> T:
+    """Run ``fn`` with the use cases: over the HTTP API when a server is configured
+    (``--server``, ``CLOCKD_SERVER`` or a context; ``clockctl.remote``), else on the store.
+    ``local``: always on the store (tokens and the audit log are managed there)."""
     # The result leaves through a list, not as the coroutine's return value: on Python
     # 3.11 asyncio.run formats the repr of what the main task returns (0.5 s for a
     # 20,000-schedule apply plan).
     result: list[T] = []
+
+    # --server beats --store (or CLOCKD_STORE), which beats CLOCKD_SERVER and the contexts.
+    via_api = not local and (state["server"] is not None or state["store"] is None)
+    remote = resolve(state["server"], state["token"], state["context"]) if via_api else None
+
+    async def over_api(server: str, token: str | None) -> None:
+        async with AsyncClient(server, token) as client:
+            # RemoteOps answers the Ops methods the commands call (clockctl.remote), with
+            # the same models; the cast says so to the type checker.
+            result.append(await fn(cast(Ops, RemoteOps(client))))
+
+    if remote is not None:
+        asyncio.run(over_api(*remote))
+        return result[0]
 
     async def go() -> None:
         store = make_store(resolve_store(state["store"]))

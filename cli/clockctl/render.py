@@ -29,6 +29,7 @@ from clockd.core.model import (
 )
 from clockd.core.sizes import format_size
 from clockd.runner import secrets
+from clockd.services.status import iso as iso
 
 REDACTED = "***"
 _SENSITIVE = re.compile(r"(?i)pass|secret|token|key|auth|cookie|credential|session|signature|private")
@@ -81,16 +82,6 @@ def target_rows(target: Target) -> list[tuple[str, str]]:
         rows.append(("expect", ", ".join(str(s) for s in target.expect_status) or "2xx"))
         rows.append(("tls", "NOT verified (--insecure)" if target.insecure else "verified"))
     return rows
-
-
-def iso(dt: datetime | None) -> str | None:
-    if dt is None:
-        return None
-    return (
-        dt.astimezone(ZoneInfo("UTC")).strftime("%Y-%m-%dT%H:%M:%S")
-        + (f".{dt.microsecond:06d}".rstrip("0") if dt.microsecond else "")
-        + "Z"
-    )
 
 
 def stamp(dt: datetime | None) -> str:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 from clockd.core.durations import format_duration, parse_duration
 from clockd.errors import InvalidInput
 
-ALL_MODES = ("leader", "materializer", "relay", "worker")
+ALL_MODES = ("leader", "materializer", "relay", "worker", "api")
 # Tenant → user names its jobs may run as ("*": any non-root user; root only by
 # name). See clockd.runner.identity for the rule and why this is the default.
 DEFAULT_ALLOWED_USERS: dict[str, tuple[str, ...]] = {"default": ("*", "root")}
@@ -111,6 +111,12 @@ class Settings:
     max_clock_skew: timedelta = timedelta(seconds=2)
     output_limit: int = 64 * 1024
     metrics_addr: str = "127.0.0.1:9464"
+    # The api mode (clockd.api.server): HTTP/JSON under /v1.
+    api_addr: str = "127.0.0.1:8470"
+    api_tls_cert: str = ""
+    api_tls_key: str = ""
+    api_insecure: bool = False
+    api_writes_per_second: int = 2000  # per tenant and api process; more answer 429
     log_format: str = "auto"
     log_level: str = "info"
     allowed_users: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ALLOWED_USERS))

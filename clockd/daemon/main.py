@@ -123,6 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus /metrics and /healthz (default 127.0.0.1:9464; 'off' to disable)",
     )
 
+    run.add_argument(
+        "--api-addr",
+        metavar="HOST:PORT",
+        help="the api mode's HTTP address (default 127.0.0.1:8470; 'off' to disable)",
+    )
+    run.add_argument("--api-tls-cert", metavar="FILE", help="serve the API over TLS with this certificate (PEM)")
+    run.add_argument("--api-tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    run.add_argument(
+        "--api-insecure",
+        action="store_true",
+        default=None,
+        help="allow plain HTTP on a non-loopback --api-addr (logged as a warning)",
+    )
+
     mig = sub.add_parser("migrate", help="apply database migrations")
     common(mig)
     mig.add_argument(
@@ -140,6 +154,7 @@ _FLAG_KEYS = (
     "store", "log_format", "log_level", "modes", "etcd", "cluster", "node_id", "queues",
     "concurrency", "shard_count", "horizon", "visibility_timeout", "heartbeat", "lease_ttl",
     "drain_grace", "kill_grace", "retention", "max_clock_skew", "metrics_addr",
+    "api_addr", "api_tls_cert", "api_tls_key", "api_insecure",
 )  # fmt: skip
 
 

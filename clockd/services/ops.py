@@ -46,7 +46,7 @@ from clockd.core.model import (
 )
 from clockd.core.planning import available_at
 from clockd.core.spec import Spec, compile_spec
-from clockd.errors import Conflict, InvalidInput, NeverFires, NotFound
+from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFires, NotFound, VersionMismatch
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
 from clockd.store import NewSchedule, ScheduleChange, Store
 
@@ -262,7 +262,7 @@ class Ops:
         versions = await self.store.schedule_versions(schedule.id)
         created_as = versions[0][3] if versions else schedule.definition
         if created_as != definition:
-            raise Conflict(
+            raise IdempotencyMismatch(
                 f"idempotency key {key!r} was used to create schedule {schedule.name!r} "
                 f"({schedule.id}) with a different definition; use a new key for a new schedule"
             )
@@ -277,7 +277,8 @@ class Ops:
     async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
         return await self.store.list_schedules(tenant)
 
-    async def pause(self, name: str, tenant: str = "default") -> Change:
+    async def pause(self, name: str, tenant: str = "default", reason: str | None = None) -> Change:
+        """Pause; ``reason`` is kept with the version (and the occurrences it cancels)."""
         schedule = await self.get(name, tenant)
         if schedule.state is ScheduleState.PAUSED:
             return Change(schedule, 0)
@@ -286,7 +287,7 @@ class Ops:
             schedule.definition,
             ScheduleState.PAUSED,
             schedule.next_run_at,
-            "schedule paused",
+            "schedule paused" + (f": {reason}" if reason else ""),
         )
 
     async def resume(self, name: str, tenant: str = "default", from_: ResumeFrom = ResumeFrom.NOW) -> Change:
@@ -304,11 +305,20 @@ class Ops:
         reason = "schedule resumed" + (" from the pause" if from_ is ResumeFrom.PAUSED_AT else "")
         return await self._change(schedule, schedule.definition, ScheduleState.ACTIVE, nxt, reason)
 
-    async def update(self, name: str, definition: ScheduleDef, tenant: str = "default") -> Change:
+    async def update(
+        self, name: str, definition: ScheduleDef, tenant: str = "default", expected_version: int | None = None
+    ) -> Change:
         """A new version: unclaimed occurrences of older versions are CANCELED in the same
         transaction, the cursor never moves back (no instant is materialized twice), and
-        claimed ones finish under their version (``Change.running`` lists them)."""
+        claimed ones finish under their version (``Change.running`` lists them). With
+        ``expected_version`` (HTTP If-Match): ``VersionMismatch`` unless the schedule is at
+        that version, checked again by the store's conditional write."""
         schedule = await self.get(name, tenant)
+        if expected_version is not None and schedule.version != expected_version:
+            raise VersionMismatch(
+                f"schedule {name!r} is at version {schedule.version}, not {expected_version}: "
+                "read it again and retry with its current version"
+            )
         definition = normalize(definition)
         if definition == schedule.definition:
             return Change(schedule, 0)

@@ -53,6 +53,8 @@ Tables (both adapters; names matter for the parity test):
   transaction, never checked first and acted on later.
 * ``tenant_limits`` (schema 0002): per-tenant caps, and for capped tenants the
   running count and this minute's claims, kept in the same transactions.
+* ``api_tokens``, ``audit_log`` (schema 0007): the HTTP API's bearer tokens (a hash
+  only, never the token) and the log of every write made through it.
 
 Policies (DESIGN.md §4), where each is enforced:
 
@@ -65,8 +67,8 @@ Policies (DESIGN.md §4), where each is enforced:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -577,6 +579,48 @@ class Store(Protocol):
         sweep) or ``overlap``. Bounded labels for metrics."""
         ...
 
+    # -- API: tokens, audit, pages (schema 0007; clockd.api) --------------------------
+    # Pages are keyset reads: each starts after its cursor in an index order and stops at
+    # ``limit`` (never load-all-then-slice), so a page costs the same at any table size
+    # and a row written or removed meanwhile moves no other row across a page boundary.
+
+    async def create_token(self, token: ApiToken) -> None:
+        """Store a token (its hash only). ``Conflict`` when the tenant already has an
+        unrevoked token of that name, or the id is taken."""
+        ...
+
+    async def get_token(self, token_id: str) -> ApiToken | None:
+        """The token with that id, revoked or expired ones included (the caller decides)."""
+        ...
+
+    async def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        """Every token (of ``tenant``, or all) by tenant, name, creation."""
+        ...
+
+    async def revoke_token(self, tenant: str, ref: str, now: datetime) -> ApiToken | None:
+        """Revoke ``tenant``'s unrevoked token whose id or name is ``ref``; None when it has
+        none (another tenant's token is never touched)."""
+        ...
+
+    async def record_audit(self, entry: AuditEntry) -> int:
+        """Append one audit entry (``entry.id`` ignored); returns its id (increasing)."""
+        ...
+
+    async def audit_page(self, tenant: str | None, before: int | None, limit: int) -> list[AuditEntry]:
+        """Audit entries of ``tenant`` (None: all), newest first, with ``id < before``."""
+        ...
+
+    async def schedules_page(self, tenant: str, query: SchedulePage) -> list[Schedule]:
+        """Up to ``query.limit`` live schedules of ``tenant`` with ``name > query.after``,
+        by name (code point order), filtered by state, name prefix and one label."""
+        ...
+
+    async def occurrences_page(self, tenant: str, query: OccurrencePage) -> list[Occurrence]:
+        """Up to ``query.limit`` occurrences of ``tenant``'s schedules, newest
+        ``scheduled_for`` first (ties by id, descending), strictly after the cursor
+        ``query.before`` in that order, filtered by schedule, state and ``[since, until)``."""
+        ...
+
     async def enqueue_lags(self, since: datetime, until: datetime, limit: int) -> list[float]:
         """Seconds from due (``available_at``) to staged in the queue (``enqueued_at``) for
         at most ``limit`` occurrences due in ``[since, until)``; negative when staged ahead
@@ -635,3 +679,52 @@ class LagStats:
     p50: float | None
     p95: float | None
     p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """A bearer token of the HTTP API as stored: ``hash`` is the sha256 (hex) of the whole
+    token (``clockd.tokens``); the token itself is never stored."""
+
+    id: str
+    tenant: str
+    name: str
+    role: str  # readonly, operator, admin, cluster-admin (clockd.tokens.Role)
+    hash: str
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One write: who (token name and tenant), what (action, target), when, versions."""
+
+    at: datetime
+    tenant: str
+    actor: str
+    action: str
+    target: str
+    before_version: int | None = None
+    after_version: int | None = None
+    detail: Mapping[str, object] = field(default_factory=dict)
+    id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePage:
+    after: str = ""  # the last name of the previous page ("" = from the start)
+    limit: int = 100
+    state: ScheduleState | None = None
+    name_prefix: str | None = None
+    label: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OccurrencePage:
+    before: tuple[datetime, str] | None = None  # (scheduled_for, id) of the previous page's last
+    limit: int = 100
+    schedule_id: str | None = None
+    state: OccurrenceState | None = None
+    since: datetime | None = None
+    until: datetime | None = None

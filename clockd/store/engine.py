@@ -54,7 +54,9 @@ from clockd.core.model import (
 from clockd.core.planning import missed_reason, sweep_verdict
 from clockd.errors import ClockdError, Conflict, FencedOut, NotFound, QuotaExceeded
 from clockd.store import (
+    ApiToken,
     AppliedSchedules,
+    AuditEntry,
     Backlog,
     Claim,
     Completion,
@@ -66,11 +68,22 @@ from clockd.store import (
     Missed,
     NewOccurrence,
     NewSchedule,
+    OccurrencePage,
     QueueStats,
     Reaped,
     ReconcileRows,
     ScheduleChange,
     ScheduleHistory,
+    SchedulePage,
+)
+from clockd.store.api_rows import (
+    audit_from_row,
+    audit_params,
+    occurrence_page_params,
+    schedule_page_params,
+    token_conflict_message,
+    token_from_row,
+    token_params,
 )
 from clockd.store.codec import (
     attempt_from_row,
@@ -1239,6 +1252,88 @@ class SqlStore:
         return result
 
 
+    # -- API: tokens, audit, pages (schema 0007) ---------------------------------------------
+    # Rows are decoded and parameters built by clockd.store.api_rows.
+
+    async def create_token(self, token: ApiToken) -> None:
+        params = token_params(token, self.driver.instant)
+
+        def body() -> Body[None]:
+            try:
+                yield Run("api_token_insert", params, "none")
+            except Integrity:
+                raise Conflict(token_conflict_message(token)) from None
+
+        await self._write(body())
+
+    async def get_token(self, token_id: str) -> ApiToken | None:
+        d = self.driver
+
+        def body() -> Body[ApiToken | None]:
+            row = yield Run("api_token_get", {"id": token_id}, "one")
+            return None if row is None else token_from_row(row, d.read, d.opt_read)
+
+        result: ApiToken | None = await self._read(body())
+        return result
+
+    async def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        d = self.driver
+
+        def body() -> Body[list[ApiToken]]:
+            rows = yield Run("api_tokens_list", {"tenant": tenant})
+            return [token_from_row(row, d.read, d.opt_read) for row in rows]
+
+        result: list[ApiToken] = await self._read(body())
+        return result
+
+    async def revoke_token(self, tenant: str, ref: str, now: datetime) -> ApiToken | None:
+        d = self.driver
+
+        def body() -> Body[ApiToken | None]:
+            row = yield Run("api_token_revoke", {"tenant": tenant, "ref": ref, "now": d.instant(now)}, "one")
+            return None if row is None else token_from_row(row, d.read, d.opt_read)
+
+        result: ApiToken | None = await self._write(body())
+        return result
+
+    async def record_audit(self, entry: AuditEntry) -> int:
+        params = audit_params(entry, self.driver.instant)
+
+        def body() -> Body[int]:
+            row = yield Run("audit_insert", params, "one")
+            return int(row[0])  # INSERT … RETURNING id
+
+        result: int = await self._write(body())
+        return result
+
+    async def audit_page(self, tenant: str | None, before: int | None, limit: int) -> list[AuditEntry]:
+        d = self.driver
+
+        def body() -> Body[list[AuditEntry]]:
+            rows = yield Run("audit_page", {"tenant": tenant, "before": before, "limit": limit})
+            return [audit_from_row(row, d.read) for row in rows]
+
+        result: list[AuditEntry] = await self._read(body())
+        return result
+
+    async def schedules_page(self, tenant: str, query: SchedulePage) -> list[Schedule]:
+        def body() -> Body[list[Schedule]]:
+            rows = yield Run("schedules_page", schedule_page_params(tenant, query))
+            return [self._schedule(row) for row in rows]
+
+        result: list[Schedule] = await self._read(body())
+        return result
+
+    async def occurrences_page(self, tenant: str, query: OccurrencePage) -> list[Occurrence]:
+        params = occurrence_page_params(tenant, query, self.driver.instant)
+
+        def body() -> Body[list[Occurrence]]:
+            rows = yield Run("occurrences_page", params)
+            return [self._occurrence(row) for row in rows]
+
+        result: list[Occurrence] = await self._read(body())
+        return result
+
 # The named blocks the engine itself runs (the drivers add those of their own steps);
 # tests/contract/store/test_sql_parity.py checks both lists against both queries.sql.
 ENGINE_QUERIES: Final = frozenset(
@@ -1259,6 +1354,8 @@ ENGINE_QUERIES: Final = frozenset(
         "tenant_limits_all", "tenant_usage", "backlog", "reconcile_versions", "reconcile_occurrences",
         "reconcile_versions_of", "reconcile_occurrences_of", "queue_stats", "start_lag",
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
+        "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
+        "schedules_page", "occurrences_page",
     }
 )  # fmt: skip
 

@@ -47,12 +47,12 @@ class Viewer:
     """Who is signed in: the token's tenant, role and name (never from the request)."""
 
     tenant: str
-    role: str  # readonly | operator | admin
+    role: str  # readonly | operator | admin | cluster-admin
     name: str
 
     @property
     def can_operate(self) -> bool:
-        return self.role in ("operator", "admin")
+        return self.role in ("operator", "admin", "cluster-admin")
 
 
 Authenticate = Callable[[str], Awaitable[Viewer | None]]

@@ -65,7 +65,12 @@ class Cluster:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {**os.environ, "CLOCKD_METRICS_ADDR": "off", "CLOCKD_LOG_FORMAT": "json"}
+        env = {
+            **os.environ,
+            "CLOCKD_METRICS_ADDR": "off",
+            "CLOCKD_API_ADDR": "127.0.0.1:0",  # an ephemeral port: processes never collide
+            "CLOCKD_LOG_FORMAT": "json",
+        }
         env["CLOCKD_STORE"] = self.dsn
         env.pop("CLOCKD_CONFIG", None)
         return env

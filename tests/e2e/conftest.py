@@ -39,6 +39,7 @@ class Clockd:
             **os.environ,
             "CLOCKD_HOME": str(home),
             "CLOCKD_METRICS_ADDR": "off",
+            "CLOCKD_API_ADDR": "127.0.0.1:0",
             "CLOCKD_LOG_FORMAT": "json",
             **(extra_env or {}),
         }

@@ -22,6 +22,7 @@ def test_ready_and_stopping_are_sent(tmp_path: Path) -> None:
         "NOTIFY_SOCKET": address,
         "CLOCKD_HOME": str(tmp_path / "home"),
         "CLOCKD_METRICS_ADDR": "off",
+        "CLOCKD_API_ADDR": "127.0.0.1:0",
         "WATCHDOG_USEC": "2000000",
     }
     env.pop("CLOCKD_STORE", None)

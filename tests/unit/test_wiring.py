@@ -24,22 +24,27 @@ def test_every_mode_the_settings_accept_has_a_builder() -> None:
 @pytest.mark.parametrize(
     ("modes", "services"),
     [
-        (ALL_MODES, ["clock-watch", "leader", "materializer", "relay", "worker"]),
+        (ALL_MODES, ["clock-watch", "leader", "materializer", "relay", "worker", "api"]),
         (("worker",), ["worker"]),
         (("relay", "leader"), ["clock-watch", "leader", "relay"]),
         (("materializer",), ["clock-watch", "materializer"]),
+        (("api",), ["api"]),
     ],
 )
 async def test_a_daemon_runs_the_modes_it_was_asked_for(
     tmp_path: Path, modes: tuple[str, ...], services: list[str]
 ) -> None:
-    daemon = build_daemon(Settings(store=f"sqlite:///{tmp_path}/clockd.db", modes=modes))
+    settings = Settings(store=f"sqlite:///{tmp_path}/clockd.db", modes=modes, api_addr="127.0.0.1:0")
+    daemon = build_daemon(settings)
     try:
         assert list(daemon.supervisor.services) == services
         assert daemon.supervisor.modes == modes
         assert daemon.location.kind == "sqlite"
     finally:
         await daemon.runner.aclose()
+        api = daemon.supervisor.services.get("api")
+        if api is not None:
+            api.sock.close()  # type: ignore[attr-defined]  # bound at composition, never served here
 
 
 async def test_the_fault_hook_reaches_the_materializer_and_is_off_by_default(tmp_path: Path) -> None:

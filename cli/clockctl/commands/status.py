@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
@@ -29,27 +28,16 @@ from rich.text import Text
 
 from clockctl import context
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
-from clockctl.render import iso
 from clockd.config import Settings, StoreLocation, load_settings, resolve_store
 from clockd.core.durations import format_duration
 from clockd.errors import ClockdError
-from clockd.services.reconcile import Report, run_reconcile
-from clockd.store import LagStats, Store
+from clockd.services import status as status_doc
+from clockd.services.status import ReconcileCache
+from clockd.store import Store
 from clockd.wiring import lock_holder, make_observer, make_store
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 WATCH_EVERY = 2.0
-RECONCILE_EVERY = timedelta(seconds=30)
-RECONCILE_WINDOW = timedelta(hours=1)
-LAG_WINDOWS = (("5m", timedelta(minutes=5)), ("60m", timedelta(minutes=60)))
-PROBLEMS_SHOWN = 10
-
-
-def reconcile_range(now: datetime, horizon: timedelta) -> tuple[datetime, datetime]:
-    """The last hour, ending two horizons before now: by then every instant of it has been
-    within the materializer's reach for a whole horizon (the leader uses the same range)."""
-    end = now - 2 * horizon
-    return end - RECONCILE_WINDOW, end
 
 
 def register(app: typer.Typer) -> None:
@@ -81,16 +69,10 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(0) from None
 
 
-@dataclass
-class _Cache:
-    report: Report | None = None
-    at: datetime | None = None
-
-
 async def _status(settings: Settings, location: StoreLocation, output: OutputFormat, watch: bool) -> None:
     store = make_store(location)
     await store.open()
-    cache = _Cache()
+    cache = ReconcileCache()
     try:
         doc = await gather(store, settings, location, cache)
         if not watch:
@@ -114,55 +96,12 @@ async def _status(settings: Settings, location: StoreLocation, output: OutputFor
 
 
 async def gather(
-    store: Store, settings: Settings, location: StoreLocation, cache: _Cache | None = None
+    store: Store, settings: Settings, location: StoreLocation, cache: ReconcileCache | None = None
 ) -> dict[str, Any]:
-    """The status document (``-o json``: a stable interface)."""
-    cache = cache or _Cache()
-    before = datetime.now(UTC)
-    server = await store.server_time()
-    now = datetime.now(UTC)
-    offset = ((before + (now - before) / 2) - server).total_seconds()
-    backlog = await store.backlog(now)
-    queues = await store.queue_stats(now)
-    lags = {label: await store.start_lag(now - span, now) for label, span in LAG_WINDOWS}
-    dead = await store.dead_count()
-    start, end = reconcile_range(now, settings.horizon)
-    if cache.report is None or cache.at is None or now - cache.at >= RECONCILE_EVERY:
-        cache.report, cache.at = await run_reconcile(store, start, end, keep_accounted=False), now
-    report = cache.report
-    return {
-        "now": iso(now),
-        "store": {"kind": location.kind, "location": location.display, "clock_offset_seconds": round(offset, 6)},
-        "coordination": await _coordination(settings, location),
-        "lag": {label: _lag_doc(stats) for label, stats in lags.items()},
-        "backlog": {
-            "due_schedules": backlog.due_schedules,
-            "outbox": backlog.outbox,
-            "queued": backlog.queued,
-            "running": backlog.running,
-            "oldest_queued_age_seconds": _age(now, backlog.oldest_queued_at),
-        },
-        "queues": [
-            {
-                "queue": q.queue,
-                "ready": q.ready,
-                "running": q.running,
-                "staged": q.staged,
-                "oldest_age_seconds": _age(now, q.oldest_ready_at),
-            }
-            for q in queues
-        ],
-        "dlq": dead,
-        "unaccounted": {
-            "count": report.unaccounted,
-            "from": iso(report.start),
-            "to": iso(report.end),
-            "problems": [
-                {"schedule": e.schedule, "instant": iso(e.instant), "problem": str(e.status), "detail": e.detail}
-                for e in report.problems[:PROBLEMS_SHOWN]
-            ],
-        },
-    }
+    """The status document (``-o json``: a stable interface), with this host's view of the
+    coordination (etcd, or the embedded store's lock)."""
+    coordination = await _coordination(settings, location)
+    return await status_doc.gather(store, settings.horizon, location, coordination, cache)
 
 
 async def _coordination(settings: Settings, location: StoreLocation) -> dict[str, Any]:
@@ -203,14 +142,6 @@ async def _coordination(settings: Settings, location: StoreLocation) -> dict[str
         "leader": None,
         "members": [],
     }
-
-
-def _lag_doc(stats: LagStats) -> dict[str, Any]:
-    return {"count": stats.count, "p50": stats.p50, "p95": stats.p95, "p99": stats.p99}
-
-
-def _age(now: datetime, since: datetime | None) -> float | None:
-    return None if since is None else round(max(0.0, (now - since).total_seconds()), 3)
 
 
 # -- rendering ------------------------------------------------------------------------------------

@@ -1009,3 +1009,63 @@ WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND schedul
   AND available_at >= %(since)s AND available_at < %(until)s
   AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
 LIMIT %(limit)s;
+
+-- ------------------------------------------------------------------ API: tokens, audit, pages (schema 0007)
+
+-- name: api_token_insert
+INSERT INTO api_tokens (id, tenant, name, role, hash, created_at, expires_at)
+VALUES (%(id)s, %(tenant)s, %(name)s, %(role)s, %(hash)s, %(created_at)s, %(expires_at)s);
+
+-- name: api_token_get
+SELECT id, tenant, name, role, hash, created_at, expires_at, revoked_at FROM api_tokens WHERE id = %(id)s;
+
+-- name: api_tokens_list
+SELECT id, tenant, name, role, hash, created_at, expires_at, revoked_at FROM api_tokens
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s) ORDER BY tenant, name, created_at;
+
+-- name: api_token_revoke
+-- The tenant's unrevoked token with that id or name (never another tenant's).
+UPDATE api_tokens SET revoked_at = %(now)s
+WHERE revoked_at IS NULL AND tenant = %(tenant)s AND (id = %(ref)s OR name = %(ref)s)
+RETURNING id, tenant, name, role, hash, created_at, expires_at, revoked_at;
+
+-- name: audit_insert
+INSERT INTO audit_log (at, tenant, actor, action, target, before_version, after_version, detail)
+VALUES (%(at)s, %(tenant)s, %(actor)s, %(action)s, %(target)s, %(before_version)s, %(after_version)s,
+        %(detail)s::jsonb)
+RETURNING id;
+
+-- name: audit_page
+-- Newest first, keyset on id (audit_log_tenant; all tenants: the primary key).
+SELECT id, at, tenant, actor, action, target, before_version, after_version, detail::text FROM audit_log
+WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s) AND (%(before)s::bigint IS NULL OR id < %(before)s)
+ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: schedules_page
+-- A keyset page of a tenant's live schedules by name (schedules_live_name): the scan
+-- starts after the cursor and stops at LIMIT, whatever the table holds. Names are
+-- COLLATE "C" (schema 0001): the order, and so the cursor, is by code point as in SQLite.
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM schedules
+WHERE tenant = %(tenant)s AND state <> 'deleted' AND name > %(after)s
+  AND (%(state)s::text IS NULL OR state = %(state)s)
+  AND (%(prefix)s::text IS NULL OR starts_with(name, %(prefix)s))
+  AND (%(label_key)s::text IS NULL
+       OR spec -> 'labels' @> jsonb_build_array(jsonb_build_array(%(label_key)s::text, %(label_value)s::text)))
+ORDER BY name LIMIT %(limit)s;
+
+-- name: occurrences_page
+-- A tenant's occurrences newest first, keyset on (scheduled_for, id) (occurrences_recent,
+-- or occurrences_by_schedule for one schedule).
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.tenant = %(tenant)s
+  AND (%(schedule_id)s::text IS NULL OR o.schedule_id = %(schedule_id)s)
+  AND (%(state)s::text IS NULL OR o.state = %(state)s)
+  AND (%(since)s::timestamptz IS NULL OR o.scheduled_for >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR o.scheduled_for < %(until)s)
+  AND (%(before_at)s::timestamptz IS NULL OR (o.scheduled_for, o.id) < (%(before_at)s, %(before_id)s::text))
+ORDER BY o.scheduled_for DESC, o.id DESC LIMIT %(limit)s;

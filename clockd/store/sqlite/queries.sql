@@ -885,3 +885,63 @@ WHERE scheduled_for >= :since - 300000000 AND scheduled_for < :until
   AND available_at >= :since AND available_at < :until
   AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
 LIMIT :limit;
+
+-- ------------------------------------------------------------------ API: tokens, audit, pages (schema 0007)
+
+-- name: api_token_insert
+INSERT INTO api_tokens (id, tenant, name, role, hash, created_at, expires_at)
+VALUES (:id, :tenant, :name, :role, :hash, :created_at, :expires_at);
+
+-- name: api_token_get
+SELECT id, tenant, name, role, hash, created_at, expires_at, revoked_at FROM api_tokens WHERE id = :id;
+
+-- name: api_tokens_list
+SELECT id, tenant, name, role, hash, created_at, expires_at, revoked_at FROM api_tokens
+WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY tenant, name, created_at;
+
+-- name: api_token_revoke
+-- The tenant's unrevoked token with that id or name (never another tenant's).
+UPDATE api_tokens SET revoked_at = :now
+WHERE revoked_at IS NULL AND tenant = :tenant AND (id = :ref OR name = :ref)
+RETURNING id, tenant, name, role, hash, created_at, expires_at, revoked_at;
+
+-- name: audit_insert
+INSERT INTO audit_log (at, tenant, actor, action, target, before_version, after_version, detail)
+VALUES (:at, :tenant, :actor, :action, :target, :before_version, :after_version, :detail)
+RETURNING id;
+
+-- name: audit_page
+-- Newest first, keyset on id (audit_log_tenant; all tenants: the primary key).
+SELECT id, at, tenant, actor, action, target, before_version, after_version, detail FROM audit_log
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:before IS NULL OR id < :before)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: schedules_page
+-- A keyset page of a tenant's live schedules by name (schedules_live_name): the scan
+-- starts after the cursor and stops at LIMIT, whatever the table holds.
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM schedules
+WHERE tenant = :tenant AND state != 'deleted' AND name > :after
+  AND (:state IS NULL OR state = :state)
+  AND (:prefix IS NULL OR substr(name, 1, length(:prefix)) = :prefix)
+  AND (:label_key IS NULL OR EXISTS (
+        SELECT 1 FROM json_each(spec, '$.labels')
+        WHERE json_extract(value, '$[0]') = :label_key AND json_extract(value, '$[1]') = :label_value))
+ORDER BY name LIMIT :limit;
+
+-- name: occurrences_page
+-- A tenant's occurrences newest first, keyset on (scheduled_for, id) (occurrences_recent,
+-- or occurrences_by_schedule for one schedule).
+SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
+       o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
+       o.exit_code, o.reason
+FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
+WHERE o.tenant = :tenant
+  AND (:schedule_id IS NULL OR o.schedule_id = :schedule_id)
+  AND (:state IS NULL OR o.state = :state)
+  AND (:since IS NULL OR o.scheduled_for >= :since)
+  AND (:until IS NULL OR o.scheduled_for < :until)
+  AND (:before_at IS NULL OR o.scheduled_for < :before_at
+       OR (o.scheduled_for = :before_at AND o.id < :before_id))
+ORDER BY o.scheduled_for DESC, o.id DESC LIMIT :limit;

@@ -1,0 +1,161 @@
+"""The HTTP API on the embedded store: one real ``clockd run`` (every mode, the api on a
+free port), driven over real HTTP from this process with ``clockd.client``.
+
+* creates/s and latency p99 of ``POST /v1/schedules``, 32 requests in flight (goal,
+  issue #16: ≥ 1,000/s and p99 ≤ 50 ms on this machine);
+* ``GET /v1/schedules?limit=100`` pages at 100,000 schedules (10,000 with --quick):
+  latency p99 (goal ≤ 50 ms). The schedules are written straight into the store first
+  (``apply_schedules``, set-based), then the pages walk the keyset from many cursors.
+
+The client shares the machine's two cores with the server: the figures are a floor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.embedded import percentile
+from clockd.core.ids import new_schedule_id, shard_of
+from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
+from clockd.services.ops import first_run
+from clockd.store import NewSchedule
+from clockd.store.sqlite.store import SqliteStore
+
+BIN = Path(sys.executable).parent
+TENANT = "bench"
+IN_FLIGHT = 32
+# The embedded store's `make run` runs every mode in one process; BENCH_API_MODES=api
+# measures the api alone.
+MODES = os.environ.get("BENCH_API_MODES", "all")
+
+
+def _job(name: str) -> dict[str, Any]:
+    return {"name": name, "schedule": "0 0 1 1 *", "noop": True}  # yearly: nothing to run meanwhile
+
+
+async def _fill(db: Path, n: int) -> None:
+    store = SqliteStore(db)
+    await store.open()
+    now = datetime.now(UTC).replace(microsecond=0)
+    try:
+        for start in range(0, n, 5000):
+            batch = []
+            for i in range(start, min(n, start + 5000)):
+                definition = ScheduleDef(
+                    name=f"page-{i:07d}", kind=ScheduleKind.CRON, expr="0 0 1 1 *", tz="UTC",
+                    target=NoopTarget(), tenant=TENANT,
+                )  # fmt: skip
+                sid = new_schedule_id()
+                batch.append(NewSchedule(sid, definition, shard_of(sid, 64), first_run(definition, now)))
+            await store.apply_schedules(batch, [], now)
+    finally:
+        await store.close()
+
+
+async def _creates(url: str, token: str, n: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    names = iter(range(n))
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+
+        async def one_worker() -> None:
+            for i in names:
+                t0 = time.perf_counter()
+                response = await http.post("/v1/schedules", json=_job(f"create-{i:07d}"))
+                latencies.append(time.perf_counter() - t0)
+                if response.status_code != 201:
+                    raise RuntimeError(f"create answered {response.status_code}: {response.text}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one_worker() for _ in range(IN_FLIGHT)))
+        elapsed = time.perf_counter() - started
+    return n / elapsed, latencies
+
+
+async def _pages(url: str, token: str, n: int, count: int) -> list[float]:
+    latencies: list[float] = []
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+        cursor: str | None = None
+        for _ in range(count):
+            params: dict[str, Any] = {"limit": 100}
+            if cursor:
+                params["cursor"] = cursor
+            t0 = time.perf_counter()
+            response = await http.get("/v1/schedules", params=params)
+            latencies.append(time.perf_counter() - t0)
+            doc = response.json()
+            if len(doc["items"]) != 100 and doc["next_cursor"]:
+                raise RuntimeError(f"a short page: {len(doc['items'])}")
+            cursor = doc["next_cursor"]  # walks the keyset; wraps to the start at the end
+    return latencies
+
+
+def bench(n_pages: int, n_creates: int) -> list[dict[str, Any]]:
+    from tests.harness.procs import free_port
+
+    with tempfile.TemporaryDirectory(prefix="clockd-bench-api-") as tmp:
+        home = Path(tmp)
+        os.chmod(home, 0o700)
+        asyncio.run(_fill(home / "clockd.db", n_pages))
+        port = free_port()
+        env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_METRICS_ADDR": "off", "CLOCKD_LOG_LEVEL": "warning"}
+        env.pop("CLOCKD_STORE", None)
+        env.pop("CLOCKD_SERVER", None)
+        token = json.loads(
+            subprocess.run(
+                [str(BIN / "clockctl"), "token", "create", "--tenant", TENANT, "--role", "operator", "-o", "json"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )["token"]
+        proc = subprocess.Popen(
+            [str(BIN / "clockd"), "run", "--mode", MODES, "--api-addr", f"127.0.0.1:{port}", "--log-format", "text"],
+            env=env,
+            stderr=(home / "clockd.log").open("wb"),
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(url + "/v1/openapi.json", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            page_latencies = asyncio.run(_pages(url, token, n_pages, 300))
+            rate, create_latencies = asyncio.run(_creates(url, token, n_creates))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    create_p99 = percentile(create_latencies, 0.99) * 1000
+    page_p99 = percentile(page_latencies, 0.99) * 1000
+    return [
+        {"name": f"API creates/s ({n_creates:,}, {IN_FLIGHT} in flight)", "value": rate, "unit": "/s",
+         "target": "≥ 1,000/s", "ok": rate >= 1000},
+        {"name": "API create latency p99", "value": create_p99, "unit": "ms", "target": "≤ 50 ms",
+         "ok": create_p99 <= 50},
+        {"name": f"API list page p99 ({n_pages:,} schedules)", "value": page_p99, "unit": "ms",
+         "target": "≤ 50 ms", "ok": page_p99 <= 50},
+    ]  # fmt: skip
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    return bench(10_000, 1_000) if quick else bench(100_000, 5_000)
+
+
+if __name__ == "__main__":
+    for row in run("--quick" in sys.argv):
+        print(row)

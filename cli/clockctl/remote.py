@@ -1,0 +1,280 @@
+"""``clockctl --server URL --token T``: the verbs through the HTTP API instead of the store.
+
+Where the server and token come from, first found wins: ``--server``/``--token``,
+``CLOCKD_SERVER``/``CLOCKD_TOKEN``, then the current context of
+``~/.config/clockd/client.yaml`` (``$XDG_CONFIG_HOME``), kept the way kubectl keeps
+its contexts::
+
+    current-context: prod
+    contexts:
+      prod: {server: "https://clockd.example.com:8470", token: "clockd_…"}
+      local: {server: "http://127.0.0.1:8470", token: "clockd_…"}
+
+:class:`RemoteOps` offers the :class:`clockd.services.ops.Ops` methods the commands call, answered
+by the API and decoded into the same models, so the commands print the same output,
+``-o json`` and exit codes either way. Problem answers become the clockd error the
+store path would raise (404 → NotFound, 409/412 → Conflict, 4xx → InvalidInput, 401/403
+and 5xx → a store error, exit 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+import httpx
+import yaml
+
+from clockd import errors
+from clockd.client import AsyncClient
+from clockd.client import errors as api_errors
+from clockd.core.model import (
+    Attempt,
+    AttemptOutcome,
+    Occurrence,
+    OccurrenceState,
+    Schedule,
+    ScheduleDef,
+    ScheduleState,
+)
+from clockd.formats.schedfile import Location, job_document, job_from_mapping
+from clockd.services.ops import Added, Change, ResumeFrom, VersionRow
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
+    return Path(base) / "clockd" / "client.yaml"
+
+
+def resolve(server: str | None, token: str | None, context: str | None) -> tuple[str, str | None] | None:
+    """(server, token) to use, or None to use the store."""
+    server = server or os.environ.get("CLOCKD_SERVER") or None
+    token = token or os.environ.get("CLOCKD_TOKEN") or None
+    path = config_path()
+    if (server is None or token is None) and (context or path.exists()):
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise errors.InvalidInput(f"{path}: cannot read the client contexts ({exc})") from None
+        name = context or doc.get("current-context")
+        contexts = doc.get("contexts") or {}
+        if name is not None:
+            chosen = contexts.get(name)
+            if not isinstance(chosen, dict):
+                raise errors.InvalidInput(f"{path}: no context {name!r} (contexts: {', '.join(contexts) or 'none'})")
+            server = server or chosen.get("server")
+            token = token or chosen.get("token")
+    if server is None:
+        return None
+    return str(server), None if token is None else str(token)
+
+
+def _raise(exc: api_errors.ApiError) -> NoReturn:
+    if isinstance(exc, api_errors.NotFound):
+        raise errors.NotFound(exc.detail) from None
+    if isinstance(exc, api_errors.IdempotencyKeyReused):
+        raise errors.IdempotencyMismatch(exc.detail) from None
+    if isinstance(exc, api_errors.PreconditionFailed):
+        raise errors.VersionMismatch(exc.detail) from None
+    if isinstance(exc, api_errors.RateLimited) and "limit" in exc.detail and exc.type.endswith("quota-exceeded"):
+        raise errors.QuotaExceeded(exc.detail) from None
+    if isinstance(exc, api_errors.Conflict):
+        raise errors.Conflict(exc.detail) from None
+    if isinstance(exc, (api_errors.Unauthorized, api_errors.Forbidden)):
+        raise errors.StorePermissionDenied(f"the API refused: {exc.detail}") from None
+    if isinstance(exc, api_errors.InvalidInput):
+        raise errors.InvalidInput(exc.detail) from None
+    raise errors.StoreUnavailable(f"the API answered {exc.status}: {exc.detail}") from None
+
+
+def _when(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def schedule_from_view(doc: Mapping[str, Any]) -> Schedule:
+    job, problems = job_from_mapping(doc["job"], Location("server", 1))
+    if job is None:  # the server wrote it: its own loader must read it back
+        raise errors.StoreUnavailable(f"the API answered a job this clockctl cannot read: {problems[0]}")
+    definition = job.definition
+    if definition.tenant != doc["tenant"]:
+        definition = dataclasses.replace(definition, tenant=doc["tenant"])
+    created = _when(doc["created_at"])
+    updated = _when(doc["updated_at"])
+    assert created is not None and updated is not None
+    return Schedule(
+        id=doc["id"],
+        version=int(doc["version"]),
+        state=ScheduleState(doc["state"]),
+        definition=definition,
+        next_run_at=_when(doc.get("next_run_at")),
+        shard=0,  # not exposed by the API
+        created_at=created,
+        updated_at=updated,
+        paused_at=_when(doc.get("paused_at")),
+    )
+
+
+def occurrence_from_view(doc: Mapping[str, Any]) -> Occurrence:
+    scheduled = _when(doc["scheduled_for"])
+    available = _when(doc["available_at"])
+    assert scheduled is not None and available is not None
+    return Occurrence(
+        id=doc["id"],
+        schedule_id=doc["schedule_id"],
+        schedule_name=doc["schedule"],
+        version=int(doc["version"]),
+        scheduled_for=scheduled,
+        available_at=available,
+        state=OccurrenceState(doc["state"]),
+        attempts=int(doc["attempts"]),
+        queue=doc["queue"],
+        manual=bool(doc["manual"]),
+        enqueued_at=_when(doc.get("enqueued_at")),
+        started_at=_when(doc.get("started_at")),
+        finished_at=_when(doc.get("finished_at")),
+        exit_code=doc.get("exit_code"),
+        reason=doc.get("reason"),
+        last_error=doc.get("last_error"),
+    )
+
+
+class _Unsupported:
+    def __getattr__(self, name: str) -> NoReturn:
+        raise errors.InvalidInput(
+            "this command reads the store directly and does not run over --server yet; "
+            "run it without --server/CLOCKD_SERVER (with --store)"
+        )
+
+
+class RemoteOps:
+    """The ``Ops`` methods clockctl's commands call, through the API."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.store = _Unsupported()
+
+    async def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None) -> Any:
+        try:
+            return await self.client.request(method, path, params=params, json=json)
+        except api_errors.ApiError as exc:
+            _raise(exc)
+        except httpx.HTTPError as exc:
+            raise errors.StoreUnavailable(f"cannot reach the API at {self.client.http.base_url}: {exc}") from None
+
+    @staticmethod
+    def _tenant(tenant: str | None) -> dict[str, str]:
+        # The token's tenant is the default; another one is for cluster-admin tokens.
+        return {} if tenant in (None, "default") else {"tenant": str(tenant)}
+
+    @staticmethod
+    def _path(name: str) -> str:
+        from urllib.parse import quote
+
+        return f"/v1/schedules/{quote(name, safe='')}"
+
+    async def create(self, definition: ScheduleDef, idempotency_key: str | None = None) -> Added:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        try:
+            response = await self.client.http.post(
+                "/v1/schedules", json=job_document(definition), headers=headers, params=self._tenant(definition.tenant)
+            )
+            api_errors.raise_for(response)
+        except api_errors.ApiError as exc:
+            _raise(exc)
+        except httpx.HTTPError as exc:
+            raise errors.StoreUnavailable(f"cannot reach the API at {self.client.http.base_url}: {exc}") from None
+        return Added(schedule_from_view(response.json()), response.headers.get("idempotent-replayed") == "true")
+
+    async def get(self, name: str, tenant: str = "default") -> Schedule:
+        return schedule_from_view(await self._call("GET", self._path(name), params=self._tenant(tenant)))
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        out: list[Schedule] = []
+        cursor = None
+        while True:
+            params = {**self._tenant(tenant), "limit": 1000, **({"cursor": cursor} if cursor else {})}
+            doc = await self._call("GET", "/v1/schedules", params=params)
+            out.extend(schedule_from_view(item) for item in doc["items"])
+            cursor = doc.get("next_cursor")
+            if not cursor:
+                return out
+
+    async def _change(self, path: str, tenant: str, body: Any = None) -> Change:
+        doc = await self._call("POST", path, params=self._tenant(tenant), json=body if body is not None else {})
+        return Change(schedule_from_view(doc), int(doc.get("canceled", 0)))
+
+    async def pause(self, name: str, tenant: str = "default", reason: str | None = None) -> Change:
+        return await self._change(self._path(name) + "/pause", tenant, {"reason": reason} if reason else {})
+
+    async def resume(self, name: str, tenant: str = "default", from_: ResumeFrom = ResumeFrom.NOW) -> Change:
+        return await self._change(self._path(name) + "/resume", tenant, {"from": from_.value})
+
+    async def update(self, name: str, definition: ScheduleDef, tenant: str = "default") -> Change:
+        doc = await self._call("PUT", self._path(name), params=self._tenant(tenant), json=job_document(definition))
+        return Change(schedule_from_view(doc), int(doc.get("canceled", 0)))
+
+    async def remove(self, name: str, tenant: str = "default") -> Change:
+        schedule = await self.get(name, tenant)
+        await self._call("DELETE", self._path(name), params=self._tenant(tenant))
+        return Change(dataclasses.replace(schedule, state=ScheduleState.DELETED, version=schedule.version + 1), 0)
+
+    async def run_now(self, name: str, tenant: str = "default") -> Occurrence:
+        doc = await self._call("POST", self._path(name) + "/run-now", params=self._tenant(tenant))
+        return occurrence_from_view(doc)
+
+    async def versions(self, name: str, tenant: str = "default") -> list[VersionRow]:
+        return []  # the API does not serve version histories (yet); show prints none
+
+    async def runs(
+        self, name: str | None, limit: int = 50, tenant: str = "default", upcoming: bool = False
+    ) -> list[Occurrence]:
+        params: dict[str, Any] = {**self._tenant(tenant), "limit": min(limit, 1000)}
+        if name:
+            params["schedule"] = name
+        if not upcoming:
+            params["until"] = (datetime.now(UTC)).isoformat()
+        doc = await self._call("GET", "/v1/occurrences", params=params)
+        return [occurrence_from_view(item) for item in doc["items"]]
+
+    async def occurrence(self, id_or_prefix: str) -> Occurrence:
+        return occurrence_from_view(await self._call("GET", f"/v1/occurrences/{id_or_prefix}"))
+
+    async def attempt(self, id_or_prefix: str, number: int | None = None) -> tuple[Occurrence, Attempt]:
+        occ = await self.occurrence(id_or_prefix)
+        doc = await self._call("GET", f"/v1/occurrences/{occ.id}/logs", params={"attempt": number})
+        started = _when(doc["started_at"])
+        assert started is not None
+        return occ, Attempt(
+            occurrence_id=occ.id,
+            number=int(doc["attempt"]),
+            lease_token="",
+            worker_id=doc.get("worker_id") or "",
+            started_at=started,
+            outcome=AttemptOutcome(doc["outcome"]),
+            finished_at=_when(doc.get("finished_at")),
+            exit_code=doc.get("exit_code"),
+            signal=doc.get("signal"),
+            output=doc.get("output") or "",
+            error=doc.get("error"),
+        )
+
+    async def dead_letters(self, name: str | None = None, tenant: str = "default", limit: int = 50) -> list[Occurrence]:
+        params = {**self._tenant(tenant), "limit": limit, **({"schedule": name} if name else {})}
+        return [occurrence_from_view(d) for d in (await self._call("GET", "/v1/dlq", params=params))["items"]]
+
+    async def replay(self, id_or_prefix: str) -> Occurrence:
+        return occurrence_from_view(await self._call("POST", f"/v1/dlq/{id_or_prefix}/replay"))
+
+    async def drop(self, id_or_prefix: str) -> Occurrence:
+        return occurrence_from_view(await self._call("DELETE", f"/v1/dlq/{id_or_prefix}"))
+
+    def __getattr__(self, name: str) -> NoReturn:
+        _Unsupported().__getattr__(name)
+
+
+__all__ = ["RemoteOps", "config_path", "resolve"]

@@ -1,0 +1,77 @@
+"""The Starlette application: the route table, authentication, errors as problems.
+
+Every endpoint in :data:`clockd.api.routes.ENDPOINTS` is wrapped the same way:
+authenticate (:func:`clockd.api.auth.authenticate`), check the role, run, and turn any
+error into an RFC 9457 problem (:mod:`clockd.api.problems`). An unexpected exception
+is logged and answered 500 without its text; bad input never gets there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from clockd.api import openapi
+from clockd.api.auth import authenticate, require
+from clockd.api.context import ApiContext
+from clockd.api.problems import Problem, from_error
+from clockd.api.routes import Endpoint, all_endpoints
+from clockd.api.routes.common import answer
+from clockd.errors import ClockdError
+
+log = logging.getLogger(__name__)
+
+
+def _wrap(ep: Endpoint) -> Any:
+    async def run(request: Request) -> Response:
+        try:
+            who = await authenticate(request)
+            require(who, ep.role)
+            return await ep.handler(request, who)
+        except Problem as problem:
+            return problem.response(request.url.path)
+        except ClockdError as exc:
+            return from_error(exc).response(request.url.path)
+        except Exception:
+            log.exception("api: %s %s failed", request.method, request.url.path, extra={"action": "api_internal_error"})
+            return Problem("internal", "internal error; the api log has the details").response(request.url.path)
+
+    run.__name__ = ep.handler.__name__
+    return run
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        return Problem("method-not-allowed", f"{request.method} is not allowed on {request.url.path}").response()
+    return Problem("not-found", f"no route {request.url.path} (GET /v1/openapi.json lists them)").response()
+
+
+def build_app(api: ApiContext, dashboard: Sequence[BaseRoute] = ()) -> Starlette:
+    """The /v1 routes, and the dashboard's routes (``clockd.ui``) mounted at /ui."""
+    document: list[dict[str, Any]] = []  # built on first request: a quick start
+
+    async def serve_openapi(request: Request) -> Response:
+        if not document:
+            document.append(openapi.document())
+        return answer(document[0])
+
+    # Schedule names may hold "/" (sent as %2F): {name} matches any path, and the routes
+    # with a suffix after it (/pause, /explain…) are tried first.
+    endpoints = sorted(all_endpoints(), key=lambda ep: -ep.path.count("/"))
+    routes: list[BaseRoute] = [
+        Route(ep.path.replace("{name}", "{name:path}"), _wrap(ep), methods=[ep.method]) for ep in endpoints
+    ]
+    routes.append(Route("/v1/openapi.json", serve_openapi, methods=["GET"]))
+    if dashboard:
+        routes.append(Mount("/ui", routes=list(dashboard)))
+    app = Starlette(routes=routes, exception_handlers={404: _http_error, 405: _http_error})
+    app.state.api = api
+    return app

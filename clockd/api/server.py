@@ -1,0 +1,185 @@
+"""The ``api`` mode: uvicorn serving :func:`clockd.api.app.build_app` inside the daemon's
+own asyncio loop (no thread, no second loop, no signal handlers of its own: the daemon's
+SIGTERM handling stops it like every other mode).
+
+Safe by default: the socket is bound before the daemon reports ready (a taken port is
+a one-line error, exit 2); a non-loopback address needs TLS (``api_tls_cert`` and
+``api_tls_key``) or an explicit ``api_insecure``, which is logged as a warning at every
+start. Slow clients: idle keep-alive connections close after 5 s, bodies must arrive
+within ``Limits.body_timeout``, and at most ``LIMIT_CONCURRENCY`` connections are served
+at once (more get 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+from starlette.routing import BaseRoute
+
+from clockd.api.app import build_app
+from clockd.api.auth import principal_for
+from clockd.api.context import ApiContext, Limits
+from clockd.config import Settings, resolve_store
+from clockd.coord import Coordinator
+from clockd.core.clock import Clock
+from clockd.errors import InvalidInput
+from clockd.services import status as status_doc
+from clockd.services.ops import Ops
+from clockd.services.status import ReconcileCache
+from clockd.store import Store
+from clockd.ui.pages import Dashboard, Viewer
+
+log = logging.getLogger(__name__)
+
+LIMIT_CONCURRENCY = 1000
+KEEP_ALIVE_SECONDS = 5
+
+
+class _EmbeddedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        # The daemon owns SIGTERM/SIGINT (clockd.daemon.main); uvicorn must not take them.
+        yield
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidInput(f"api_addr: {addr!r} is not HOST:PORT (e.g. 127.0.0.1:8470)")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ApiServer:
+    """A service of the supervisor: ``run(stopping)`` serves until ``stopping`` is set."""
+
+    def __init__(self, sock: socket.socket, config: uvicorn.Config) -> None:
+        self.sock, self.config = sock, config
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.sock.getsockname()[:2]
+        return str(host), int(port)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        server = _EmbeddedServer(self.config)
+        serving = asyncio.create_task(server.serve(sockets=[self.sock]), name="clockd-api-uvicorn")
+        waiting = asyncio.create_task(stopping.wait())
+        try:
+            await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            server.should_exit = True
+            waiting.cancel()
+            await serving
+            self.sock.close()
+
+
+def dashboard_routes(
+    api: ApiContext, settings: Settings, coordinator: Coordinator | None, tls: bool
+) -> list[BaseRoute]:
+    """The dashboard (``clockd.ui``) over the same store, use cases and tokens as /v1."""
+
+    async def viewer(token: str) -> Viewer | None:
+        principal = await principal_for(api, token)
+        if principal is None:
+            return None
+        return Viewer(principal.tenant, principal.role.value, principal.name)
+
+    cache = ReconcileCache()
+
+    async def health() -> dict[str, Any]:
+        coordination = await _coordination(settings, coordinator)
+        return await status_doc.gather(api.store, settings.horizon, resolve_store(settings.store), coordination, cache)
+
+    return Dashboard(api.store, api.ops, api.clock, viewer, health, secure_cookies=tls).routes()
+
+
+async def _coordination(settings: Settings, coordinator: Coordinator | None) -> dict[str, Any]:
+    """This process's view of the cluster, in the shape ``clockctl status`` prints."""
+    if coordinator is None:
+        return {"kind": "unknown", "leader": None, "members": []}
+    found = await coordinator.status()
+    return {
+        "kind": "etcd" if settings.etcd else "embedded",
+        "cluster": settings.cluster,
+        "reachable": found.reachable,
+        "leader": {"node": found.leader_node, "token": found.leader_token} if found.leader_node else None,
+        "members": [{"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)} for m in found.members],
+    }
+
+
+def build_api_server(
+    settings: Settings, store: Store, clock: Clock, coordinator: Coordinator | None = None
+) -> ApiServer:
+    """The api mode from the settings: bind the socket now (errors are bad config)."""
+    host, port = split_addr(settings.api_addr)
+    tls = bool(settings.api_tls_cert or settings.api_tls_key)
+    if tls and not (settings.api_tls_cert and settings.api_tls_key):
+        raise InvalidInput("api_tls_cert and api_tls_key go together: give both")
+    if not is_loopback(host) and not tls:
+        if not settings.api_insecure:
+            raise InvalidInput(
+                f"api_addr {settings.api_addr} is not a loopback address: give --api-tls-cert and --api-tls-key, "
+                "or --api-insecure to serve plain HTTP there anyway"
+            )
+        log.warning(
+            "api: serving plain HTTP on %s: bearer tokens cross the network unencrypted",
+            settings.api_addr,
+            extra={"action": "api_insecure"},
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInput(f"api_addr {settings.api_addr}: cannot listen there ({exc.strerror})") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    api = ApiContext(
+        store,
+        Ops(store, clock, settings.shard_count),
+        clock,
+        Limits(writes_per_second=settings.api_writes_per_second),
+    )
+    config = uvicorn.Config(
+        build_app(api, dashboard_routes(api, settings, coordinator, tls)),
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        lifespan="off",
+        limit_concurrency=LIMIT_CONCURRENCY,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=5,
+        h11_max_incomplete_event_size=64 * 1024,
+        ssl_certfile=settings.api_tls_cert or None,
+        ssl_keyfile=settings.api_tls_key or None,
+        http="h11",
+        loop="none",
+    )
+    bound = sock.getsockname()
+    log.info(
+        "api listening on %s://%s:%d",
+        "https" if tls else "http",
+        bound[0],
+        bound[1],
+        extra={"action": "api_listening"},
+    )
+    return ApiServer(sock, config)

@@ -1,0 +1,175 @@
+"""The JSON forms the API reads and writes, and the one call into the schedule-file validator.
+
+A schedule's body is ONE job of the schedule-file format (``man clockd-schedules``) as
+JSON: :func:`definition_from_body` is the only place the API validates one, with the
+loader ``clockctl apply`` uses (:func:`clockd.formats.schedfile.job_from_mapping`), so the API,
+``apply`` and the JSON schema share one model and one validator. Responses carry the
+job in the same form (:func:`clockd.formats.schedfile.job_document`): secret references such as
+``${file:…}`` are written back as given, never resolved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from clockd.api.problems import FieldError, Problem, pointer
+from clockd.core.cron import parse_cron
+from clockd.core.instants import format_instant
+from clockd.core.model import Attempt, Occurrence, Schedule, ScheduleDef, ScheduleKind
+from clockd.core.spec import compile_spec
+from clockd.core.timeline import CronTimeline, Skip
+from clockd.core.zones import get_zone
+from clockd.formats.schedfile import Location, job_document, job_from_mapping
+from clockd.store import AuditEntry
+
+NEXT_RUNS = 5
+
+
+def definition_from_body(data: Any, tenant: str, where: str = "") -> ScheduleDef:
+    """A job document (parsed JSON) as a validated definition of ``tenant``; 422 with
+    one JSON pointer per refused field (``where`` prefixes them, e.g. ``/jobs/3``)."""
+    if not isinstance(data, Mapping):
+        raise Problem("invalid-input", "a schedule is a JSON object of schedule-file fields (man clockd-schedules)")
+    job, errors = job_from_mapping(data, Location("body", 1))
+    if errors or job is None:
+        fields = [FieldError(where + (pointer(e.field) if e.field else ""), e.message) for e in errors]
+        first = errors[0] if errors else None
+        detail = (f"{first.field}: {first.message}" if first.field else first.message) if first else "invalid job"
+        if len(errors) > 1:
+            detail += f" (and {len(errors) - 1} more problem(s): see errors)"
+        raise Problem("invalid-input", detail, fields)
+    return dataclasses.replace(job.definition, tenant=tenant)
+
+
+def next_runs(
+    definition: ScheduleDef, after: datetime, anchor: datetime, count: int = NEXT_RUNS
+) -> list[dict[str, Any]]:
+    """The next ``count`` runs strictly after ``after``: ``at`` (UTC), ``local`` (with its
+    offset in the schedule's zone) and ``note`` (DST: a repeated hour, or the wall times
+    a gap skipped since the previous run; None otherwise)."""
+    zone = get_zone(definition.tz)
+    out: list[dict[str, Any]] = []
+    if definition.kind is ScheduleKind.CRON:
+        skipped: list[Skip] = []
+        for event in CronTimeline(parse_cron(definition.expr), zone).events_after(after):
+            if isinstance(event, Skip):
+                skipped.append(event)
+                continue
+            notes = [s.note for s in skipped[:3]] + ([event.note] if event.note else [])
+            out.append(
+                {"at": format_instant(event.utc), "local": event.local.isoformat(), "note": "; ".join(notes) or None}
+            )
+            skipped = []
+            if len(out) >= count:
+                break
+        return out
+    spec = compile_spec(definition.kind, definition.expr, definition.tz, anchor)
+    t: datetime | None = after
+    while len(out) < count:
+        t = spec.next_after(t) if t is not None else None
+        if t is None:
+            break
+        out.append({"at": format_instant(t), "local": t.astimezone(zone).isoformat(), "note": None})
+    return out
+
+
+_SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleDef) if f.name != "name")
+_JOBS: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def job_view(definition: ScheduleDef) -> dict[str, Any]:
+    """``job_document(definition)``, cached by everything but the name: a page of
+    schedules that share their shape (most do) costs one export, not one each. The
+    cached dicts are shared between answers and never mutated (merge patches copy)."""
+    key = tuple(getattr(definition, f) for f in _SHAPE_FIELDS)
+    unnamed = _JOBS.get(key)
+    if unnamed is None:
+        if len(_JOBS) >= 4096:
+            _JOBS.clear()
+        unnamed = _JOBS[key] = {k: v for k, v in job_document(definition).items() if k != "name"}
+    return {"name": definition.name, **unnamed}
+
+
+def _opt(instant: datetime | None) -> str | None:
+    return None if instant is None else format_instant(instant)
+
+
+def etag(schedule: Schedule) -> str:
+    return f'"{schedule.version}"'
+
+
+def schedule_view(schedule: Schedule, now: datetime, *, runs: bool = True) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": schedule.name,
+        "id": schedule.id,
+        "tenant": schedule.definition.tenant,
+        "version": schedule.version,
+        "state": schedule.state.value,
+        "job": job_view(schedule.definition),
+        "next_run_at": _opt(schedule.next_run_at),
+        "created_at": format_instant(schedule.created_at),
+        "updated_at": format_instant(schedule.updated_at),
+        "paused_at": _opt(schedule.paused_at),
+    }
+    if runs:
+        active = schedule.state.value == "active"
+        doc["next_runs"] = next_runs(schedule.definition, now, schedule.created_at) if active else []
+    return doc
+
+
+def occurrence_view(occurrence: Occurrence) -> dict[str, Any]:
+    return {
+        "id": occurrence.id,
+        "schedule": occurrence.schedule_name,
+        "schedule_id": occurrence.schedule_id,
+        "version": occurrence.version,
+        "scheduled_for": format_instant(occurrence.scheduled_for),
+        "available_at": format_instant(occurrence.available_at),
+        "state": occurrence.state.value,
+        "attempts": occurrence.attempts,
+        "queue": occurrence.queue,
+        "manual": occurrence.manual,
+        "enqueued_at": _opt(occurrence.enqueued_at),
+        "started_at": _opt(occurrence.started_at),
+        "finished_at": _opt(occurrence.finished_at),
+        "exit_code": occurrence.exit_code,
+        "reason": occurrence.reason,
+        "last_error": occurrence.last_error,
+    }
+
+
+def attempt_view(attempt: Attempt, *, output: bool = False) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "attempt": attempt.number,
+        "worker_id": attempt.worker_id,
+        "started_at": format_instant(attempt.started_at),
+        "finished_at": _opt(attempt.finished_at),
+        "outcome": attempt.outcome.value,
+        "exit_code": attempt.exit_code,
+        "signal": attempt.signal,
+        "error": attempt.error,
+    }
+    if output:
+        doc["output"] = attempt.output
+    return doc
+
+
+def audit_view(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "at": format_instant(entry.at),
+        "tenant": entry.tenant,
+        "actor": entry.actor,
+        "action": entry.action,
+        "target": entry.target,
+        "before_version": entry.before_version,
+        "after_version": entry.after_version,
+        "detail": dict(entry.detail),
+    }
+
+
+def page(items: Sequence[dict[str, Any]], next_cursor: str | None) -> dict[str, Any]:
+    return {"items": list(items), "next_cursor": next_cursor}

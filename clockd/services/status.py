@@ -1,0 +1,114 @@
+"""The cluster's status document (``clockctl status -o json``, the dashboard's health page).
+
+Everything comes from the store's operator reads plus what the caller knows of the
+coordination (``clockctl`` asks etcd or the embedded lock; a daemon's api mode asks its
+own coordinator). The document is a stable interface: keys are only ever added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from clockd.config import StoreLocation
+from clockd.services.reconcile import Report, run_reconcile
+from clockd.store import LagStats, Store
+
+RECONCILE_EVERY = timedelta(seconds=30)
+RECONCILE_WINDOW = timedelta(hours=1)
+LAG_WINDOWS = (("5m", timedelta(minutes=5)), ("60m", timedelta(minutes=60)))
+PROBLEMS_SHOWN = 10
+
+
+def iso(dt: datetime | None) -> str | None:
+    """UTC ISO 8601 ending in Z, microseconds only when there are any (trailing zeros cut):
+    the form every JSON document of clockctl and the API uses."""
+    if dt is None:
+        return None
+    return (
+        dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        + (f".{dt.microsecond:06d}".rstrip("0") if dt.microsecond else "")
+        + "Z"
+    )
+
+
+def reconcile_range(now: datetime, horizon: timedelta) -> tuple[datetime, datetime]:
+    """The last hour, ending two horizons before now: by then every instant of it has been
+    within the materializer's reach for a whole horizon (the leader uses the same range)."""
+    end = now - 2 * horizon
+    return end - RECONCILE_WINDOW, end
+
+
+@dataclass
+class ReconcileCache:
+    report: Report | None = None
+    at: datetime | None = None
+
+
+async def gather(
+    store: Store,
+    horizon: timedelta,
+    location: StoreLocation,
+    coordination: dict[str, Any],
+    cache: ReconcileCache | None = None,
+) -> dict[str, Any]:
+    """The status document (``-o json``: a stable interface). ``coordination`` is the
+    caller's view of the leader and members; ``cache`` keeps the reconciler's report for
+    :data:`RECONCILE_EVERY` (a watch or a page refresh does not rerun it each time)."""
+    cache = cache or ReconcileCache()
+    before = datetime.now(UTC)
+    server = await store.server_time()
+    now = datetime.now(UTC)
+    offset = ((before + (now - before) / 2) - server).total_seconds()
+    backlog = await store.backlog(now)
+    queues = await store.queue_stats(now)
+    lags = {label: await store.start_lag(now - span, now) for label, span in LAG_WINDOWS}
+    dead = await store.dead_count()
+    start, end = reconcile_range(now, horizon)
+    if cache.report is None or cache.at is None or now - cache.at >= RECONCILE_EVERY:
+        cache.report, cache.at = await run_reconcile(store, start, end, keep_accounted=False), now
+    report = cache.report
+    return {
+        "now": iso(now),
+        "store": {"kind": location.kind, "location": location.display, "clock_offset_seconds": round(offset, 6)},
+        "coordination": coordination,
+        "lag": {label: _lag_doc(stats) for label, stats in lags.items()},
+        "backlog": {
+            "due_schedules": backlog.due_schedules,
+            "outbox": backlog.outbox,
+            "queued": backlog.queued,
+            "running": backlog.running,
+            "oldest_queued_age_seconds": _age(now, backlog.oldest_queued_at),
+        },
+        "queues": [
+            {
+                "queue": q.queue,
+                "ready": q.ready,
+                "running": q.running,
+                "staged": q.staged,
+                "oldest_age_seconds": _age(now, q.oldest_ready_at),
+            }
+            for q in queues
+        ],
+        "dlq": dead,
+        "unaccounted": {
+            "count": report.unaccounted,
+            "from": iso(report.start),
+            "to": iso(report.end),
+            "problems": [
+                {"schedule": e.schedule, "instant": iso(e.instant), "problem": str(e.status), "detail": e.detail}
+                for e in report.problems[:PROBLEMS_SHOWN]
+            ],
+        },
+    }
+
+
+def _lag_doc(stats: LagStats) -> dict[str, Any]:
+    return {"count": stats.count, "p50": stats.p50, "p95": stats.p95, "p99": stats.p99}
+
+
+def _age(now: datetime, since: datetime | None) -> float | None:
+    return None if since is None else round(max(0.0, (now - since).total_seconds()), 3)
+
+

@@ -1,0 +1,267 @@
+"""The HTTP API over real HTTP against real clockd processes, on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from clockd.api.routes import all_endpoints
+
+from .conftest import ApiServer, job
+
+pytestmark = pytest.mark.e2e
+
+PROBLEM = "application/problem+json"
+
+
+def problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    doc: dict[str, Any] = response.json()
+    assert doc["type"] == f"urn:clockd:problem:{slug}", doc
+    assert doc["status"] == status and doc["detail"] and "\n" not in doc["detail"]
+    return doc
+
+
+def test_create_list_get_pause_resume_update_delete_and_the_audit_log(api: ApiServer) -> None:
+    token = api.token("acme", "admin", "ci")
+    with api.client(token) as http:
+        created = http.post("/v1/schedules", json=job(), headers={"Idempotency-Key": "mail-1"})
+        assert created.status_code == 201, created.text
+        body = created.json()
+        assert created.headers["etag"] == '"1"' and body["version"] == 1 and body["tenant"] == api.tenant("acme")
+        assert len(body["next_runs"]) == 5
+        assert body["next_runs"][0]["local"].endswith("+01:00") or body["next_runs"][0]["local"].endswith("+02:00")
+        assert body["job"] == job()
+        again = http.post("/v1/schedules", json=job(), headers={"Idempotency-Key": "mail-1"})
+        assert again.status_code == 201 and again.json()["id"] == body["id"]
+        other = http.post("/v1/schedules", json=job(schedule="0 11 * * 5"), headers={"Idempotency-Key": "mail-1"})
+        problem(other, 422, "idempotency-key-reused")
+
+        listed = http.get("/v1/schedules").json()
+        assert [s["name"] for s in listed["items"]] == ["email"] and listed["next_cursor"] is None
+        one = http.get("/v1/schedules/email").json()
+        assert one["recent"] == [] or isinstance(one["recent"], list)
+
+        paused = http.post("/v1/schedules/email/pause", json={"reason": "mail server moves"})
+        assert paused.status_code == 200 and paused.json()["state"] == "paused" and paused.json()["version"] == 2
+        resumed = http.post("/v1/schedules/email/resume", json={"from": "now"})
+        assert resumed.json()["state"] == "active" and resumed.headers["etag"] == '"3"'
+
+        stale = http.patch("/v1/schedules/email", json={"schedule": "0 9 * * 5"}, headers={"If-Match": '"1"'})
+        problem(stale, 412, "precondition-failed")
+        patched = http.patch("/v1/schedules/email", json={"schedule": "0 9 * * 5"}, headers={"If-Match": '"3"'})
+        assert patched.status_code == 200, patched.text
+        assert patched.json()["job"]["schedule"] == "0 9 * * 5" and patched.json()["version"] == 4
+        replaced = http.put("/v1/schedules/email", json=job(timeout="5m"), headers={"If-Match": '"4"'})
+        assert replaced.status_code == 200 and replaced.json()["job"]["timeout"] == "5m"
+        renamed = http.put("/v1/schedules/email", json=job("other"))
+        assert problem(renamed, 422, "invalid-input")["errors"][0]["pointer"] == "/name"
+
+        explained = http.get("/v1/schedules/email/explain", params={"at": "now-1h"})
+        assert explained.status_code == 200, explained.text
+        ran = http.post("/v1/schedules/email/run-now")
+        assert ran.status_code == 202 and ran.json()["manual"] is True
+        occ = http.get(f"/v1/occurrences/{ran.json()['id']}")
+        assert occ.status_code == 200 and occ.json()["schedule"] == "email"
+
+        assert http.delete("/v1/schedules/email").status_code == 204
+        problem(http.get("/v1/schedules/email"), 404, "not-found")
+
+        audit = http.get("/v1/audit").json()["items"]
+        actions = [(e["action"], e["before_version"], e["after_version"]) for e in reversed(audit)]
+        assert actions[-7:] == [
+            ("schedule.create", None, 1),
+            ("schedule.pause", 1, 2),
+            ("schedule.resume", 2, 3),
+            ("schedule.update", 3, 4),
+            ("schedule.update", 4, 5),
+            ("schedule.run_now", None, None),
+            ("schedule.delete", 5, 6),
+        ]
+        assert {e["actor"] for e in audit if e["action"].startswith("schedule.")} == {"ci"}
+    cli = json.loads(api.ctl("audit", "--tenant", api.tenant("acme"), "-o", "json").stdout)
+    assert cli[0]["action"] == "schedule.delete" and cli[0]["actor"] == "ci"
+
+
+def _fill(path: str, name: str, occurrence: str) -> str:
+    return path.replace("{name}", name).replace("{id}", occurrence).replace("{ref}", "ci").replace("{tenant}", "acme")
+
+
+def test_another_tenants_token_gets_404_on_every_route_and_changes_nothing(api: ApiServer) -> None:
+    mine = api.token("acme", "admin", "ci")
+    theirs = api.token("intruder", "admin", "spy")
+    with api.client(mine) as http:
+        assert http.post("/v1/schedules", json=job()).status_code == 201
+        occurrence = http.post("/v1/schedules/email/run-now").json()["id"]
+        before = http.get("/v1/schedules/email").json()
+        audit_before = http.get("/v1/audit").json()["items"]
+    checked = 0
+    with api.client(theirs) as http:
+        for ep in all_endpoints():
+            if "{" not in ep.path or ep.path.startswith("/v1/tenants"):
+                continue
+            path = _fill(ep.path, "email", occurrence)
+            body = job() if ep.body in ("Job",) else {}
+            response = http.request(ep.method, path, json=body, params={"at": "now"})
+            problem(response, 404, "not-found")
+            checked += 1
+        # Lists and tenant-wide reads show nothing of acme.
+        assert http.get("/v1/schedules").json()["items"] == []
+        assert http.get("/v1/occurrences").json()["items"] == []
+        assert http.get("/v1/dlq").json()["items"] == []
+        assert all(e["tenant"] == api.tenant("intruder") for e in http.get("/v1/audit").json()["items"])
+        assert http.get("/v1/status").json()["schedules"] == 0
+        problem(http.get("/v1/schedules", params={"tenant": api.tenant("acme")}), 404, "not-found")
+        problem(http.get("/v1/occurrences", params={"schedule": "email"}), 404, "not-found")
+        problem(http.get("/v1/reconcile", params={"schedule": "email"}), 404, "not-found")
+    assert checked >= 12
+    with api.client(mine) as http:
+        after = http.get("/v1/schedules/email").json()
+        assert after["version"] == before["version"] and after["state"] == "active"
+        assert http.get("/v1/audit").json()["items"] == audit_before
+        assert http.get(f"/v1/occurrences/{occurrence}").status_code == 200
+
+
+def test_roles_and_bad_tokens(api: ApiServer) -> None:
+    reader = api.token("acme", "readonly")
+    with api.client(reader) as http:
+        assert http.get("/v1/schedules").status_code == 200
+        problem(http.post("/v1/schedules", json=job()), 403, "forbidden")
+        problem(http.get("/v1/audit"), 403, "forbidden")
+    with api.client(None) as http:
+        problem(http.get("/v1/schedules"), 401, "unauthorized")
+    with api.client("clockd_000000000000_" + "x" * 43) as http:
+        problem(http.get("/v1/schedules"), 401, "unauthorized")
+    api.ctl("token", "revoke", reader.split("_")[1])
+    # Revocation takes effect within the cache time (clockd.api.auth.CACHE_SECONDS).
+    from tests.e2e.conftest import wait_for
+
+    wait_for("the revoked token to be refused", lambda: httpx.get(
+        api.url() + "/v1/schedules", headers={"Authorization": f"Bearer {reader}"}
+    ).status_code == 401, 15)  # fmt: skip
+
+
+def test_bad_input_gets_the_right_4xx_and_writes_nothing(api: ApiServer) -> None:
+    token = api.token("acme", "admin", "ci")
+    with api.client(token) as http:
+        raw = {"Content-Type": "application/json"}
+        problem(http.post("/v1/schedules", content=b'{"name": "x",', headers=raw), 400, "malformed-json")
+        problem(http.post("/v1/schedules", content=b"", headers=raw), 400, "malformed-json")
+        problem(http.post("/v1/schedules", content=b"NaN", headers=raw), 400, "malformed-json")
+        problem(http.post("/v1/schedules", content=b"\xff\xfe", headers=raw), 400, "malformed-json")
+        wrong = http.post("/v1/schedules", content=json.dumps(job()), headers={"Content-Type": "text/plain"})
+        problem(wrong, 415, "unsupported-media-type")
+        huge = json.dumps(job(env={"PAD": "x" * (2 * 1024 * 1024)}))
+        problem(http.post("/v1/schedules", content=huge, headers=raw), 413, "body-too-large")
+        deep = '{"name": "x", "labels": ' + "[" * 40 + "]" * 40 + "}"
+        problem(http.post("/v1/schedules", content=deep, headers=raw), 422, "too-deep")
+        unknown = problem(http.post("/v1/schedules", json=job(colour="blue")), 422, "invalid-input")
+        assert [e["pointer"] for e in unknown["errors"]] == ["/colour"]
+        cron = problem(http.post("/v1/schedules", json=job(schedule="0 25 * * *")), 422, "invalid-input")
+        assert cron["errors"][0]["pointer"] == "/schedule" and "25" in cron["detail"]
+        zone = problem(http.post("/v1/schedules", json=job(tz="Europe/Pariss")), 422, "invalid-input")
+        assert zone["errors"][0]["pointer"] == "/tz" and "Europe/Paris" in zone["detail"]
+        problem(http.post("/v1/schedules", json=[1, 2]), 422, "invalid-input")
+        problem(http.get("/v1/schedules", params={"limit": "0"}), 422, "invalid-input")
+        problem(http.get("/v1/schedules", params={"cursor": "!!"}), 422, "invalid-input")
+        problem(http.get("/v1/occurrences", params={"since": "yesterday-ish"}), 422, "invalid-input")
+        problem(http.post("/v1/schedules/none/pause", json={"why": 1}), 422, "invalid-input")
+        problem(http.delete("/v1/schedules"), 405, "method-not-allowed")
+        problem(http.get("/v1/nothing-here"), 404, "not-found")
+        bad_apply = http.post("/v1/apply", json={"jobs": [job("a"), job("b", tz="Mars/Base")]})
+        assert problem(bad_apply, 422, "invalid-input")["errors"][0]["pointer"] == "/jobs/1/tz"
+        assert http.get("/v1/schedules").json()["items"] == []
+        assert [e for e in http.get("/v1/audit").json()["items"] if e["action"] != "token.create"] == []
+
+
+async def test_the_same_idempotency_key_from_20_concurrent_requests_creates_one_schedule(api: ApiServer) -> None:
+    token = api.token("acme", "operator")
+    clients = [api.async_client(token) for _ in range(4)]
+    try:
+        responses = await asyncio.gather(
+            *(
+                clients[n % 4].post("/v1/schedules", json=job("race"), headers={"Idempotency-Key": "same"})
+                for n in range(20)
+            )
+        )
+    finally:
+        for client in clients:
+            await client.aclose()
+    assert {r.status_code for r in responses} == {201}, [r.text for r in responses if r.status_code != 201]
+    assert len({r.json()["id"] for r in responses}) == 1
+    with api.client(token) as http:
+        assert [s["name"] for s in http.get("/v1/schedules").json()["items"]] == ["race"]
+
+
+async def test_if_match_races_let_exactly_one_writer_win(api: ApiServer) -> None:
+    token = api.token("acme", "operator")
+    with api.client(token) as http:
+        assert http.post("/v1/schedules", json=job("contested")).status_code == 201
+    clients = [api.async_client(token) for _ in range(4)]
+    try:
+        responses = await asyncio.gather(
+            *(
+                clients[n % 4].put(
+                    "/v1/schedules/contested", json=job("contested", timeout=f"{n + 1}m"), headers={"If-Match": '"1"'}
+                )
+                for n in range(10)
+            )
+        )
+    finally:
+        for client in clients:
+            await client.aclose()
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200] + [412] * 9, [r.text for r in responses]
+    with api.client(token) as http:
+        assert http.get("/v1/schedules/contested").json()["version"] == 2
+
+
+def test_pagination_while_schedules_are_added_and_removed_loses_and_repeats_nothing(api: ApiServer) -> None:
+    token = api.token("acme", "operator")
+    with api.client(token) as http:
+        kept = [f"s{n:03d}" for n in range(0, 60, 2)]
+        removed = [f"s{n:03d}" for n in range(1, 60, 2)]
+        doc = {"jobs": [job(name) for name in kept + removed]}
+        assert http.post("/v1/apply", json=doc).status_code == 200
+        seen: list[str] = []
+        cursor = None
+        step = 0
+        while True:
+            params: dict[str, Any] = {"limit": 7}
+            if cursor:
+                params["cursor"] = cursor
+            page = http.get("/v1/schedules", params=params).json()
+            seen += [s["name"] for s in page["items"]]
+            # Between pages: remove some not yet seen, add some before and after the cursor.
+            for name in removed[step * 3 : step * 3 + 3]:
+                assert http.delete(f"/v1/schedules/{name}").status_code == 204
+            assert http.post("/v1/schedules", json=job(f"a-new-{step}")).status_code == 201
+            assert http.post("/v1/schedules", json=job(f"z-new-{step}")).status_code == 201
+            step += 1
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+    assert len(seen) == len(set(seen)), "an item was repeated"
+    assert set(kept) <= set(seen), "an item present throughout was lost"
+    assert seen == sorted(seen)
+
+
+def test_apply_dry_run_and_prune_and_preview(api: ApiServer) -> None:
+    token = api.token("acme", "operator")
+    with api.client(token) as http:
+        plan = http.post("/v1/apply", params={"dry_run": "true"}, json={"jobs": [job("a"), job("b")]}).json()
+        assert plan["create"] == ["a", "b"] and plan["dry_run"] is True
+        assert http.get("/v1/schedules").json()["items"] == []
+        assert http.post("/v1/apply", json={"jobs": [job("a"), job("b")]}).json()["create"] == ["a", "b"]
+        pruned = http.post("/v1/apply", params={"prune": "true"}, json={"jobs": [job("a")]}).json()
+        assert pruned["delete"] == ["b"] and pruned["unchanged"] == 1
+        runs = http.post(
+            "/v1/preview",
+            json={"schedule": "30 2 * * *", "tz": "Europe/Paris", "after": "2026-03-28T12:00:00Z", "count": 2},
+        ).json()["runs"]
+        assert runs[0]["at"] == "2026-03-30T00:30:00Z" and "DST gap" in (runs[0]["note"] or "")

@@ -1,0 +1,50 @@
+"""The OpenAPI document: served, committed, complete."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from starlette.routing import Route
+
+from clockd.api import openapi
+from clockd.api.app import build_app
+from clockd.api.context import ApiContext
+from clockd.api.problems import TYPES
+from clockd.core.clock import SystemClock
+from clockd.services.ops import Ops
+from clockd.store.sqlite import SqliteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "docs" / "openapi.json"
+
+
+def _app(tmp_path: Path) -> tuple[object, list[Route]]:
+    store = SqliteStore(tmp_path / "x.db")  # never opened: the document needs no store
+    app = build_app(ApiContext(store, Ops(store, SystemClock()), SystemClock()))
+    return app, [r for r in app.routes if isinstance(r, Route)]
+
+
+def test_the_committed_document_is_the_generated_one() -> None:
+    assert json.loads(COMMITTED.read_text()) == openapi.document(), (
+        "docs/openapi.json is stale: python -m clockd.api.openapi > docs/openapi.json"
+    )
+
+
+async def test_the_served_document_is_the_committed_one_and_documents_every_route(tmp_path: Path) -> None:
+    app, routes = _app(tmp_path)
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # a Starlette app is ASGI
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        served = (await http.get("/v1/openapi.json")).json()
+    assert served == json.loads(COMMITTED.read_text())
+    assert served["openapi"] == "3.1.0"
+    documented = {(path, method.upper()) for path, ops in served["paths"].items() for method in ops}
+    for route in routes:
+        for method in route.methods or ():
+            if method == "HEAD":
+                continue
+            path = route.path.replace(":path}", "}")
+            assert (path, method) in documented, f"{method} {route.path} is not in the OpenAPI document"
+    problem_types = served["components"]["schemas"]["Problem"]["properties"]["type"]["enum"]
+    assert len(problem_types) == len(TYPES)
