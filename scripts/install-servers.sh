@@ -2,6 +2,8 @@
 # Installs the PostgreSQL and etcd *server binaries* the test suite starts
 # itself (initdb/pg_ctl/postgres, etcd). Nothing is started or enabled here:
 # every test starts its own throwaway server on a free loopback port.
+# Also the fault-injection tools the failure drills use: iproute2 (ip netns,
+# veth), nftables (black holes, packet loss) and libfaketime (clock jumps).
 set -euo pipefail
 
 have_pg() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; }
@@ -10,6 +12,9 @@ have_etcd() { command -v etcd >/dev/null 2>&1; }
 missing=()
 have_pg || missing+=(postgresql)
 have_etcd || missing+=(etcd-server etcd-client)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+command -v faketime >/dev/null 2>&1 || missing+=(faketime)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -238,6 +238,7 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
         materializer=MaterializerSettings(
             horizon=settings.horizon,
             hold_before_commit=float(os.environ.get("CLOCKD_FAULT_HOLD_BEFORE_COMMIT", "0") or 0),
+            hold_while=os.environ.get("CLOCKD_FAULT_HOLD_WHILE") or None,
         ),
         relay=RelaySettings(lead=settings.relay_lead),
         worker=WorkerSettings(
