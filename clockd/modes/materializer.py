@@ -166,8 +166,11 @@ class Materializer:
                     )
                 )
             cursors.append(CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, plan.next_run_at))
-        # The deadline check comes last, right before the write: planning took time.
+        # The deadline check comes last, right before the write: planning took time (and
+        # the wall clock may have jumped meanwhile: the plan would then be wrong).
         if not lease.valid(self.clock.monotonic()):
+            return
+        if self.clock_watch is not None and not self.clock_watch.ok:
             return
         if self.settings.hold_before_commit > 0:
             log.warning(

@@ -50,7 +50,8 @@ class Supervisor:
         self.modes = tuple(modes)
         self.store, self.coord = store, coord
         self.services: dict[str, Service] = {}
-        self.clock_watch = ClockWatch(store, clock, max_clock_skew)
+        # A node whose clock is off hands its leadership and shards over (stand_by).
+        self.clock_watch = ClockWatch(store, clock, max_clock_skew, on_change=coord.stand_by)
         if "leader" in self.modes or "materializer" in self.modes:
             self.services["clock-watch"] = self.clock_watch
         if "leader" in self.modes:
