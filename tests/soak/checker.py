@@ -205,7 +205,12 @@ def check(
         else:
             report.problems.append(f"unfinished: {what} is still {state}")
 
-    checked = {oid for (sid, _), rows in occurrences.items() if sid in wanted for oid, _, _ in rows}
+    checked = {
+        oid
+        for (sid, instant), rows in occurrences.items()
+        if sid in wanted and start < instant <= end
+        for oid, _, _ in rows
+    }
     lags: list[float] = []
     for oid, runs in ran.items():
         if oid not in checked:
