@@ -12,6 +12,7 @@ independent checker account for every instant.
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -95,3 +96,35 @@ def test_clock_jumps_step_the_node_down_and_nothing_fires_early_late_or_twice(
     assert report.expected >= 20
     assert report.lag_p99 <= SLO, report.summary()  # none late beyond the SLO (early or twice: problems)
     assert skewed.alive()
+
+
+@pytest.mark.soak  # ~4 minutes: 500 ppm needs time to add up; `make soak` only
+def test_slow_drift_of_500_ppm_is_caught_at_the_limit(
+    cluster: Cluster,  # noqa: F811  # the imported fixture
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "runs.log"
+    clock = FakeClock(tmp_path / "faketime")
+    limit = 0.1  # seconds: 500 ppm reaches it after 200 s
+    skewed = cluster.start("s1", "leader,materializer", "--max-clock-skew", "100ms", env=clock.env)
+    wait_for("s1 to lead", lambda: _leading(skewed), 15)
+    other = cluster.start("n2", "leader,materializer,relay,worker", "--concurrency", "8")
+    names = add_logged_load(cluster, log)
+    start_at = now() + timedelta(seconds=1)
+    more_runs(log, 3, "runs", 20)
+    began = time.monotonic()
+
+    def drifted() -> bool:
+        clock.drift(500, time.monotonic() - began)  # the file is the clock: move it on
+        return bool(skewed.actions("clock_skew_step_down"))
+
+    wait_for("the drift to be caught", drifted, 300, 0.5)
+    assert limit * 0.8 <= clock.offset <= limit + 0.02, clock.offset  # at the limit, not long after
+    wait_for("the other node to lead and own every shard", lambda: _leading(other) and owned(other) == 64, TTL + 10)
+    clock.jump(0)  # NTP steps it back
+    wait_for("the node to resume", lambda: skewed.actions("clock_skew_recovered"), 15)
+    settle_and_reconcile(cluster, start_at)
+    reconcile_exit_0(cluster, start_at)
+    end = now() - timedelta(seconds=3)
+    report = check(cluster.dsn, [log], start_at, end, schedules=names)
+    assert report.unaccounted == 0, report.problems[:8]

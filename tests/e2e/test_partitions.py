@@ -194,6 +194,7 @@ def _leading(proc: Proc) -> bool:
     return bool(events) and events[-1]["action"] == "leadership_acquired"
 
 
+@pytest.mark.soak  # `make soak` only, for `make test`'s time (the materializer drill covers deadlines)
 def test_partition_leader_from_etcd_steps_down_and_rejoins(
     cluster: Cluster,  # noqa: F811  # the imported fixture
     island: Island,
@@ -256,9 +257,7 @@ def test_postgres_blackholed_completions_wait_and_land_once(
         0.5,
     )
     for oid in running:
-        assert cluster.rows("SELECT attempt, outcome FROM attempts WHERE occurrence_id = %s", oid) == [
-            (1, "succeeded")
-        ]
+        assert cluster.rows("SELECT attempt, outcome FROM attempts WHERE occurrence_id = %s", oid) == [(1, "succeeded")]
     more_runs(log, 5, "runs after the heal", 60)
     both_accountings(cluster, log, start_at, names)
 

@@ -40,8 +40,7 @@ from clockd.core.timeline import CronTimeline
 
 # One line per execution, appended (O_APPEND, well under PIPE_BUF: atomic) by the job.
 _LINE = (
-    'printf "%s %s %s %s\\n" "$CLOCKD_OCCURRENCE_ID" "$CLOCKD_SCHEDULED_FOR" "$CLOCKD_ATTEMPT" '
-    '"$(date +%s.%N)" >> "$0"'
+    'printf "%s %s %s %s\\n" "$CLOCKD_OCCURRENCE_ID" "$CLOCKD_SCHEDULED_FOR" "$CLOCKD_ATTEMPT" "$(date +%s.%N)" >> "$0"'
 )
 RECORDED = frozenset({"MISSED", "SKIPPED_OVERLAP", "CANCELED", "DEAD"})
 
