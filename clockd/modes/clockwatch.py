@@ -6,7 +6,8 @@ anyone noticing (clock failure is silent). So the offset is measured every
 ``interval`` (midpoint of the round trip, so network latency cancels out),
 exported as ``clockd_clock_offset_seconds``, and while it exceeds
 ``max_skew`` the leader and materializer step down — they check ``ok`` before
-each tick — and say why in the log (``reason`` holds the why for status).
+each tick — and say why in the log (``reason`` holds the why for status);
+a worker does not claim meanwhile (a claim takes what is due by its clock).
 
 Between two measurements a wall clock can jump (a VM resumed, ``date -s``, an
 NTP step): ``ok`` also compares how far the wall clock moved against the
@@ -115,11 +116,13 @@ class ClockWatch:
             self._remeasure.clear()
             with contextlib.suppress(StoreError):  # the modes log store outages themselves
                 await self.measure()
-            # Sleep the interval, unless ``ok`` saw a jump (re-measure now) or we stop.
+            # Sleep the interval, unless ``ok`` saw a jump (re-measure now) or we stop; not
+            # measured yet (the store was down), the roles wait for it: retry soon.
+            wait = self.interval if self.offset is not None else min(self.interval, 0.5)
             stop = asyncio.ensure_future(stopping.wait())
             again = asyncio.ensure_future(self._remeasure.wait())
             try:
-                await asyncio.wait({stop, again}, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({stop, again}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 stop.cancel()
                 again.cancel()

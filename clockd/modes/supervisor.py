@@ -52,7 +52,7 @@ class Supervisor:
         self.services: dict[str, Service] = {}
         # A node whose clock is off hands its leadership and shards over (stand_by).
         self.clock_watch = ClockWatch(store, clock, max_clock_skew, on_change=coord.stand_by)
-        if "leader" in self.modes or "materializer" in self.modes:
+        if {"leader", "materializer", "worker"} & set(self.modes):
             self.services["clock-watch"] = self.clock_watch
         if "leader" in self.modes:
             self.services["leader"] = Leader(store, coord, clock, leader, self.clock_watch)
@@ -61,7 +61,7 @@ class Supervisor:
         if "relay" in self.modes:
             self.services["relay"] = Relay(store, clock, relay)
         if "worker" in self.modes:
-            self.services["worker"] = Worker(store, runner, clock, worker)
+            self.services["worker"] = Worker(store, runner, clock, worker, clock_watch=self.clock_watch)
 
     async def run(
         self,
