@@ -80,7 +80,8 @@ class Report:
     def summary(self) -> str:
         return (
             f"checker: {self.expected} instants checked, {self.executions} executions, "
-            f"{self.redeliveries} later attempts (retries and redeliveries), lag p50 {self.lag_p50:.3f}s p99 {self.lag_p99:.3f}s, "
+            f"{self.redeliveries} later attempts (retries and redeliveries), "
+            f"lag p50 {self.lag_p50:.3f}s p99 {self.lag_p99:.3f}s, "
             f"outcomes {dict(self.outcomes)}, {self.unaccounted} unaccounted"
         )
 
