@@ -50,6 +50,15 @@ lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
 test: install servers lint ## Lint, then run the whole suite against real PostgreSQL and etcd
 	$(BIN)/pytest -q
 
+SOAK_MINUTES ?= 30
+SOAK_SEED ?= 1
+SOAK_SCHEDULES ?= 2000
+
+.PHONY: soak
+soak: install servers ## Long drills, then the randomized soak (SOAK_MINUTES=30 SOAK_SEED=1 SOAK_SCHEDULES=2000)
+	CLOCKD_DRILL_SLOW_SECONDS=60 CLOCKD_DRILL_PG_OUTAGE_SECONDS=30 $(BIN)/pytest -q -m soak -s
+	$(BIN)/python -m tests.soak.soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --schedules $(SOAK_SCHEDULES)
+
 .PHONY: bench
 bench: install servers ## Run the benchmarks and compare them with the issues' goals
 	$(BIN)/python -m bench

@@ -23,6 +23,9 @@ unless a drill sets them, and no setting, flag or config key exposes them:
   long between its lease check and its commit, as a GC pause or a VM migration would,
   so a drill can show the fence turning the zombie's transaction away
   (``tests/e2e/test_drills.py``).
+* ``CLOCKD_FAULT_HOLD_WHILE`` (a path): the materializer holds each batch there for as
+  long as the file exists, so a partition drill can make a cut-off node attempt its
+  write after its lease deadline (``tests/e2e/test_partitions.py``).
 """
 
 from __future__ import annotations
@@ -136,6 +139,7 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
 # -- test hooks -------------------------------------------------------------------------------
 
 HOLD_BEFORE_COMMIT: Final = "CLOCKD_FAULT_HOLD_BEFORE_COMMIT"
+HOLD_WHILE: Final = "CLOCKD_FAULT_HOLD_WHILE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,7 @@ class Faults:
     """Fault injection for the failure drills; all zero (off) in production."""
 
     hold_before_commit: float = 0.0  # seconds the materializer holds a batch before commit
+    hold_while: str | None = None  # the materializer holds a batch while this file exists
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Faults:
@@ -152,7 +157,7 @@ class Faults:
             hold = float(env.get(HOLD_BEFORE_COMMIT, "0") or 0)
         except ValueError:
             raise InvalidInput(f"{HOLD_BEFORE_COMMIT}: expected seconds, e.g. 1.5") from None
-        return cls(hold_before_commit=hold)
+        return cls(hold_before_commit=hold, hold_while=env.get(HOLD_WHILE) or None)
 
 
 # -- modes ------------------------------------------------------------------------------------
@@ -186,7 +191,11 @@ def _leader(parts: Parts) -> Service:
 def _materializer(parts: Parts) -> Service:
     from clockd.modes.materializer import Materializer, MaterializerSettings
 
-    settings = MaterializerSettings(horizon=parts.settings.horizon, hold_before_commit=parts.faults.hold_before_commit)
+    settings = MaterializerSettings(
+        horizon=parts.settings.horizon,
+        hold_before_commit=parts.faults.hold_before_commit,
+        hold_while=parts.faults.hold_while,
+    )
     return Materializer(parts.store, parts.coord, parts.clock, settings, parts.clock_watch)
 
 
@@ -210,7 +219,8 @@ def _worker(parts: Parts) -> Service:
         output_limit=s.output_limit,
         worker_id=f"{s.node_id}:{os.getpid()}",
     )
-    return Worker(parts.store, parts.runner, parts.clock, settings)
+    # A worker whose clock is off claims nothing (its claims use its own time).
+    return Worker(parts.store, parts.runner, parts.clock, settings, clock_watch=parts.clock_watch)
 
 
 # Every mode ``clockd run --mode`` accepts, in the order its task starts. A builder may
@@ -235,7 +245,7 @@ MODES: Final[Mapping[str, Callable[[Parts], Service | None]]] = {
 }
 
 # Modes that act on the store's clock and so step down when this host's clock is off.
-_WATCHED: Final = frozenset({"leader", "materializer"})
+_WATCHED: Final = frozenset({"leader", "materializer", "worker"})
 
 
 def build_modes(parts: Parts, modes: tuple[str, ...]) -> dict[str, Service]:
@@ -288,7 +298,8 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
         coord=coord,
         runner=runner,
         clock=clock,
-        clock_watch=ClockWatch(store, clock, settings.max_clock_skew),
+        # A node whose clock is off hands its leadership and shards over (stand_by).
+        clock_watch=ClockWatch(store, clock, settings.max_clock_skew, on_change=coord.stand_by),
         faults=faults or Faults(),
     )
     supervisor = Supervisor(settings.modes, coord, build_modes(parts, settings.modes))

@@ -3,6 +3,8 @@
 # itself (initdb/pg_ctl/postgres, etcd), and Debian's chromium and a Java
 # runtime for the dashboard's browser and HTML-validity tests. Nothing is started or enabled here:
 # every test starts its own throwaway server on a free loopback port.
+# Also the fault-injection tools the failure drills use: iproute2 (ip netns,
+# veth), nftables (black holes, packet loss) and libfaketime (clock jumps).
 set -euo pipefail
 
 have_pg() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; }
@@ -16,6 +18,9 @@ have_pg || missing+=(postgresql)
 have_etcd || missing+=(etcd-server etcd-client)
 have_chromium || missing+=(chromium)
 have_java || missing+=(default-jre-headless)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+command -v faketime >/dev/null 2>&1 || missing+=(faketime)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

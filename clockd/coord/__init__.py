@@ -58,6 +58,7 @@ class Member:
     node_id: str
     modes: tuple[str, ...]
     shards: tuple[int, ...] = ()
+    standby: str | None = None  # why the node stepped down from leader/materializer duties
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,12 @@ class Coordinator(Protocol):
 
     def lost(self, lease: Lease) -> None:
         """Tell the adapter a fenced write bounced: drop ``lease`` and reacquire with a new term."""
+        ...
+
+    def stand_by(self, reason: str | None) -> None:
+        """Step down from leadership and shard ownership (and do not take them) while
+        ``reason`` holds — e.g. this node's clock is off — so other nodes take over;
+        ``None`` to return. Synchronous, like ``lost()``."""
         ...
 
     async def status(self) -> CoordStatus: ...

@@ -435,6 +435,9 @@ class EtcdCoordinator:
         self._session_deadline = 0.0
         self._session_ttl = self._ttl_request
         self._owned: dict[int, int] = {}  # shard -> token
+        # stand_by(): while set, hold no role and advertise no leader/materializer mode
+        self._standby: str | None = None
+        self._member_stale = False  # the member key does not show _standby yet
 
         # leases dropped in-process whose server side we still want to revoke
         self._orphans: dict[int, float] = {}  # lease id -> give up at (monotonic)
@@ -533,6 +536,27 @@ class EtcdCoordinator:
             self._drop_shard(shard, "fenced out")
             self._shard_wake.set()
 
+    def stand_by(self, reason: str | None) -> None:
+        if (reason is None) == (self._standby is None):
+            return  # no transition (a new reason for the same stand-by changes nothing)
+        self._standby = reason
+        if reason is not None:
+            self._drop_leader(f"standing by: {reason}")
+            for shard in sorted(self._owned):
+                self._drop_shard(shard, "standing by")
+        self._member_stale = True
+        self._shard_wake.set()
+        self._leader_wake.set()
+
+    def _member_value(self) -> bytes:
+        """The member key's value. Standing by, the node does not list the leader and
+        materializer modes, so no node assigns it shards, and says why."""
+        modes = [m for m in self._modes if self._standby is None or m not in (MATERIALIZER, "leader")]
+        doc: dict[str, object] = {"node": self.node_id, "modes": modes}
+        if self._standby is not None:
+            doc["standby"] = self._standby
+        return json.dumps(doc).encode()
+
     async def status(self) -> CoordStatus:
         try:
             _, kvs = await self._client().get_prefix(self._prefix, RPC_TIMEOUT)
@@ -541,6 +565,7 @@ class EtcdCoordinator:
         leader_node: str | None = None
         leader_token: int | None = None
         modes: dict[str, tuple[str, ...]] = {}
+        standby: dict[str, str] = {}
         shards: dict[str, list[int]] = {}
         for kv in kvs:
             if kv.key == self._k_leader:
@@ -553,12 +578,14 @@ class EtcdCoordinator:
                 modes[node] = (
                     tuple(str(m) for m in raw_modes) if isinstance(raw_modes, list) else ()
                 )
+                if isinstance(info.get("standby"), str):
+                    standby[node] = str(info["standby"])
             else:
                 shard = self._owner_shard(kv.key)
                 if shard is not None:
                     shards.setdefault(kv.value.decode("utf-8", "replace"), []).append(shard)
         members = tuple(
-            Member(node, modes.get(node, ()), tuple(sorted(shards.get(node, ()))))
+            Member(node, modes.get(node, ()), tuple(sorted(shards.get(node, ()))), standby.get(node))
             for node in sorted(set(modes) | set(shards))
         )
         return CoordStatus(
@@ -643,6 +670,9 @@ class EtcdCoordinator:
                 await self._hold_leader()
                 continue
             await self._revoke_orphans()
+            if self._standby is not None:
+                await _wait(self._leader_wake, POLL_INTERVAL)
+                continue
             try:
                 won = await self._campaign()
             except CoordError:
@@ -662,7 +692,7 @@ class EtcdCoordinator:
         self._orphan(lease_id, ttl)  # until it is ours for good
         value = json.dumps({"node": self.node_id, "lease": f"{lease_id:x}"}).encode()
         ok, kv = await etcd.create(self._k_leader, value, lease_id, RPC_TIMEOUT)
-        if not ok or kv is None or not self._running or self._leader_token is not None:
+        if not ok or kv is None or not self._running or self._leader_token is not None or self._standby:
             await self._revoke_orphans()
             return False
         self._orphans.pop(lease_id, None)
@@ -730,8 +760,7 @@ class EtcdCoordinator:
         t_send = self._now()
         lease_id, ttl = await etcd.grant(self._ttl_request, budget)
         self._orphan(lease_id, ttl)
-        value = json.dumps({"node": self.node_id, "modes": list(self._modes)}).encode()
-        await etcd.put(self._members_prefix + self.node_id, value, lease_id, budget)
+        await etcd.put(self._members_prefix + self.node_id, self._member_value(), lease_id, budget)
         self._orphans.pop(lease_id, None)
         self._session_id = lease_id
         self._session_ttl = ttl
@@ -830,6 +859,13 @@ class EtcdCoordinator:
         if session is None or self._now() >= self._session_deadline:
             return
         etcd = self._client()
+        if self._member_stale:
+            self._member_stale = False
+            try:
+                await etcd.put(self._members_prefix + self.node_id, self._member_value(), session, RPC_TIMEOUT)
+            except CoordError:
+                self._member_stale = True
+                raise
         revision, kvs = await etcd.get_prefix(self._prefix, RPC_TIMEOUT)
         if self._session_id != session:
             return
@@ -852,6 +888,8 @@ class EtcdCoordinator:
                 self._drop_shard(shard, "owner key gone")
 
         mine = assign_shards(materializers, self.shard_count).get(self.node_id, frozenset())
+        if self._standby is not None:
+            mine = frozenset()
         mine = frozenset(s for s in mine if s < self.shard_count)
 
         # Release first (stop in-process, then delete), so others can claim. Keys bound to
@@ -881,7 +919,7 @@ class EtcdCoordinator:
         )
         if not ok or kv is None:
             return
-        if self._session_id != session or not self._running or shard in self._owned:
+        if self._session_id != session or not self._running or shard in self._owned or self._standby:
             return  # the session was dropped meanwhile: the key dies with its lease
         self._owned[shard] = kv.create_revision
         self.shard_moves += 1

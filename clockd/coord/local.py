@@ -85,6 +85,10 @@ class LocalCoordinator:
     def shard_leases(self) -> list[Lease]:
         return list(self._shards.values())
 
+    def stand_by(self, reason: str | None) -> None:
+        """One node: nobody to hand over to. The leader and materializer check the clock
+        watch themselves and do not act while it is off."""
+
     def lost(self, lease: Lease) -> None:
         # Only a second process on the same file could have fenced us; that cannot
         # happen while we hold the lock, so a bounce means our lock is gone: stop acting.

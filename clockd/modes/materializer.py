@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -54,6 +55,9 @@ class MaterializerSettings:
     # clockd.wiring.Faults): hold each batch this long between the lease check and the
     # commit, as a GC pause or a VM migration would. Zero in production.
     hold_before_commit: float = 0.0
+    # CLOCKD_FAULT_HOLD_WHILE: hold each batch there for as long as this file exists (a
+    # pause of the drill's choosing, e.g. across a partition). None in production.
+    hold_while: str | None = None
 
 
 class Materializer:
@@ -162,8 +166,11 @@ class Materializer:
                     )
                 )
             cursors.append(CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, plan.next_run_at))
-        # The deadline check comes last, right before the write: planning took time.
+        # The deadline check comes last, right before the write: planning took time (and
+        # the wall clock may have jumped meanwhile: the plan would then be wrong).
         if not lease.valid(self.clock.monotonic()):
+            return
+        if self.clock_watch is not None and not self.clock_watch.ok:
             return
         if self.settings.hold_before_commit > 0:
             log.warning(
@@ -172,6 +179,14 @@ class Materializer:
                 extra={"action": "fault_hold", "shard": lease.shard},
             )
             await asyncio.sleep(self.settings.hold_before_commit)
+        if _exists(self.settings.hold_while):
+            log.warning(
+                "fault injection: holding a batch while %s exists",
+                self.settings.hold_while,
+                extra={"action": "fault_hold", "shard": lease.shard},
+            )
+            while _exists(self.settings.hold_while):  # noqa: ASYNC110  # polls a file the drill removes
+                await asyncio.sleep(0.05)
         try:
             result = await self.store.materialize(Fence(lease.resource, lease.token), occurrences, cursors, now)
         except FencedOut:
@@ -188,3 +203,8 @@ class Materializer:
                 result.inserted,
                 extra={"action": "materialized", "shard": lease.shard, "count": result.inserted},
             )
+
+
+def _exists(path: str | None) -> bool:
+    """For the drills' hold fault only (a stat of a local file, never in production)."""
+    return path is not None and os.path.exists(path)

@@ -49,6 +49,7 @@ from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, Retry
 from clockd.core.planning import after_attempt
 from clockd.errors import StoreError
 from clockd.modes.base import Backoff, wait_or_stop
+from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
 from clockd.runner import Runner, RunRequest, RunResult
 from clockd.store import Claim, Completion, Store
@@ -97,8 +98,12 @@ class Worker:
         clock: Clock,
         settings: WorkerSettings | None = None,
         rng: random.Random | None = None,
+        clock_watch: ClockWatch | None = None,
     ) -> None:
         self.store, self.runner, self.clock = store, runner, clock
+        # A claim takes what is due by this worker's clock: with a clock an hour fast it
+        # would start jobs an hour early. While the watch says the clock is off, no claims.
+        self.clock_watch = clock_watch
         self.settings = settings or WorkerSettings()
         self.rng = rng or random.Random()
         self.running: dict[str, _Running] = {}
@@ -144,6 +149,10 @@ class Worker:
                 await asyncio.wait({waiter, stop_waiter}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 stop_waiter.cancel()
+                continue
+            if self.clock_watch is not None and not self.clock_watch.ok:
+                if await wait_or_stop(stopping, self.settings.poll):
+                    return
                 continue
             try:
                 claims = await self.store.claim(

@@ -78,16 +78,28 @@ class Cluster:
     def migrate(self) -> None:
         subprocess.run([str(BIN / "clockd"), "migrate"], env=self.env, check=True, capture_output=True, timeout=60)
 
-    def start(self, name: str, modes: str, *extra: str, env: dict[str, str] | None = None) -> Proc:
+    def start(
+        self,
+        name: str,
+        modes: str,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+        etcd: list[str] | None = None,
+    ) -> Proc:
+        """Start ``clockd run`` as node ``name``; ``prefix`` wraps the command (e.g. ``ip
+        netns exec …``, which execs it: the PID is clockd's), ``etcd`` overrides the
+        endpoints (a namespaced process reaches etcd through a relay)."""
         log_path = self.workdir / f"{name}.log"
         popen = subprocess.Popen(
             [
+                *(prefix or []),
                 str(BIN / "clockd"),
                 "run",
                 "--mode",
                 modes,
                 "--etcd",
-                ",".join(self.etcd),
+                ",".join(etcd or self.etcd),
                 "--cluster",
                 self.name,
                 "--node-id",
@@ -133,6 +145,16 @@ class Cluster:
             if events and events[-1]["action"] == "leadership_acquired":
                 return proc
         return None
+
+    def materialized_past(self, cursor_before: dict[str, datetime | None], horizon: float = 20) -> bool:
+        """Every schedule whose cursor was due within the horizon (FAST: what a paused
+        materializer may hold) has had its cursor moved past where it was."""
+        due_by = now() + timedelta(seconds=horizon)
+        for sid, cursor in self.rows("SELECT id, next_run_at FROM schedules"):
+            before = cursor_before.get(sid)
+            if before is not None and before <= due_by and (cursor is None or cursor <= before):
+                return False
+        return True
 
     # -- accounting ------------------------------------------------------------------
 

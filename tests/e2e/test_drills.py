@@ -112,16 +112,7 @@ def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
     # Every schedule, not just one: m2 commits shard by shard, and resuming the zombie while
     # m2 has not reached the zombie's shard yet would let the zombie's (still valid) write win.
     moved_from = dict(cursor_before)
-
-    def m2_materialized_everything() -> bool:
-        due_by = now() + timedelta(seconds=20)  # the horizon (FAST): what the zombie may hold
-        for sid, cursor in cluster.rows("SELECT id, next_run_at FROM schedules"):
-            before = moved_from.get(sid)
-            if before is not None and before <= due_by and (cursor is None or cursor <= before):
-                return False
-        return True
-
-    wait_for("m2 to materialize every due schedule", m2_materialized_everything, 20)
+    wait_for("m2 to materialize every due schedule", lambda: cluster.materialized_past(moved_from), 20)
     os.kill(zombie.pid, signal.SIGCONT)
     fenced = wait_for("the zombie's write to bounce off the fence", lambda: zombie.actions("fenced_out"), 15)
     assert fenced

@@ -54,6 +54,7 @@ class PostgresServer:
         bindir: str | None = None,
         durable: bool = False,
         settings: dict[str, str] | None = None,
+        parent: Path | None = None,
     ) -> None:
         initdb = find_binary("initdb") if bindir is None else os.path.join(bindir, "initdb")
         if initdb is None:
@@ -61,6 +62,7 @@ class PostgresServer:
         self.bindir = os.path.dirname(initdb)
         self.durable = durable
         self.settings = dict(settings or {})
+        self.parent = parent  # where the temporary directory goes (e.g. a small tmpfs)
         self.host = "127.0.0.1"
         self.port = 0
         self.user = "postgres"
@@ -98,7 +100,7 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         """initdb into a fresh temporary directory and start on a free port (waits until ready)."""
-        self.root = Path(tempfile.mkdtemp(prefix="clockd-pg-"))
+        self.root = Path(tempfile.mkdtemp(prefix="clockd-pg-", dir=self.parent))
         track_dir(self.root)
         if self._uid is not None and self._gid is not None:
             os.chown(self.root, self._uid, self._gid)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from clockd.core.clock import ManualClock
 from clockd.core.model import AttemptOutcome
+from clockd.modes.clockwatch import ClockWatch
 from clockd.modes.worker import Worker, WorkerSettings
 from clockd.runner import RunRequest, RunResult
 from clockd.store import Completion, CursorAdvance
@@ -71,5 +72,44 @@ async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded
             stopping.set()
             await running
         assert (await store.backlog(clock.now())).running == 0
+    finally:
+        await store.close()
+
+
+class CountingWatch(ClockWatch):
+    """The real clock watch, counting how often the worker consults it."""
+
+    reads = 0
+
+    @property
+    def ok(self) -> bool:
+        self.reads += 1
+        return super().ok
+
+
+async def test_a_worker_whose_clock_is_off_claims_nothing_early(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "clockd.db")
+    await store.open()
+    try:
+        real = datetime.now(UTC)
+        schedule = await add_schedule(store, "later", next_run_at=real)
+        due = real + timedelta(minutes=30)
+        await store.materialize(FENCE, [planned(schedule, due)], [CursorAdvance(schedule.id, 1, real, due + MIN)], real)
+        assert await store.relay(due + MIN, 10, real) == 1
+        clock = ManualClock(real + timedelta(hours=1))  # an hour fast: the job looks due
+        watch = CountingWatch(store, clock, timedelta(seconds=2))
+        await watch.measure()
+        worker = Worker(store, Instant(), clock, WorkerSettings(poll=0.01), clock_watch=watch)
+        stopping = asyncio.Event()
+        running = asyncio.create_task(worker.run(stopping))
+        try:
+            await until(
+                lambda: watch.reads >= 20 or worker.completed, within=10, what="20 claim rounds or a claimed job"
+            )
+            assert worker.completed == 0 and worker.running == {}
+            assert (await store.backlog(real)).queued == 1
+        finally:
+            stopping.set()
+            await running
     finally:
         await store.close()

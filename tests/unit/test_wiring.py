@@ -25,7 +25,7 @@ def test_every_mode_the_settings_accept_has_a_builder() -> None:
     ("modes", "services"),
     [
         (ALL_MODES, ["clock-watch", "leader", "materializer", "relay", "worker", "api"]),
-        (("worker",), ["worker"]),
+        (("worker",), ["clock-watch", "worker"]),
         (("relay", "leader"), ["clock-watch", "leader", "relay"]),
         (("materializer",), ["clock-watch", "materializer"]),
         (("api",), ["api"]),

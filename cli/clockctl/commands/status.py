@@ -124,7 +124,7 @@ async def _coordination(settings: Settings, location: StoreLocation) -> dict[str
                 else None
             ),
             "members": [
-                {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)}
+                {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards), "standby": m.standby}
                 for m in (found.members if found is not None else ())
             ],
         }
@@ -188,6 +188,9 @@ def render(doc: dict[str, Any]) -> RenderableType:
         for m in coord["members"]:
             leads = " (leader)" if coord["leader"] and coord["leader"]["node"] == m["node"] else ""
             members.add_row(m["node"] + leads, ",".join(m["modes"]), _shards(m["shards"]))
+            if m.get("standby"):
+                # A node that stepped down (e.g. its clock is off) says why, under its row.
+                members.add_row("", f"[yellow]standing by: {m['standby']}[/yellow]", "")
         parts.append(members)
 
     lag = Table(title="lag from due to start", title_justify="left", box=None, header_style="bold")

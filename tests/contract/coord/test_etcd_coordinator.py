@@ -310,6 +310,29 @@ async def test_status_names_leader_members_and_shards(make_coord: MakeCoord) -> 
     assert a.etcd_up and b.etcd_up
 
 
+async def test_stand_by_hands_leadership_and_shards_over_and_returns(make_coord: MakeCoord) -> None:
+    """A node that stands by (its clock is off) holds no role and takes none: the others
+    lead and own every shard; it says why in status; back, it gets its share again."""
+    a, b = make_coord("a"), make_coord("b")
+    for c in (a, b):
+        await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
+    await eventually(lambda: balanced_exactly_once([a, b]) and len(leaders([a, b])) == 1, 10, "a and b share")
+    skewed = a if a.leader_lease() is not None else b
+    other = b if skewed is a else a
+    skewed.stand_by("clock offset +3600s")
+    assert skewed.leader_lease() is None and skewed.shard_leases() == []  # at once, in-process
+    await eventually(
+        lambda: other.leader_lease() is not None and len(other.shard_leases()) == SHARDS, 10, "the other takes all"
+    )
+    status = await other.status()
+    member = next(m for m in status.members if m.node_id == skewed.node_id)
+    assert member.standby == "clock offset +3600s" and "materializer" not in member.modes
+    assert skewed.leader_lease() is None and skewed.shard_leases() == []  # it did not campaign or claim
+    skewed.stand_by(None)
+    await eventually(lambda: balanced_exactly_once([a, b]), 10, "the share comes back")
+    assert len(skewed.shard_leases()) == SHARDS // 2
+
+
 # -- etcd failures ---------------------------------------------------------------------------
 
 

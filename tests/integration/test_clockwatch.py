@@ -1,0 +1,29 @@
+"""The clock watch against a real store's clock: a wall-clock jump between two
+measurements is caught on the next check, not at the next measurement."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from clockd.core.clock import ManualClock
+from clockd.modes.clockwatch import ClockWatch
+from tests.contract.store.support import Backend
+
+
+async def test_a_jump_between_measurements_steps_down_at_once(store_backend: Backend) -> None:
+    store = await store_backend.open_store()
+    clock = ManualClock(datetime.now(UTC))
+    changes: list[str | None] = []
+    watch = ClockWatch(store, clock, timedelta(seconds=2), interval=3600, on_change=changes.append)
+    assert watch.ok is False  # not measured yet: a node with a wrong clock must not act first
+    await watch.measure()
+    assert watch.ok is True and changes == []
+
+    clock.set_wall(clock.now() + timedelta(hours=1))  # the wall clock jumps; monotonic does not
+    assert watch.ok is False  # before any new measurement
+    assert changes and changes[-1] is not None and "jumped +3600" in changes[-1]
+    assert watch.reason is not None and "+3600" in watch.reason
+
+    clock.set_wall(datetime.now(UTC))  # fixed (NTP steps it back)
+    await watch.measure()
+    assert watch.ok is True and changes[-1] is None and watch.reason is None
