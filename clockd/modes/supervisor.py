@@ -4,7 +4,8 @@ Start: the coordinator first (file lock or etcd registration), then every mode.
 Stop (``stopping`` set): every mode sees the same event; the materializer,
 relay and leader finish their current tick; the worker stops claiming, drains
 its running jobs within the grace period and releases what it never started;
-then the coordinator gives up its leases so successors take over at once.
+then notifications still in flight get ``NOTIFY_DRAIN`` seconds; then the
+coordinator gives up its leases so successors take over at once.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.modes.relay import Relay, RelaySettings
 from clockd.modes.worker import Worker, WorkerSettings
 from clockd.runner import Runner
+from clockd.runner.notify import Notifier
 from clockd.store import Store
 
 log = logging.getLogger(__name__)
+
+NOTIFY_DRAIN = 10.0  # seconds the shutdown waits for notifications in flight
 
 
 class Service(Protocol):
@@ -53,14 +57,18 @@ class Supervisor:
         self.clock_watch = ClockWatch(store, clock, max_clock_skew)
         if "leader" in self.modes or "materializer" in self.modes:
             self.services["clock-watch"] = self.clock_watch
+        # One notifier for every mode of this process: it sends through the worker's runner.
+        self.notifier = Notifier(runner, store.get_schedule_by_id)
         if "leader" in self.modes:
-            self.services["leader"] = Leader(store, coord, clock, leader, self.clock_watch)
+            self.services["leader"] = Leader(store, coord, clock, leader, self.clock_watch, self.notifier)
         if "materializer" in self.modes:
-            self.services["materializer"] = Materializer(store, coord, clock, materializer, self.clock_watch)
+            self.services["materializer"] = Materializer(
+                store, coord, clock, materializer, self.clock_watch, self.notifier
+            )
         if "relay" in self.modes:
             self.services["relay"] = Relay(store, clock, relay)
         if "worker" in self.modes:
-            self.services["worker"] = Worker(store, runner, clock, worker)
+            self.services["worker"] = Worker(store, runner, clock, worker, notifier=self.notifier)
 
     async def run(
         self,
@@ -101,6 +109,7 @@ class Supervisor:
                         )
                         stopping.set()
         finally:
+            await self.notifier.drain(NOTIFY_DRAIN)
             await self.coord.stop()
         if failed is not None:
             raise failed

@@ -20,6 +20,7 @@ from clockctl.render import (
     dur,
     iso,
     local,
+    notify_rows,
     occurrence_doc,
     schedule_doc,
     short,
@@ -40,6 +41,7 @@ from clockd.core.model import (
     ScheduleKind,
     Target,
 )
+from clockd.core.notify import Notification, NotifyEvent, parse_notification, sorted_notifications
 from clockd.core.spec import compile_spec
 from clockd.errors import InvalidInput
 from clockd.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
@@ -77,6 +79,8 @@ def build_definition(
     body: str | None = None,
     expect_status: str | None = None,
     insecure: bool = False,
+    stdin: str | None = None,
+    notify: tuple[Notification, ...] = (),
 ) -> ScheduleDef:
     """Turn ``clockctl add`` arguments into a definition (validated later by ``Ops``)."""
     if at and every:
@@ -100,6 +104,7 @@ def build_definition(
         "--memory-limit": memory_limit is not None,
         "--cpu-limit": cpu_limit is not None,
         "--nproc-limit": nproc_limit is not None,
+        "--stdin": stdin is not None,
     }
     http_only = {
         "--header": bool(headers),
@@ -146,6 +151,7 @@ def build_definition(
             memory_limit=parse_size(memory_limit) if memory_limit is not None else None,
             cpu_limit=_cpu_seconds(cpu_limit) if cpu_limit is not None else None,
             nproc_limit=nproc_limit,
+            stdin=stdin,
         )
     if name is None:
         if noop:
@@ -166,7 +172,22 @@ def build_definition(
         tenant=tenant,
         timeout=parse_duration(timeout) if timeout else None,
         retry=RetryPolicy(retries=retries, backoff=parse_duration(backoff)),
+        notify=sorted_notifications(notify),
     )
+
+
+def notify_options(**given: str | None) -> tuple[Notification, ...]:
+    """``--on-failure`` & co. (keyword = event value) as notifications; bad ones are InvalidInput."""
+    out: list[Notification] = []
+    for event in NotifyEvent:
+        text = given.get(event.value)
+        if text is None:
+            continue
+        try:
+            out.append(parse_notification(event, text))
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+    return tuple(out)
 
 
 def _env(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -300,6 +321,30 @@ def register(app: typer.Typer) -> None:
         insecure: Annotated[
             bool, typer.Option("--insecure", help="do not verify the server's TLS certificate")
         ] = False,
+        stdin: Annotated[
+            str | None,
+            typer.Option("--stdin", metavar="TEXT", help="text written to the job's standard input (newlines kept)"),
+        ] = None,
+        on_failure: Annotated[
+            str | None,
+            typer.Option(
+                "--on-failure",
+                metavar="CMD|URL|mail:ADDR",
+                help="notify when an attempt fails: a shell command, an http(s) URL (JSON POST) or mail:ADDR",
+            ),
+        ] = None,
+        on_dead: Annotated[
+            str | None,
+            typer.Option("--on-dead", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence goes DEAD"),
+        ] = None,
+        on_missed: Annotated[
+            str | None,
+            typer.Option("--on-missed", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence is MISSED"),
+        ] = None,
+        on_success: Annotated[
+            str | None,
+            typer.Option("--on-success", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence succeeds"),
+        ] = None,
         misfire: policyopts.Misfire = None,
         max_lateness: policyopts.MaxLateness = None,
         catch_up_limit: policyopts.CatchUpLimit = None,
@@ -348,6 +393,8 @@ def register(app: typer.Typer) -> None:
             body=body,
             expect_status=expect_status,
             insecure=insecure,
+            stdin=stdin,
+            notify=notify_options(failure=on_failure, dead=on_dead, missed=on_missed, success=on_success),
         )
         definition = policyopts.apply_policies(
             definition,
@@ -469,6 +516,7 @@ def register(app: typer.Typer) -> None:
                 if schedule.definition.window == timedelta(0)
                 else f"{dur(schedule.definition.window)} (each run starts at a fixed offset within it)",
             ),
+            *notify_rows(schedule.definition),
         ]
         permanent = schedule.definition.retry.permanent_exit_codes
         if permanent:

@@ -1,0 +1,202 @@
+"""What a cron user expects, against a real daemon: a log line per run at the default
+level, notifications on outcome (a command, an HTTP POST to a real local server, a
+mail through a fake ``sendmail``), MISSED telling ``on_missed``, a job's stdin, and a
+crontab's environment lines reaching the job (issue 15, items 4-7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Clockd, wait_for
+
+pytestmark = pytest.mark.e2e
+PY = sys.executable
+DUMP_ENV = "import json,os,sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
+
+
+def log_lines(clockd: Clockd) -> list[dict[str, Any]]:
+    out = []
+    for line in clockd.log().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def actions(clockd: Clockd, action: str, schedule: str | None = None) -> list[dict[str, Any]]:
+    return [
+        d
+        for d in log_lines(clockd)
+        if d.get("action") == action and (schedule is None or d.get("schedule") == schedule)
+    ]
+
+
+def dead(clockd: Clockd, name: str) -> list[dict[str, Any]]:
+    return [r for r in clockd.runs(name) if r["state"] == "DEAD"]
+
+
+def test_each_run_logs_a_start_and_an_end_line_at_info_and_dead_is_a_warning(clockd: Clockd) -> None:
+    clockd.start()  # the default level: info
+    clockd.ctl("add", "--at", "now+1s", "--name", "greet", "--", "echo", "hi")
+    clockd.ctl("add", "--at", "now+1s", "--name", "broken", "--retries", "0", "--", "sh", "-c", "exit 7")
+    run = wait_for("broken to go DEAD", lambda: dead(clockd, "broken"), 20)[0]
+    ok = wait_for("greet to finish", lambda: actions(clockd, "run_finished", "greet"), 20)[0]
+    started = actions(clockd, "run_started", "greet")[0]
+    assert started["level"] == "info" and started["attempt"] == 1 and started["target"] == "echo hi"
+    assert ok["level"] == "info" and ok["outcome"] == "succeeded" and ok["exit_code"] == 0
+    assert ok["duration"] >= 0 and ok["occurrence"] == started["occurrence"]
+    [line] = wait_for("the dead line", lambda: actions(clockd, "run_dead", "broken"), 10)
+    assert line["level"] == "warning" and line["occurrence"] == run["id"]
+    assert line["exit_code"] == 7 and line["state"] == "DEAD"
+    assert "exit code 7" in line["msg"] and "-> DEAD" in line["msg"]
+
+
+def test_a_failing_job_runs_its_on_failure_command_with_the_occurrence_in_its_env(
+    clockd: Clockd, tmp_path: Path
+) -> None:
+    clockd.start()
+    seen = tmp_path / "notified.json"
+    clockd.ctl(
+        "add", "--at", "now+1s", "--name", "flaky", "--retries", "0",
+        "--on-failure", f"{PY} -c \"{DUMP_ENV}\" {seen}",
+        "--", "sh", "-c", "echo disk full >&2; exit 3",
+    )  # fmt: skip
+    shown = clockd.ctl("show", "flaky").stdout
+    assert "on_failure" in shown and str(seen) in shown
+    run = wait_for("flaky to go DEAD", lambda: dead(clockd, "flaky"), 20)[0]
+    env = json.loads(wait_for("the on_failure command", lambda: seen.exists() and seen.read_text(), 20))
+    assert env["CLOCKD_OCCURRENCE_ID"] == run["id"]
+    assert env["CLOCKD_SCHEDULE"] == "flaky"
+    assert env["CLOCKD_NOTIFY_EVENT"] == "failure"
+    assert env["CLOCKD_STATE"] == "DEAD" and env["CLOCKD_OUTCOME"] == "failed"
+    assert env["CLOCKD_EXIT_CODE"] == "3"
+    assert env["CLOCKD_OUTPUT"] == "disk full\n"
+    assert env["CLOCKD_IDEMPOTENCY_KEY"] == f"{run['id']}:failure:1"
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: list[tuple[dict[str, str], bytes]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hook() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
+    received: list[tuple[dict[str, str], bytes]] = []
+    handler = type("Hook", (_Hook,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_an_http_notification_reaches_a_real_server_with_json_and_an_idempotency_key(
+    clockd: Clockd, hook: tuple[str, list[tuple[dict[str, str], bytes]]], tmp_path: Path
+) -> None:
+    url, received = hook
+    clockd.start()
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n"
+        "  - name: nightly\n"
+        "    at: " + (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0).isoformat() + "\n"
+        "    command: [sh, -c, 'echo all good']\n"
+        f"    on_success: {{http: '{url}'}}\n"
+        f"    on_dead: {{http: '{url}'}}\n"
+    )
+    assert clockd.ctl("apply", "-f", str(jobs)).returncode == 0
+    headers, body = wait_for("the POST", lambda: received, 20)[0]
+    doc = json.loads(body)
+    run = clockd.runs("nightly")[0]
+    assert headers["content-type"] == "application/json"
+    assert headers["idempotency-key"] == f"{run['id']}:success" == doc["idempotency_key"]
+    assert doc["event"] == "success" and doc["schedule"] == "nightly" and doc["occurrence_id"] == run["id"]
+    assert doc["state"] == "SUCCEEDED" and doc["exit_code"] == 0 and doc["output_tail"] == "all good\n"
+    assert len(received) == 1  # on_dead: nothing died
+
+
+def test_missed_at_planning_triggers_on_missed(clockd: Clockd, tmp_path: Path) -> None:
+    seen = tmp_path / "missed.json"
+    # Added while no daemon runs; due in 1 s with 1 s of lateness allowed: missed when it starts.
+    added = clockd.ctl_json(
+        "add", "--at", "now+1s", "--name", "late", "--misfire", "skip", "--max-lateness", "1s",
+        "--on-missed", f"{PY} -c \"{DUMP_ENV}\" {seen}", "--", "true",
+    )  # fmt: skip
+    due = datetime.fromisoformat(added["next_runs"][0].replace("Z", "+00:00"))
+    wait_for("the instant to be past its lateness", lambda: datetime.now(UTC) > due + timedelta(seconds=3), 10)
+    clockd.start()
+    run = wait_for("MISSED", lambda: [r for r in clockd.runs("late") if r["state"] == "MISSED"], 20)[0]
+    env = json.loads(wait_for("the on_missed command", lambda: seen.exists() and seen.read_text(), 20))
+    assert env["CLOCKD_NOTIFY_EVENT"] == "missed" and env["CLOCKD_STATE"] == "MISSED"
+    assert env["CLOCKD_OCCURRENCE_ID"] == run["id"] and env["CLOCKD_EXIT_CODE"] == ""
+    [line] = wait_for("the missed warning", lambda: actions(clockd, "run_missed", "late"), 10)
+    assert line["level"] == "warning" and line["count"] == 1
+
+
+def test_stdin_is_fed_to_the_job(clockd: Clockd) -> None:
+    clockd.start()
+    clockd.ctl("add", "--at", "now+1s", "--name", "reader", "--stdin", "line one\nline 2%\n", "--", "cat")
+    run = wait_for("reader", lambda: [r for r in clockd.runs("reader") if r["state"] == "SUCCEEDED"], 20)[0]
+    assert clockd.ctl("logs", run["id"]).stdout == "line one\nline 2%\n"
+
+
+FAKE_SENDMAIL = """#!/bin/sh
+# A stand-in for sendmail: records its arguments and the message.
+out="{out}"
+printf '%s\\n' "$*" > "$out.args"
+cat > "$out.tmp" && mv "$out.tmp" "$out.msg"
+"""
+
+
+def test_a_crontab_with_mailto_env_lines_and_percent_runs_as_cron_would(clockd: Clockd, tmp_path: Path) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    mail = tmp_path / "mail"
+    sendmail = bindir / "sendmail"
+    sendmail.write_text(FAKE_SENDMAIL.format(out=mail))
+    sendmail.chmod(0o755)
+    clockd.env["PATH"] = f"{bindir}:{os.environ['PATH']}"
+    seen = tmp_path / "job-env.json"
+    crontab = tmp_path / "crontab"
+    crontab.write_text(
+        "MAILTO=ops@example.com\n"
+        "GREETING = hello there\n"
+        f"0 4 * * * {PY} -c \"import json,os,sys; json.dump(dict(os.environ), open('{seen}', 'w')); "
+        'print(sys.stdin.read()); sys.exit(1)" %first\\%%second\n'
+    )
+    imported = clockd.ctl("import-crontab", str(crontab), "--tz", "UTC")
+    assert imported.returncode == 0, imported.stderr
+    assert "sendmail" not in imported.stderr  # found on PATH: nothing to warn about
+    clockd.start()
+    [name] = [s["name"] for s in clockd.ctl_json("list")]
+    assert clockd.ctl("run-now", name).returncode == 0
+    env = json.loads(wait_for("the job", lambda: seen.exists() and seen.read_text(), 20))
+    assert env["MAILTO"] == "ops@example.com" and env["GREETING"] == "hello there"
+    message = tmp_path / "mail.msg"
+    text = wait_for("the mail", lambda: message.exists() and message.read_text(), 20)
+    assert (tmp_path / "mail.args").read_text() == "-i ops@example.com\n"
+    assert "To: ops@example.com" in text and f"Subject: clockd {name}: DEAD, exit code 1" in text
+    assert "first%\nsecond\n" in text  # the job printed its stdin: cron's % lines
