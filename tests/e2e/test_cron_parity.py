@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,6 +23,7 @@ from tests.e2e.conftest import Clockd, wait_for
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
 DUMP_ENV = "import json,os,sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
 
 
@@ -200,3 +203,85 @@ def test_a_crontab_with_mailto_env_lines_and_percent_runs_as_cron_would(clockd: 
     assert (tmp_path / "mail.args").read_text() == "-i ops@example.com\n"
     assert "To: ops@example.com" in text and f"Subject: clockd {name}: DEAD, exit code 1" in text
     assert "first%\nsecond\n" in text  # the job printed its stdin: cron's % lines
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user can reach (pytest's tmp_path is root's alone): the jobs of
+    an imported system crontab, and their mail, run as their own users."""
+    path = Path(tempfile.mkdtemp(prefix="clockd-parity-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        Path("/tmp/clockd-example.lock").unlink(missing_ok=True)
+
+
+RECORDING_SENDMAIL = """#!/bin/sh
+# A stand-in for sendmail: one file per mail, named by its pid.
+printf '%s\\n' "$*" > "{out}/$$.args"
+cat > "{out}/$$.tmp" && mv "{out}/$$.tmp" "{out}/$$.mail"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="jobs of a system crontab run as their users: needs a root worker")
+def test_moving_from_cron_as_the_readme_shows(clockd: Clockd, tmp_path: Path, shared_dir: Path) -> None:
+    """README "Moving from cron", step by step, with ``clockd run`` for ``systemctl start``
+    and a recording sendmail for the host's."""
+    crontab = tmp_path / "crontab"
+    crontab.write_text((ROOT / "tests/data/crontabs/system.crontab").read_text())
+    outbox = shared_dir / "mail"
+    outbox.mkdir(mode=0o777)
+    outbox.chmod(0o777)
+    sendmail = shared_dir / "sendmail"
+    sendmail.write_text(RECORDING_SENDMAIL.format(out=outbox))
+    sendmail.chmod(0o755)
+    clockd.env["PATH"] = f"{shared_dir}:{os.environ['PATH']}"
+
+    # 1. What it becomes.
+    dry = clockd.ctl("import-crontab", str(crontab), "--system", "--dry-run")
+    assert [line for line in dry.stdout.splitlines() if line.startswith("  - name: ")] == [
+        "  - name: echo-8",
+        "  - name: ls-9",
+        "  - name: cat-10",
+    ]
+    assert "sendmail" not in dry.stderr
+    # 2. Keep it as a schedule file, and apply it.
+    schedules = tmp_path / "schedules.d"
+    schedules.mkdir()
+    (schedules / "crontab.yaml").write_text(dry.stdout)
+    clockd.ctl("apply", "-f", str(schedules / "crontab.yaml"))
+    # 3. Start clockd.
+    clockd.start()
+    # 4. The first runs.
+    for name in ("echo-8", "ls-9", "cat-10"):
+        clockd.ctl("run-now", name)
+
+    def finished(name: str) -> dict[str, Any] | None:
+        runs = [r for r in clockd.runs(name) if r["state"] in ("SUCCEEDED", "DEAD")]
+        return runs[0] if runs else None
+
+    report = wait_for("echo-8", lambda: finished("echo-8"), 30)
+    assert report["state"] == "SUCCEEDED"
+    assert clockd.ctl("logs", report["id"]).stdout == "report as nobody, mail to root\n"
+    backup = wait_for("ls-9", lambda: finished("ls-9"), 30)
+    assert backup["state"] == "DEAD" and backup["exit_code"] == 2
+    weekly = wait_for("cat-10", lambda: finished("cat-10"), 30)
+    assert clockd.ctl_json("logs", weekly["id"])["output"] == "Weekly summary\nfor ops"  # cron adds no newline
+
+    mails = wait_for("three mails", lambda: len(list(outbox.glob("*.mail"))) == 3 and list(outbox.glob("*.mail")), 30)
+    texts = sorted(m.read_text() for m in mails)
+    assert all(m.with_suffix(".args").read_text() == "-i root\n" for m in mails)
+    subjects = sorted(line for t in texts for line in t.splitlines() if line.startswith("Subject: "))
+    assert [s.rsplit(" (", 1)[0] for s in subjects] == [
+        "Subject: clockd cat-10: SUCCEEDED, exit code 0",
+        "Subject: clockd echo-8: SUCCEEDED, exit code 0",
+        "Subject: clockd ls-9: DEAD, exit code 2",
+    ]
+    assert any("report as nobody, mail to root" in t for t in texts)
+    # The journal's lines: a start and an end for each run.
+    for name in ("echo-8", "ls-9", "cat-10"):
+        assert len(actions(clockd, "run_started", name)) == 1
+    assert actions(clockd, "run_finished", "echo-8")[0]["level"] == "info"
+    assert actions(clockd, "run_dead", "ls-9")[0]["level"] == "warning"
