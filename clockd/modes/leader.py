@@ -45,6 +45,10 @@ from clockd.store import Fence, Reaped, Store
 
 log = logging.getLogger(__name__)
 
+# How the reason of an occurrence the sweep made MISSED ends (clockd.store.misfire_verdicts);
+# tests/integration/test_notify.py fails if the two drift apart.
+SWEPT_SUFFIX = "; no worker reached it in time"
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderSettings:
@@ -70,7 +74,6 @@ class Leader:
     ) -> None:
         self.clock_watch = clock_watch
         self.notifier = notifier
-        self._missed_sent: dict[str, None] = {}  # occurrences whose MISSED was notified (bounded)
         self.store, self.coord, self.clock = store, coord, clock
         self.settings = settings or LeaderSettings()
         self.sampler = Sampler(store, clock, self.settings.sampler)
@@ -174,7 +177,8 @@ class Leader:
 
     async def _notify_swept(self, now: datetime) -> None:
         """The sweep reports a count: find its MISSED rows among the schedules that ask
-        for ``on_missed`` (their newest occurrences, finished by this sweep)."""
+        for ``on_missed`` (their newest occurrences, finished by this sweep; the
+        notifier drops one it has already sent)."""
         assert self.notifier is not None
         for schedule in await self.store.list_schedules():
             if for_event(schedule.definition.notify, NotifyEvent.MISSED) is None:
@@ -184,12 +188,11 @@ class Leader:
                     occurrence.state is not OccurrenceState.MISSED
                     or occurrence.finished_at is None
                     or occurrence.finished_at < now - timedelta(seconds=1)
-                    or occurrence.id in self._missed_sent
+                    # the sweep's own verdicts (clockd.store.misfire_verdicts), not the
+                    # materializer's, which it notified itself
+                    or not (occurrence.reason or "").endswith(SWEPT_SUFFIX)
                 ):
                     continue
-                self._missed_sent[occurrence.id] = None
-                if len(self._missed_sent) > 10_000:
-                    del self._missed_sent[next(iter(self._missed_sent))]
                 self.notifier.notify(
                     Outcome(
                         schedule_id=schedule.id,

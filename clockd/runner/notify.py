@@ -22,7 +22,9 @@ stopped (shutdown waits up to ``drain`` seconds for them), is logged
 sent twice when a materializer's batch is written again after a failover or the
 process restarts mid-delivery: every notification carries a stable
 **idempotency key**, ``<occurrence id>:<event>`` (``…:failure:<attempt>`` for
-``failure``), so a receiver can drop the second one.
+``failure``), so a receiver can drop the second one. Within one process a key is sent
+once (the last 10 000 keys are remembered), so two modes of one ``clockd run`` that
+both see a MISSED do not send it twice.
 
 How each kind is sent, through the worker's own runner (so the same user checks,
 ``allowed_users`` and process containment apply):
@@ -163,14 +165,22 @@ class Notifier:
         self.sendmail = sendmail
         self._cache: dict[tuple[str, int], Schedule | None] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sent_keys: dict[str, None] = {}  # recent idempotency keys: one notification per key (bounded)
         self._stop = asyncio.Event()
         self.sent = 0  # notifications delivered (tests, metrics)
 
     def notify(self, outcome: Outcome, schedule: Schedule | None = None) -> None:
-        """Send what ``outcome``'s schedule asks for (looked up unless given)."""
-        if not outcome.events():
+        """Send what ``outcome``'s schedule asks for (looked up unless given), once per
+        idempotency key in this process (two modes may report the same MISSED)."""
+        events = outcome.events()
+        fresh = [e for e in events if idempotency_key(outcome, e) not in self._sent_keys]
+        if not fresh:
             return
-        task = asyncio.get_running_loop().create_task(self._notify(outcome, schedule))
+        for event in fresh:
+            self._sent_keys[idempotency_key(outcome, event)] = None
+        while len(self._sent_keys) > 10_000:
+            del self._sent_keys[next(iter(self._sent_keys))]
+        task = asyncio.get_running_loop().create_task(self._notify(outcome, fresh, schedule))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -196,14 +206,14 @@ class Notifier:
             self._cache[key] = await self.lookup(outcome.schedule_id)
         return self._cache[key]
 
-    async def _notify(self, outcome: Outcome, schedule: Schedule | None) -> None:
+    async def _notify(self, outcome: Outcome, events: list[NotifyEvent], schedule: Schedule | None) -> None:
         try:
             if schedule is None:
                 schedule = await self._schedule(outcome)
             if schedule is None or not schedule.definition.notify:
                 return
             wanted = {n.event: n for n in schedule.definition.notify}
-            for event in outcome.events():
+            for event in events:
                 notification = wanted.get(event)
                 if notification is not None:
                     await self._deliver(schedule, outcome, notification)
