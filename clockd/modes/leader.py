@@ -193,15 +193,6 @@ class Leader:
                     or not (occurrence.reason or "").endswith(SWEPT_SUFFIX)
                 ):
                     continue
-                self.notifier.notify(
-                    Outcome(
-                        schedule_id=schedule.id,
-                        version=occurrence.version,
-                        schedule_name=schedule.name,
-                        occurrence_id=occurrence.id,
-                        scheduled_for=occurrence.scheduled_for,
-                        state=OccurrenceState.MISSED,
-                        error=occurrence.reason,
-                    ),
-                    schedule,
+                self.notifier.missed(
+                    schedule, occurrence.id, occurrence.version, occurrence.scheduled_for, occurrence.reason
                 )

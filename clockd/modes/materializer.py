@@ -38,7 +38,7 @@ from clockd.errors import ClockdError, FencedOut, StoreError
 from clockd.modes.base import run_ticks
 from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
-from clockd.runner.notify import Notifier, Outcome
+from clockd.runner.notify import Notifier
 from clockd.store import CursorAdvance, Fence, NewOccurrence, Store
 
 log = logging.getLogger(__name__)
@@ -214,15 +214,4 @@ class Materializer:
             if self.notifier is None or not schedule.definition.notify:
                 continue
             for o in missed:
-                self.notifier.notify(
-                    Outcome(
-                        schedule_id=schedule.id,
-                        version=o.version,
-                        schedule_name=schedule.name,
-                        occurrence_id=o.id,
-                        scheduled_for=o.scheduled_for,
-                        state=OccurrenceState.MISSED,
-                        error=o.reason,
-                    ),
-                    schedule,
-                )
+                self.notifier.missed(schedule, o.id, o.version, o.scheduled_for, o.reason)

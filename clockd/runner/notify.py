@@ -184,6 +184,15 @@ class Notifier:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def missed(
+        self, schedule: Schedule, occurrence_id: str, version: int, scheduled_for: datetime, reason: str | None
+    ) -> None:
+        """An occurrence of ``schedule`` went MISSED (materializer or leader)."""
+        outcome = Outcome(
+            schedule.id, version, schedule.name, occurrence_id, scheduled_for, OccurrenceState.MISSED, error=reason
+        )
+        self.notify(outcome, schedule)
+
     async def drain(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for deliveries in flight, then abandon them."""
         if not self._tasks:
