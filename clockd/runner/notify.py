@@ -172,7 +172,13 @@ class Notifier:
     def notify(self, outcome: Outcome, schedule: Schedule | None = None) -> None:
         """Send what ``outcome``'s schedule asks for (looked up unless given), once per
         idempotency key in this process (two modes may report the same MISSED)."""
-        events = outcome.events()
+        key = (outcome.schedule_id, outcome.version)
+        if schedule is None and key in self._cache:
+            schedule = self._cache[key]
+            if schedule is None or not schedule.definition.notify:
+                return  # the common case, answered without a task
+        wanted = {n.event for n in schedule.definition.notify} if schedule is not None else set(NotifyEvent)
+        events = [e for e in outcome.events() if e in wanted]
         fresh = [e for e in events if idempotency_key(outcome, e) not in self._sent_keys]
         if not fresh:
             return

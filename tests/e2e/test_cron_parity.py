@@ -125,12 +125,13 @@ def test_an_http_notification_reaches_a_real_server_with_json_and_an_idempotency
     jobs.write_text(
         "jobs:\n"
         "  - name: nightly\n"
-        "    at: " + (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0).isoformat() + "\n"
+        "    schedule: '0 0 1 1 *'\n"  # once a year: the run below is run-now's
         "    command: [sh, -c, 'echo all good']\n"
         f"    on_success: {{http: '{url}'}}\n"
         f"    on_dead: {{http: '{url}'}}\n"
     )
     assert clockd.ctl("apply", "-f", str(jobs)).returncode == 0
+    clockd.ctl("run-now", "nightly")
     headers, body = wait_for("the POST", lambda: received, 20)[0]
     doc = json.loads(body)
     run = clockd.runs("nightly")[0]
