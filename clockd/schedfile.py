@@ -74,7 +74,7 @@ from clockd.core.model import (
     ScheduleKind,
     Target,
 )
-from clockd.core.notify import Notification, NotifyEvent, for_event, sorted_notifications
+from clockd.core.notify import Notification, NotifyEvent, for_event, sorted_notifications, valid_addresses
 from clockd.core.spec import validate_definition
 from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput
@@ -894,7 +894,7 @@ def _decode_notify(event: NotifyEvent, value: Value) -> Notification:
         if not text.lower().startswith(("http://", "https://")):
             raise _Refused(f"http: {text!r} is not an http:// or https:// URL", line)
         return Notification(event, url=text)
-    if any(c in text for c in "\r\n\0") or text.lstrip().startswith("-"):
+    if not valid_addresses(text):
         raise _Refused(f"mail: {text!r} is not a list of addresses (a@example.com, b@example.com)", line)
     return Notification(event, mail=text.strip())
 

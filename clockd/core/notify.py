@@ -102,6 +102,13 @@ def _order(n: Notification) -> int:
     return _EVENTS.index(n.event)
 
 
+def valid_addresses(text: str) -> bool:
+    """Comma-separated mail addresses, none empty, none an option to sendmail (``-…``),
+    no control characters (a header could be injected)."""
+    parts = [p.strip() for p in text.split(",")]
+    return all(p and not p.startswith("-") and not any(ord(c) < 32 for c in p) for p in parts)
+
+
 def parse_notification(event: NotifyEvent, text: str) -> Notification:
     """``clockctl add --on-failure TEXT``: an ``http://``/``https://`` URL is a POST,
     ``mail:ADDRESSES`` a mail, anything else a command run with ``/bin/sh -c``.
@@ -113,7 +120,7 @@ def parse_notification(event: NotifyEvent, text: str) -> Notification:
         return Notification(event, url=value)
     if value.lower().startswith("mail:"):
         address = value[5:].strip()
-        if not address or any(c in address for c in "\r\n\0") or address.startswith("-"):
+        if not valid_addresses(address):
             raise ValueError(f"--on-{event.value}: mail: expected addresses, e.g. mail:ops@example.com")
         return Notification(event, mail=address)
     return Notification(event, argv=(text,), shell=True)

@@ -55,6 +55,7 @@ def test_stdin_and_notifications_load_and_export_back_unchanged() -> None:
         ("    on_dead: {http: 'ftp://x', mail: a}\n", "f.yaml:5: on_dead: give exactly one of command, http, mail"),
         ("    on_missed: {http: 'ftp://x'}\n", "f.yaml:5: on_missed: http: 'ftp://x' is not an http:// or https://"),
         ("    on_success: {mail: '-oQ/tmp'}\n", "f.yaml:5: on_success: mail: '-oQ/tmp' is not a list of addresses"),
+        ("    on_success: {mail: 'a@x, -oQ'}\n", "f.yaml:5: on_success: mail: 'a@x, -oQ' is not a list of addresses"),
         ("    stdin: [a]\n", "f.yaml:5: stdin: expected a string, got a list"),
     ],
 )
