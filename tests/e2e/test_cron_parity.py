@@ -167,45 +167,6 @@ def test_stdin_is_fed_to_the_job(clockd: Clockd) -> None:
     assert clockd.ctl("logs", run["id"]).stdout == "line one\nline 2%\n"
 
 
-FAKE_SENDMAIL = """#!/bin/sh
-# A stand-in for sendmail: records its arguments and the message.
-out="{out}"
-printf '%s\\n' "$*" > "$out.args"
-cat > "$out.tmp" && mv "$out.tmp" "$out.msg"
-"""
-
-
-def test_a_crontab_with_mailto_env_lines_and_percent_runs_as_cron_would(clockd: Clockd, tmp_path: Path) -> None:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    mail = tmp_path / "mail"
-    sendmail = bindir / "sendmail"
-    sendmail.write_text(FAKE_SENDMAIL.format(out=mail))
-    sendmail.chmod(0o755)
-    clockd.env["PATH"] = f"{bindir}:{os.environ['PATH']}"
-    seen = tmp_path / "job-env.json"
-    crontab = tmp_path / "crontab"
-    crontab.write_text(
-        "MAILTO=ops@example.com\n"
-        "GREETING = hello there\n"
-        f"0 4 * * * {PY} -c \"import json,os,sys; json.dump(dict(os.environ), open('{seen}', 'w')); "
-        'print(sys.stdin.read()); sys.exit(1)" %first\\%%second\n'
-    )
-    imported = clockd.ctl("import-crontab", str(crontab), "--tz", "UTC")
-    assert imported.returncode == 0, imported.stderr
-    assert "sendmail" not in imported.stderr  # found on PATH: nothing to warn about
-    clockd.start()
-    [name] = [s["name"] for s in clockd.ctl_json("list")]
-    assert clockd.ctl("run-now", name).returncode == 0
-    env = json.loads(wait_for("the job", lambda: seen.exists() and seen.read_text(), 20))
-    assert env["MAILTO"] == "ops@example.com" and env["GREETING"] == "hello there"
-    message = tmp_path / "mail.msg"
-    text = wait_for("the mail", lambda: message.exists() and message.read_text(), 20)
-    assert (tmp_path / "mail.args").read_text() == "-i ops@example.com\n"
-    assert "To: ops@example.com" in text and f"Subject: clockd {name}: DEAD, exit code 1" in text
-    assert "first%\nsecond\n" in text  # the job printed its stdin: cron's % lines
-
-
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A directory every user can reach (pytest's tmp_path is root's alone): the jobs of
@@ -229,7 +190,8 @@ cat > "{out}/$$.tmp" && mv "{out}/$$.tmp" "{out}/$$.mail"
 @pytest.mark.skipif(os.geteuid() != 0, reason="jobs of a system crontab run as their users: needs a root worker")
 def test_moving_from_cron_as_the_readme_shows(clockd: Clockd, tmp_path: Path, shared_dir: Path) -> None:
     """README "Moving from cron", step by step, with ``clockd run`` for ``systemctl start``
-    and a recording sendmail for the host's."""
+    and a recording sendmail for the host's: the job runs as its user with the crontab's
+    env (``$MAILTO`` in its output), ``%`` text as its stdin, MAILTO as mail."""
     crontab = tmp_path / "crontab"
     crontab.write_text((ROOT / "tests/data/crontabs/system.crontab").read_text())
     outbox = shared_dir / "mail"
