@@ -66,6 +66,7 @@ from clockd.core.model import (
     redact_url,
 )
 from clockd.core.notify import Notification, NotifyEvent
+from clockd.errors import ClockdError
 from clockd.runner import Runner, RunRequest
 
 log = logging.getLogger(__name__)
@@ -225,6 +226,16 @@ class Notifier:
         try:
             if schedule is None:
                 schedule = await self._schedule(outcome)
+        except ClockdError as exc:  # the store is down: this notification is lost (module docstring)
+            log.warning(
+                "cannot look up %s to notify its %s: %s",
+                outcome.schedule_name,
+                outcome.state.value,
+                exc.message,
+                extra={"action": "notify_failed", "schedule": outcome.schedule_name},
+            )
+            return
+        try:
             if schedule is None or not schedule.definition.notify:
                 return
             wanted = {n.event: n for n in schedule.definition.notify}
