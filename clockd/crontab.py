@@ -177,6 +177,7 @@ def parse_crontab(
     used: set[str] = set()
     users: set[str] = set()
     mailto = ""
+    has_sendmail = "MAILTO" not in text or sendmail() is not None  # looked up once
     for number, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         stripped = line.strip()
@@ -191,7 +192,7 @@ def parse_crontab(
             zone, shell = _assign(result, number, env, name, value, zone, shell)
             if name == "MAILTO":
                 mailto = value.strip()
-                if mailto and sendmail() is None:
+                if mailto and not has_sendmail:
                     result.notes.append(
                         Note(
                             number,
