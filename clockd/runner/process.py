@@ -29,9 +29,10 @@ What a job gets, and why:
 * **Resource limits** (``memory_limit``, ``cpu_limit``, ``nproc_limit``): set with
   ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``.
 * **stdin** is ``/dev/null``, or a pipe fed the target's ``stdin`` text (UTF-8) and
-  then closed (a job that exits without reading it is not an error); stdout and stderr share one pipe (interleaved as
-  written). The pipe is read by protocol callbacks as data arrives, never paused,
-  so a job flooding its output never blocks on a full pipe; only the last
+  then closed (a job that exits without reading it is not an error); stdout and
+  stderr share one pipe (interleaved as written). The pipe is read by protocol
+  callbacks as data arrives, never paused, so a job flooding its output never
+  blocks on a full pipe; only the last
   ``output_limit`` bytes are kept, and a truncated tail starts with a
   ``[clockd: N earlier bytes dropped]`` line. Decoding is UTF-8 with
   ``errors="replace"``.
