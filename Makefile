@@ -74,7 +74,7 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 .PHONY: install-systemd
 install-systemd: ## Install systemd units, sysusers and tmpfiles snippets (PREFIX=/usr/local, BINDIR, UNITDIR, DESTDIR)
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(PREFIX)/lib/sysusers.d $(DESTDIR)$(PREFIX)/lib/tmpfiles.d
-	for u in clockd.service clockd@.service clockd.target; do \
+	for u in clockd.service clockd-system.service clockd@.service clockd.target; do \
 	  sed 's#/usr/local/bin/clockd#$(BINDIR)/clockd#' systemd/$$u > $(DESTDIR)$(UNITDIR)/$$u; \
 	  chmod 644 $(DESTDIR)$(UNITDIR)/$$u; done
 	install -m 644 systemd/clockd.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/clockd.conf

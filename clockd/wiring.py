@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from clockd.modes.clockwatch import ClockWatch
     from clockd.modes.supervisor import Service, Supervisor
     from clockd.runner.dispatch import DispatchRunner
+    from clockd.runner.notify import Notifier
 
 
 # -- adapters ---------------------------------------------------------------------------------
@@ -173,6 +174,7 @@ class Parts:
     runner: Runner
     clock: Clock
     clock_watch: ClockWatch  # shared by the leader and the materializer: one offset, one verdict
+    notifier: Notifier  # one per process: every mode's notifications go through the runner
     faults: Faults = field(default_factory=Faults)
 
 
@@ -185,7 +187,7 @@ def _leader(parts: Parts) -> Service:
         # Two materializer horizons: by then every instant of the window was in reach.
         sampler=SamplerSettings(reconcile_margin=2 * parts.settings.horizon),
     )
-    return Leader(parts.store, parts.coord, parts.clock, settings, parts.clock_watch)
+    return Leader(parts.store, parts.coord, parts.clock, settings, parts.clock_watch, parts.notifier)
 
 
 def _materializer(parts: Parts) -> Service:
@@ -196,7 +198,7 @@ def _materializer(parts: Parts) -> Service:
         hold_before_commit=parts.faults.hold_before_commit,
         hold_while=parts.faults.hold_while,
     )
-    return Materializer(parts.store, parts.coord, parts.clock, settings, parts.clock_watch)
+    return Materializer(parts.store, parts.coord, parts.clock, settings, parts.clock_watch, parts.notifier)
 
 
 def _relay(parts: Parts) -> Service:
@@ -220,7 +222,9 @@ def _worker(parts: Parts) -> Service:
         worker_id=f"{s.node_id}:{os.getpid()}",
     )
     # A worker whose clock is off claims nothing (its claims use its own time).
-    return Worker(parts.store, parts.runner, parts.clock, settings, clock_watch=parts.clock_watch)
+    return Worker(
+        parts.store, parts.runner, parts.clock, settings, clock_watch=parts.clock_watch, notifier=parts.notifier
+    )
 
 
 # Every mode ``clockd run --mode`` accepts, in the order its task starts. A builder may
@@ -285,7 +289,8 @@ class Daemon:
 def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clock | None = None) -> Daemon:
     """Compose ``clockd run`` from its settings (nothing is opened or started)."""
     from clockd.modes.clockwatch import ClockWatch
-    from clockd.modes.supervisor import Supervisor
+    from clockd.modes.supervisor import NOTIFY_DRAIN, Supervisor
+    from clockd.runner.notify import Notifier
 
     location = resolve_store(settings.store)
     store = make_store(location)
@@ -300,7 +305,15 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
         clock=clock,
         # A node whose clock is off hands its leadership and shards over (stand_by).
         clock_watch=ClockWatch(store, clock, settings.max_clock_skew, on_change=coord.stand_by),
+        notifier=(notifier := Notifier(runner, store.get_schedule_by_id)),
         faults=faults or Faults(),
     )
-    supervisor = Supervisor(settings.modes, coord, build_modes(parts, settings.modes))
+    # Notifications still in flight when the modes stop get NOTIFY_DRAIN seconds, while
+    # this process still holds its leases.
+    supervisor = Supervisor(
+        settings.modes,
+        coord,
+        build_modes(parts, settings.modes),
+        drain=[lambda: notifier.drain(NOTIFY_DRAIN)],
+    )
     return Daemon(settings, location, store, coord, runner, clock, supervisor)

@@ -65,6 +65,8 @@ def target_rows(target: Target) -> list[tuple[str, str]]:
             rows.append(("env", f"{key}={redact_value(key, value)}"))
         if target.env_from_file:
             rows.append(("env file", target.env_from_file))
+        if target.stdin is not None:
+            rows.append(("stdin", f"{len(target.stdin.encode())} bytes"))
         limits = []
         if target.memory_limit is not None:
             limits.append(f"memory {format_size(target.memory_limit)}")
@@ -145,6 +147,13 @@ def shown_state(s: Schedule) -> str:
     if s.state is ScheduleState.ACTIVE and s.definition.kind is ScheduleKind.ONCE and s.next_run_at is None:
         return "done"
     return str(s.state)
+def notify_rows(d: ScheduleDef) -> list[tuple[str, str]]:
+    """``show`` rows for the schedule's notifications (URLs with secrets masked)."""
+    return [(n.event.field, redact_url(n.describe()) if n.url else n.describe()) for n in d.notify]
+
+
+def notify_doc(d: ScheduleDef) -> dict[str, Any]:
+    return {n.event.field: {**n.to_json(), **({"url": redact_url(n.url)} if n.url else {})} for n in d.notify}
 
 
 def schedule_doc(s: Schedule) -> dict[str, Any]:
@@ -170,6 +179,7 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
         "window": dur(d.window),
         "catch_up_limit": d.catch_up_limit,
         "permanent_exit_codes": list(d.retry.permanent_exit_codes),
+        "notify": notify_doc(d),
         "created_at": iso(s.created_at),
         "updated_at": iso(s.updated_at),
     }

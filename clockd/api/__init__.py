@@ -12,7 +12,7 @@ Invariants:
   (verified tokens for ``auth.CACHE_SECONDS``, admission buckets) may be lost any time;
 * a token acts only inside its tenant; another tenant's resources answer 404
   (``clockd.api.auth``);
-* every write goes through ``clockd.ops`` (the use cases ``clockctl`` runs) and is
+* every write goes through ``clockd.services.ops`` (the use cases ``clockctl`` runs) and is
   recorded in the audit log after it succeeds; a 4xx writes nothing;
 * bad input is a problem document with the CLI's one-line message, never a 500;
 * the API uses the store port only (an import-linter contract keeps it so).

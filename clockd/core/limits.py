@@ -1,7 +1,7 @@
 """Input limits every front end shares: ``clockctl add``/``update``, schedule files and the HTTP API.
 
 They are checked where a definition is validated (``clockd.formats.validate.normalize`` and
-``clockd.targets.validate_target``, which every writer goes through), so each limit
+``clockd.runner.targets.validate_target``, which every writer goes through), so each limit
 holds whatever the front end, with one message. Each function raises
 :class:`~clockd.errors.InvalidInput` whose message starts with the field it is
 about (``name: …``, ``command: …``): the schedule-file loader turns that prefix

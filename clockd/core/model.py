@@ -20,6 +20,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from clockd.core.notify import Notification
+
 
 class ScheduleKind(StrEnum):
     CRON = "cron"
@@ -94,6 +96,8 @@ class CommandTarget:
     Limits are per process, applied with ``setrlimit`` before ``exec``:
     ``memory_limit`` (bytes of address space, RLIMIT_AS), ``cpu_limit`` (CPU
     seconds, RLIMIT_CPU), ``nproc_limit`` (processes of the job's user, RLIMIT_NPROC).
+    ``stdin``: text written to the job's standard input, then closed (None: ``/dev/null``);
+    an imported crontab line's text after ``%`` lands here.
 
     JSON: the original keys always; each newer key only when it is set, so a
     target written without them reads back (and re-encodes) unchanged.
@@ -109,6 +113,7 @@ class CommandTarget:
     memory_limit: int | None = None
     cpu_limit: int | None = None
     nproc_limit: int | None = None
+    stdin: str | None = None
 
     kind = "command"
 
@@ -136,7 +141,7 @@ class CommandTarget:
         return text
 
 
-_COMMAND_OPTIONAL = ("user", "group", "env_from_file", "memory_limit", "cpu_limit", "nproc_limit")
+_COMMAND_OPTIONAL = ("user", "group", "env_from_file", "memory_limit", "cpu_limit", "nproc_limit", "stdin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +212,7 @@ def target_from_json(data: dict[str, Any]) -> Target:
             memory_limit=_opt_int(data.get("memory_limit")),
             cpu_limit=_opt_int(data.get("cpu_limit")),
             nproc_limit=_opt_int(data.get("nproc_limit")),
+            stdin=_opt_str(data.get("stdin")),
         )
     if kind == "http":
         body = data.get("body")
@@ -290,6 +296,8 @@ class ScheduleDef:
     labels: tuple[tuple[str, str], ...] = ()
     # misfire catch_up: at most this many late instants run (the most recent ones).
     catch_up_limit: int = 10
+    # What to tell, and whom, on an outcome (clockd.core.notify), in the events' order.
+    notify: tuple[Notification, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,17 +7,22 @@ What is read (Vixie cron, as Debian and cronie ship it):
   the command; it is recognised by its path, or when every entry has a known user
   name there, or forced with ``system=True``;
 * ``NAME=value`` lines (spaces around ``=`` allowed; a value in matching single or
-  double quotes is unquoted; nothing is expanded — cron expands no ``$VAR``): the
-  environment of the entries that follow;
-* ``CRON_TZ=Zone`` or ``TZ=Zone``: the zone of the entries that follow (``TZ``
-  also stays in their environment, as cron passes it on);
+  double quotes is unquoted; nothing is expanded — cron expands no ``$VAR``): every
+  one, ``MAILTO``, ``CRON_TZ`` and the rest included, goes into the environment of
+  the entries that follow, as cron exports them (a later line for the same name wins
+  for the entries after it);
+* ``CRON_TZ=Zone`` or ``TZ=Zone``: also the zone of the entries that follow;
 * ``SHELL=``: cron runs ``$SHELL -c command``: ``/bin/sh`` becomes ``shell: true``,
   another shell the argv ``[SHELL, -c, command]``; ``PATH`` and the others are
   plain environment;
-* ``MAILTO=``/``MAILFROM=``/``RANDOM_DELAY=``: not supported, listed as notes;
+* ``MAILTO=addr``: cron mails a job's output there; the entries that follow get
+  ``on_failure`` and ``on_success`` mail notifications to it (sent through the local
+  ``sendmail``; a success without output sends nothing, as with cron). ``MAILTO=""``
+  turns that off again. When this host has no ``sendmail`` (``PATH``,
+  ``/usr/sbin/sendmail``) a note says so;
+* ``MAILFROM=``/``RANDOM_DELAY=``: carried as environment only, listed as notes;
 * ``%`` in a command: an unescaped ``%`` ends the command and the rest is the job's
-  stdin, which clockd cannot give: such a line is not carried over unless nothing
-  follows the ``%``; ``\\%`` is a literal ``%``;
+  ``stdin:``, each further unescaped ``%`` a newline; ``\\%`` is a literal ``%``;
 * comments (``#`` first) and blank lines.
 
 Each entry becomes a job with cron's own behaviour made explicit: ``retries: 0``
@@ -35,7 +40,7 @@ Its name is ``<stem>-<line>``, the stem taken from the program the command runs
 
 Invariants: :func:`parse_crontab` never raises on any text; every line is an
 entry, an environment line, a comment or blank, or is listed — in ``skipped``
-(understood, cannot be carried over: ``@reboot``, stdin, a user unknown here) or
+(understood, cannot be carried over: ``@reboot``, a user unknown here) or
 ``errors`` (not understood) — with its line and the reason. Nothing is dropped
 silently.
 """
@@ -54,6 +59,7 @@ from clockd.core.cron import MACROS
 from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput
 from clockd.formats.schedfile import FileError, Job, Location, duplicate_errors, job_from_mapping
+from clockd.runner.notify import find_sendmail
 
 __all__ = ["CrontabEntry", "CrontabImport", "Note", "parse_crontab"]
 
@@ -61,7 +67,6 @@ DEFAULT_SHELL: Final = "/bin/sh"
 _ENV_LINE = re.compile(r"""^\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*|"[^"]*"|'[^']*')\s*=\s*(?P<value>.*)$""")
 _USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_NOT_CARRIED = {"MAILTO", "MAILFROM", "CRON_TZ", "RANDOM_DELAY"}
 _MAX_NAME_STEM = 40
 
 # Name derivation: segments starting with these say nothing about the job.
@@ -151,6 +156,7 @@ def parse_crontab(
     prefix: str = "",
     source: str | None = None,
     exists: Callable[[str], bool] = user_exists,
+    sendmail: Callable[[], str | None] = find_sendmail,
 ) -> CrontabImport:
     """Translate a crontab. ``tz``: the zone of entries before any ``CRON_TZ``/``TZ``
     line (cron uses the host's). ``system``: None detects it. ``user``: whose crontab
@@ -160,7 +166,8 @@ def parse_crontab(
     the user column exists here (lines of other users are skipped). ``prefix`` is put
     before every derived name; ``source`` names the file in the ``crontab.source``
     label (default ``path``; the CLI gives the absolute path, so the label does not
-    depend on the directory the import ran from)."""
+    depend on the directory the import ran from). ``sendmail``: where this host's
+    sendmail is (None: none; the import notes it when a ``MAILTO`` asks for mail)."""
     lines = text.split("\n")
     is_system = _detect_system(path, lines, known_users) if system is None else system
     result = CrontabImport(path, is_system)
@@ -169,6 +176,8 @@ def parse_crontab(
     shell = DEFAULT_SHELL
     used: set[str] = set()
     users: set[str] = set()
+    mailto = ""
+    has_sendmail = "MAILTO" not in text or sendmail() is not None  # looked up once
     for number, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         stripped = line.strip()
@@ -181,11 +190,21 @@ def parse_crontab(
         if assignment is not None:
             name, value = _unquote(assignment.group("name")), _env_value(assignment.group("value"))
             zone, shell = _assign(result, number, env, name, value, zone, shell)
+            if name == "MAILTO":
+                mailto = value.strip()
+                if mailto and not has_sendmail:
+                    result.notes.append(
+                        Note(
+                            number,
+                            f"MAILTO={mailto}: no sendmail on this host (PATH, /usr/sbin/sendmail): the mail "
+                            "notifications of the jobs below fail until one is installed",
+                        )
+                    )
             continue
         entry = _entry(result, number, stripped, user)
         if entry is None:
             continue
-        expr, who, command = entry
+        expr, who, command, stdin = entry
         if is_system and not exists(who):
             result.skipped.append(
                 Note(
@@ -196,6 +215,10 @@ def parse_crontab(
             )
             continue
         fields = _fields(source or path, number, expr, who, command, env, zone, shell, is_system)
+        if stdin:
+            fields["stdin"] = stdin
+        if mailto:
+            fields["on_failure"] = fields["on_success"] = {"mail": mailto}
         stem = prefix + _stem(command)
         name = f"{stem}-{number}"
         suffix = 2
@@ -260,23 +283,18 @@ def _assign(
         shell = value or DEFAULT_SHELL
         if shell != DEFAULT_SHELL:
             result.notes.append(Note(number, f"SHELL={shell}: the following commands run as [{shell}, -c, command]"))
-    if name in ("MAILTO", "MAILFROM") and value:
-        result.notes.append(
-            Note(
-                number,
-                f"{name}={value} is not supported: clockd mails nothing; it keeps the end of each "
-                "attempt's output (clockctl logs)",
-            )
-        )
+    if name == "MAILFROM" and value:
+        result.notes.append(Note(number, f"MAILFROM={value}: mail is sent as the job's user (in its env only)"))
     if name == "RANDOM_DELAY":
-        result.notes.append(Note(number, "RANDOM_DELAY is not supported (a schedule's window: spreads starts)"))
-    if name not in _NOT_CARRIED:
-        env[name] = value
+        result.notes.append(
+            Note(number, "RANDOM_DELAY is not supported, kept in the env only (a schedule's window: spreads starts)")
+        )
+    env[name] = value
     return zone, shell
 
 
-def _entry(result: CrontabImport, number: int, stripped: str, user: str | None) -> tuple[str, str, str] | None:
-    """(expression, user or "", command) of an entry line, or None (listed why)."""
+def _entry(result: CrontabImport, number: int, stripped: str, user: str | None) -> tuple[str, str, str, str] | None:
+    """(expression, user or "", command, stdin) of an entry line, or None (listed why)."""
     system = result.system
     if stripped.startswith("@"):
         macro = re.split(r"[ \t]", stripped, maxsplit=1)[0]
@@ -307,19 +325,10 @@ def _entry(result: CrontabImport, number: int, stripped: str, user: str | None) 
         result.skipped.append(Note(number, f"runs as {who}, not {user} (--user)"))
         return None
     command, stdin = _percent(tail)
-    if stdin.strip():
-        result.skipped.append(
-            Note(
-                number,
-                "text after an unescaped % is the job's stdin, which clockd cannot give; "
-                "write \\% for a literal % (e.g. date +\\%F)",
-            )
-        )
-        return None
     if not command.strip():
         result.errors.append(Note(number, "no command"))
         return None
-    return expr, who, command
+    return expr, who, command, _stdin(stdin)
 
 
 def _split(text: str, count: int) -> list[str] | None:
@@ -353,6 +362,25 @@ def _percent(command: str) -> tuple[str, str]:
         out.append(char)
         i += 1
     return "".join(out), ""
+
+
+def _stdin(text: str) -> str:
+    """cron's stdin text: each unescaped ``%`` a newline, ``\\%`` a ``%`` (other
+    backslashes kept); blanks only (``run.sh% ``) give none."""
+    if not text.strip():
+        return ""
+    out: list[str] = []
+    escaped = False
+    for char in text:
+        if escaped:
+            if char != "%":
+                out.append("\\")
+        elif char == "%":
+            char = "\n"
+        escaped = char == "\\"  # as cron's do_command.c, backslash runs included
+        if not escaped:
+            out.append(char)
+    return "".join(out)
 
 
 def _fields(

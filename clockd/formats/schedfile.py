@@ -78,6 +78,7 @@ from clockd.core.model import (
     ScheduleKind,
     Target,
 )
+from clockd.core.notify import Notification, NotifyEvent, for_event, sorted_notifications, valid_addresses
 from clockd.core.sizes import MIN_MEMORY, format_size, parse_size
 from clockd.core.spec import validate_definition
 from clockd.core.zones import get_zone
@@ -125,7 +126,18 @@ _KIND_OF_WHEN = {"schedule": ScheduleKind.CRON, "at": ScheduleKind.ONCE, "every"
 _WHEN_OF_KIND = {kind: key for key, kind in _KIND_OF_WHEN.items()}
 _DEFAULT = ScheduleDef(name="", kind=ScheduleKind.CRON, expr="", tz="UTC", target=CommandTarget(argv=()))
 # Fields of a command target: not allowed with noop: true or http:.
-_COMMAND_ONLY = ("shell", "env", "cwd", "user", "group", "env_from_file", "memory_limit", "cpu_limit", "nproc_limit")
+_COMMAND_ONLY = (
+    "shell",
+    "env",
+    "cwd",
+    "user",
+    "group",
+    "env_from_file",
+    "memory_limit",
+    "cpu_limit",
+    "nproc_limit",
+    "stdin",
+)
 _HTTP_KEYS = ("method", "url", "headers", "body", "expect_status", "insecure")
 
 
@@ -370,6 +382,8 @@ class FieldKind(StrEnum):
     SECONDS = "seconds"  # a duration in whole seconds
     EXIT_CODES = "exit_codes"  # a list of exit codes 1-255
     HTTP = "http"  # the http: mapping
+    TEXT = "text"  # a string taken as written (stdin: newlines, blanks kept)
+    NOTIFY = "notify"  # {command: ...} | {http: URL} | {mail: ADDRESS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +475,27 @@ def _http(d: ScheduleDef) -> Any:
     if target.insecure:
         doc["insecure"] = True
     return doc
+
+
+def notification_document(n: Notification) -> dict[str, Any]:
+    """A notification as its schedule-file field's value (``on_failure: {mail: …}``)."""
+    if n.url is not None:
+        return {"http": n.url}
+    if n.mail is not None:
+        return {"mail": n.mail}
+    return {"command": n.argv[0] if n.shell and len(n.argv) == 1 else list(n.argv)}
+
+
+def _notification(event: NotifyEvent) -> Callable[[ScheduleDef], Any]:
+    def export(d: ScheduleDef) -> Any:
+        n = for_event(d.notify, event)
+        return None if n is None else notification_document(n)
+
+    return export
+
+
+_NOTIFY_KEYS = ("command", "http", "mail")
+MAX_STDIN: Final = 64 * 1024  # bytes of stdin: text for a job, not a data channel
 
 
 def _header_item(name: str, value: str) -> str | list[str]:
@@ -559,6 +594,13 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
         export=_command_attr("env_from_file"),
     ),
     FieldSpec(
+        "stdin",
+        FieldKind.TEXT,
+        "Text written to the job's standard input (newlines kept; default: /dev/null). "
+        "An imported crontab line's text after % lands here.",
+        export=_command_attr("stdin"),
+    ),
+    FieldSpec(
         "memory_limit",
         FieldKind.SIZE,
         "Address space of each process of the job (RLIMIT_AS), e.g. 512M (K, M, G, T: powers of 1024); at least 1M.",
@@ -644,6 +686,26 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
         FieldKind.STRING_MAP,
         f"Free-form labels (key: value). {MANAGED_BY} is reserved: apply sets it.",
         export=lambda d: {k: v for k, v in d.labels if k != MANAGED_BY},
+    ),
+    *(
+        FieldSpec(
+            event.field,
+            FieldKind.NOTIFY,
+            what + " Exactly one of: command (a list, or a string run with /bin/sh -c; run like the job, "
+            "with CLOCKD_NOTIFY_EVENT, CLOCKD_STATE, CLOCKD_EXIT_CODE, CLOCKD_ERROR, CLOCKD_OUTPUT in its env), "
+            "http (a URL: POST of a JSON document with an Idempotency-Key header) or mail (addresses, "
+            "through the local sendmail).",
+            export=_notification(event),
+        )
+        for event, what in (
+            (
+                NotifyEvent.FAILURE,
+                "Tell when an attempt fails (failed, timed out, could not start, lost), retried or not.",
+            ),
+            (NotifyEvent.DEAD, "Tell when an occurrence goes DEAD (retries exhausted, or a permanent error)."),
+            (NotifyEvent.MISSED, "Tell when an occurrence is MISSED (misfire policy)."),
+            (NotifyEvent.SUCCESS, "Tell when an occurrence succeeds (a mail only when it printed something)."),
+        )
     ),
 )
 FIELD_NAMES: Final = tuple(f.name for f in FIELDS)
@@ -829,6 +891,31 @@ def _decode_http(value: Value) -> HttpTarget:
     )
 
 
+def _decode_notify(event: NotifyEvent, value: Value) -> Notification:
+    if not isinstance(value, Map):
+        raise _Refused(f"expected a mapping with one of {', '.join(_NOTIFY_KEYS)}, got {_what(value)}")
+    entries = _entries(value, allow_merge=True)
+    for key, line, _ in entries:
+        if key not in _NOTIFY_KEYS:
+            raise _Refused(f"{key}: unknown key (give one of {', '.join(_NOTIFY_KEYS)})", line)
+    if len(entries) != 1:
+        raise _Refused(f"give exactly one of {', '.join(_NOTIFY_KEYS)}")
+    key, line, item = entries[0]
+    if key == "command":
+        command = _decode(FieldSpec("command", FieldKind.COMMAND, ""), item)
+        if isinstance(command, str):
+            return Notification(event, argv=(command,), shell=True)
+        return Notification(event, argv=tuple(command))
+    text = _text(item)
+    if key == "http":
+        if not text.lower().startswith(("http://", "https://")):
+            raise _Refused(f"http: {text!r} is not an http:// or https:// URL", line)
+        return Notification(event, url=text)
+    if not valid_addresses(text):
+        raise _Refused(f"mail: {text!r} is not a list of addresses (a@example.com, b@example.com)", line)
+    return Notification(event, mail=text.strip())
+
+
 def _decode(spec: FieldSpec, value: Value) -> Any:
     kind = spec.kind
     if spec.name in _NAME_FIELDS:
@@ -897,6 +984,13 @@ def _decode(spec: FieldSpec, value: Value) -> Any:
         return sorted(_integers(value, "exit codes", "[2, 64]", 1, 255, unique=True))
     if kind is FieldKind.HTTP:
         return _decode_http(value)
+    if kind is FieldKind.TEXT:
+        text = _scalar(value, "str")
+        if len(text.encode()) > MAX_STDIN:
+            raise _Refused(f"{len(text.encode())} bytes is more than {format_size(MAX_STDIN)}: read a file instead")
+        return text
+    if kind is FieldKind.NOTIFY:
+        return _decode_notify(NotifyEvent(spec.name.removeprefix("on_")), value)
     if kind is FieldKind.STRING_MAP:
         if isinstance(value, Scalar) and value.tag == "null":
             return {}
@@ -1094,6 +1188,7 @@ def _definition(got: Mapping[str, Any], when: str) -> ScheduleDef:
             memory_limit=got.get("memory_limit"),
             cpu_limit=got.get("cpu_limit"),
             nproc_limit=got.get("nproc_limit"),
+            stdin=got.get("stdin"),
         )
     default = _DEFAULT
     return ScheduleDef(
@@ -1115,6 +1210,7 @@ def _definition(got: Mapping[str, Any], when: str) -> ScheduleDef:
         window=got.get("window", default.window),
         labels=tuple(sorted(got.get("labels", {}).items())),
         catch_up_limit=got.get("catch_up_limit", default.catch_up_limit),
+        notify=sorted_notifications([got[e.field] for e in NotifyEvent if e.field in got]),
     )
 
 
@@ -1152,7 +1248,7 @@ def validate_job(data: Mapping[str, Any], *, tenant: str = "default") -> Schedul
     """THE validator of one schedule, whatever brought it: a schedule file's entry, the
     mapping ``clockctl add``/``update`` build from their options, or the JSON object of
     an HTTP ``POST /v1/schedules``. Same fields (:data:`FIELDS`), same limits
-    (``clockd.core.limits``, ``clockd.ops.normalize``), same messages.
+    (``clockd.core.limits``, ``clockd.formats.validate.normalize``), same messages.
 
     ``data`` maps field names to plain JSON-like values (str, int, float, bool, None,
     lists and dicts of them), typed as a schedule file types them: ``retries: "3"`` is
@@ -1469,6 +1565,8 @@ def _styled(doc: dict[str, Any]) -> dict[str, Any]:
         if isinstance(http.get("body"), str) and "\n" in http["body"]:
             http["body"] = _Block(http["body"])
         out["http"] = http
+    if isinstance(out.get("stdin"), str) and "\n" in out["stdin"]:
+        out["stdin"] = _Block(out["stdin"])
     return out
 
 
@@ -1566,6 +1664,23 @@ def _field_schema(spec: FieldSpec) -> dict[str, Any]:
         schema = {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 255}, "uniqueItems": True}
     elif kind is FieldKind.HTTP:
         schema = _http_schema()
+    elif kind is FieldKind.TEXT:
+        schema = {"type": "string", "maxLength": MAX_STDIN}
+    elif kind is FieldKind.NOTIFY:
+        command = _field_schema(FieldSpec("command", FieldKind.COMMAND, "What to run."))
+        schema = {
+            "type": "object",
+            "properties": {
+                "command": command,
+                "http": {"description": "URL the JSON document is POSTed to.", "type": "string",
+                         "pattern": "^[hH][tT][tT][pP][sS]?://"},
+                "mail": {"description": "Addresses, comma separated (local sendmail).", "type": "string",
+                         "minLength": 1},
+            },
+            "minProperties": 1,
+            "maxProperties": 1,
+            "additionalProperties": False,
+        }  # fmt: skip
     else:
         schema = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean", "null"]}}
     if spec.name in _NAME_FIELDS:

@@ -14,6 +14,11 @@ missed while waiting to retry); every ``prune_every``, delete terminal history
 older than ``retention``; sample backlog, queue, dead-letter and reconciler
 figures (``clockd.modes.sampler``).
 
+With a ``Notifier``: a reaped attempt is a ``failure`` (and ``dead`` when it was
+the last), and the occurrences a sweep made MISSED are looked up among the
+schedules that ask for ``on_missed``; each occurrence that went DEAD is also a
+warning line (``run_dead``).
+
 A worker may claim a late row before the sweep gets to it: the sweep bounds how
 long a late row can wait, it does not race the claim (the claim skips rows the
 sweep holds, and the sweep skips rows a claim holds).
@@ -28,14 +33,21 @@ from datetime import datetime, timedelta
 
 from clockd.coord import Coordinator
 from clockd.core.clock import Clock
+from clockd.core.model import AttemptOutcome, OccurrenceState
+from clockd.core.notify import NotifyEvent, for_event
 from clockd.errors import FencedOut
 from clockd.modes.base import run_ticks
 from clockd.modes.clockwatch import ClockWatch
 from clockd.modes.sampler import Sampler, SamplerSettings
 from clockd.obs import metrics
-from clockd.store import Fence, Store
+from clockd.runner.notify import Notifier, Outcome
+from clockd.store import Fence, Reaped, Store
 
 log = logging.getLogger(__name__)
+
+# How the reason of an occurrence the sweep made MISSED ends (clockd.store.misfire_verdicts);
+# tests/integration/test_notify.py fails if the two drift apart.
+SWEPT_SUFFIX = "; no worker reached it in time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +70,10 @@ class Leader:
         clock: Clock,
         settings: LeaderSettings | None = None,
         clock_watch: ClockWatch | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.clock_watch = clock_watch
+        self.notifier = notifier
         self.store, self.coord, self.clock = store, coord, clock
         self.settings = settings or LeaderSettings()
         self.sampler = Sampler(store, clock, self.settings.sampler)
@@ -91,6 +105,7 @@ class Leader:
                     len(reaped),
                     extra={"action": "leases_reaped", "count": len(reaped)},
                 )
+                await self._after_reap(reaped)
             mono = self.clock.monotonic()
             if self._last_sweep is None or mono - self._last_sweep >= self.settings.sweep_every:
                 self._last_sweep = mono
@@ -120,6 +135,8 @@ class Leader:
                 missed,
                 extra={"action": "misfire_swept", "count": missed},
             )
+            if self.notifier is not None:
+                await self._notify_swept(now)
         freed = await self.store.release_stale_slots(fence, self.settings.sweep_batch, now)
         if freed:
             log.info(
@@ -127,3 +144,55 @@ class Leader:
                 freed,
                 extra={"action": "overlap_slots_freed", "count": freed},
             )
+
+    async def _after_reap(self, reaped: list[Reaped]) -> None:
+        """Lost attempts: a warning for each occurrence that went DEAD; notifications."""
+        for row in reaped:
+            dead = row.next_state is OccurrenceState.DEAD
+            if dead:
+                log.warning(
+                    "occurrence %s went DEAD: its attempt %d was lost (lease expired) and it has no attempt left",
+                    row.occurrence_id,
+                    row.attempt,
+                    extra={"action": "run_dead", "occurrence": row.occurrence_id, "attempt": row.attempt},
+                )
+            if self.notifier is None:
+                continue
+            occurrence = await self.store.get_occurrence(row.occurrence_id)
+            if occurrence is None:
+                continue
+            self.notifier.notify(
+                Outcome(
+                    schedule_id=occurrence.schedule_id,
+                    version=occurrence.version,
+                    schedule_name=occurrence.schedule_name,
+                    occurrence_id=occurrence.id,
+                    scheduled_for=occurrence.scheduled_for,
+                    state=row.next_state,
+                    attempt=row.attempt,
+                    outcome=AttemptOutcome.LOST,
+                    error="the worker's lease expired (crash, pause or partition)",
+                )
+            )
+
+    async def _notify_swept(self, now: datetime) -> None:
+        """The sweep reports a count: find its MISSED rows among the schedules that ask
+        for ``on_missed`` (their newest occurrences, finished by this sweep; the
+        notifier drops one it has already sent)."""
+        assert self.notifier is not None
+        for schedule in await self.store.list_schedules():
+            if for_event(schedule.definition.notify, NotifyEvent.MISSED) is None:
+                continue
+            for occurrence in await self.store.list_occurrences(schedule.id, limit=50):
+                if (
+                    occurrence.state is not OccurrenceState.MISSED
+                    or occurrence.finished_at is None
+                    or occurrence.finished_at < now - timedelta(seconds=1)
+                    # the sweep's own verdicts (clockd.store.misfire_verdicts), not the
+                    # materializer's, which it notified itself
+                    or not (occurrence.reason or "").endswith(SWEPT_SUFFIX)
+                ):
+                    continue
+                self.notifier.missed(
+                    schedule, occurrence.id, occurrence.version, occurrence.scheduled_for, occurrence.reason
+                )

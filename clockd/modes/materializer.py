@@ -39,6 +39,7 @@ from clockd.errors import ClockdError, FencedOut, StoreError
 from clockd.modes.base import run_ticks
 from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
+from clockd.runner.notify import Notifier
 from clockd.store import CursorAdvance, Fence, NewOccurrence, Store
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,10 @@ class Materializer:
         clock: Clock,
         settings: MaterializerSettings | None = None,
         clock_watch: ClockWatch | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.clock_watch = clock_watch
+        self.notifier = notifier  # on_missed of instants planned MISSED, once committed
         self.store, self.coord, self.clock = store, coord, clock
         self.settings = settings or MaterializerSettings()
         self._rates: dict[str, int] = {}  # tenant -> catch-up occurrences per minute
@@ -194,6 +197,8 @@ class Materializer:
             self.coord.lost(lease)
             raise
         missed = sum(1 for o in occurrences if o.state is OccurrenceState.MISSED)
+        if missed:
+            self._report_missed(schedules, occurrences)
         metrics.occurrences_materialized.labels(state="SCHEDULED").inc(result.inserted - min(missed, result.inserted))
         if missed:
             metrics.occurrences_materialized.labels(state="MISSED").inc(missed)
@@ -203,6 +208,28 @@ class Materializer:
                 result.inserted,
                 extra={"action": "materialized", "shard": lease.shard, "count": result.inserted},
             )
+
+    def _report_missed(self, schedules: list[Schedule], occurrences: list[NewOccurrence]) -> None:
+        """Instants planned MISSED: one warning per schedule, and its ``on_missed``."""
+        by_id = {s.id: s for s in schedules}
+        counts: dict[str, list[NewOccurrence]] = {}
+        for o in occurrences:
+            if o.state is OccurrenceState.MISSED:
+                counts.setdefault(o.schedule_id, []).append(o)
+        for schedule_id, missed in counts.items():
+            schedule = by_id[schedule_id]
+            log.warning(
+                "%s: %d run(s) MISSED, the first for %s: %s",
+                schedule.name,
+                len(missed),
+                missed[0].scheduled_for.isoformat(),
+                missed[0].reason,
+                extra={"action": "run_missed", "schedule": schedule.name, "count": len(missed)},
+            )
+            if self.notifier is None or not schedule.definition.notify:
+                continue
+            for o in missed:
+                self.notifier.missed(schedule, o.id, o.version, o.scheduled_for, o.reason)
 
 
 def _exists(path: str | None) -> bool:

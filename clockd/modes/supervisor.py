@@ -7,7 +7,8 @@ Start: the coordinator first (file lock or etcd registration), then every mode.
 Stop (``stopping`` set): every mode sees the same event; the materializer,
 relay and leader finish their current tick; the worker stops claiming, drains
 its running jobs within the grace period and releases what it never started;
-then the coordinator gives up its leases so successors take over at once.
+then notifications still in flight get ``NOTIFY_DRAIN`` seconds; then the
+coordinator gives up its leases so successors take over at once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Protocol
 from clockd.coord import Coordinator
 
 log = logging.getLogger(__name__)
+
+NOTIFY_DRAIN = 10.0  # seconds the shutdown waits for notifications in flight
 
 
 class Service(Protocol):

@@ -29,6 +29,13 @@ version that was claimed before an update runs to the end under its version.
 The claim also applies the overlap policy and the tenant caps (``Store.claim``):
 what it hands out may start now.
 
+Each run is logged at INFO, as cron and systemd do: ``run_started`` (schedule,
+occurrence, attempt, what runs) and ``run_finished`` (outcome, exit code or HTTP
+status, duration, and what comes next); an occurrence that goes DEAD is a warning
+(``run_dead``). No-op targets (benchmarks) are not logged. Once the store has
+accepted a completion, the schedule's notifications are handed to the
+``Notifier`` (``clockd.runner.notify``), which sends them in the background.
+
 Shutdown (``stopping`` set): no new claims; running jobs get ``drain_grace``
 to finish, then are stopped (SIGTERM, then SIGKILL after ``kill_grace``) and
 recorded as STOPPED and retried; the buffer is flushed.
@@ -52,6 +59,7 @@ from clockd.modes.base import Backoff, wait_or_stop
 from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
 from clockd.runner import Runner, RunRequest, RunResult
+from clockd.runner.notify import Notifier, Outcome
 from clockd.store import Claim, Completion, Store
 
 log = logging.getLogger(__name__)
@@ -60,6 +68,75 @@ log = logging.getLogger(__name__)
 # Labelled children bound once: ``.labels()`` on every job cost 5–9 % of a busy worker's CPU.
 _LAG_STARTED = metrics.schedule_lag.labels(step="started")
 _ATTEMPTS = {outcome: metrics.attempts_total.labels(outcome=str(outcome)) for outcome in AttemptOutcome}
+
+
+def _log_start(claim: Claim) -> None:
+    if isinstance(claim.target, NoopTarget):
+        return
+    log.info(
+        "run started: %s occurrence %s attempt %d: %s",
+        claim.schedule_name,
+        claim.occurrence_id,
+        claim.attempt,
+        claim.target.describe(),
+        extra={
+            "action": "run_started",
+            "schedule": claim.schedule_name,
+            "occurrence": claim.occurrence_id,
+            "attempt": claim.attempt,
+            "target": claim.target.describe(),
+        },
+    )
+
+
+def _log_finish(claim: Claim, result: RunResult, state: OccurrenceState, error: str | None) -> None:
+    if claim.target.kind == "http":
+        status = f"status {result.exit_code}" if result.exit_code is not None else "no status"
+    elif result.signal is not None:
+        status = f"signal {result.signal}"
+    else:
+        status = f"exit code {result.exit_code}" if result.exit_code is not None else "no exit code"
+    dead = state is OccurrenceState.DEAD
+    log.log(
+        logging.WARNING if dead else logging.INFO,
+        "run %s: %s occurrence %s attempt %d: %s, %s, %.3fs%s",
+        "dead" if dead else "finished",
+        claim.schedule_name,
+        claim.occurrence_id,
+        claim.attempt,
+        result.outcome.value,
+        status,
+        result.duration,
+        f" -> {state.value}" + (f" ({error})" if error and state is not OccurrenceState.SUCCEEDED else ""),
+        extra={
+            "action": "run_dead" if dead else "run_finished",
+            "schedule": claim.schedule_name,
+            "occurrence": claim.occurrence_id,
+            "attempt": claim.attempt,
+            "outcome": result.outcome.value,
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "duration": round(result.duration, 3),
+            "state": state.value,
+        },
+    )
+
+
+def _outcome(claim: Claim, result: RunResult, state: OccurrenceState, error: str | None) -> Outcome:
+    return Outcome(
+        schedule_id=claim.schedule_id,
+        version=claim.version,
+        schedule_name=claim.schedule_name,
+        occurrence_id=claim.occurrence_id,
+        scheduled_for=claim.scheduled_for,
+        state=state,
+        attempt=claim.attempt,
+        outcome=result.outcome,
+        exit_code=result.exit_code,
+        error=error,
+        output=result.output,
+    )
+
 
 def default_worker_id() -> str:
     return f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -99,11 +176,14 @@ class Worker:
         settings: WorkerSettings | None = None,
         rng: random.Random | None = None,
         clock_watch: ClockWatch | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.store, self.runner, self.clock = store, runner, clock
         # A claim takes what is due by this worker's clock: with a clock an hour fast it
         # would start jobs an hour early. While the watch says the clock is off, no claims.
         self.clock_watch = clock_watch
+        self.notifier = notifier
+        self._outcomes: dict[str, Outcome] = {}  # lease token -> what to notify once recorded
         self.settings = settings or WorkerSettings()
         self.rng = rng or random.Random()
         self.running: dict[str, _Running] = {}
@@ -226,6 +306,7 @@ class Worker:
             output_limit=self.settings.output_limit,
             tenant=tenant,
         )
+        _log_start(claim)
         try:
             result = await self.runner.run(request, entry.stop)
         except Exception as exc:  # a runner bug must not lose the occurrence
@@ -282,6 +363,10 @@ class Worker:
             )
         )
         self._pending_tokens.add(claim.lease_token)
+        if not isinstance(claim.target, NoopTarget):
+            _log_finish(claim, result, decision_state, error)
+            if self.notifier is not None:
+                self._outcomes[claim.lease_token] = _outcome(claim, result, decision_state, error)
         _ATTEMPTS[result.outcome].inc()
         if decision_state is OccurrenceState.RETRY_WAIT:
             metrics.retries_total.inc()
@@ -323,6 +408,9 @@ class Worker:
         self._slot_free.set()  # recorded completions free their leases (_free_slots)
         for completion in batch:
             self._pending_tokens.discard(completion.lease_token)
+            outcome = self._outcomes.pop(completion.lease_token, None)
+            if outcome is not None and self.notifier is not None and completion.lease_token in accepted:
+                self.notifier.notify(outcome)
             if completion.lease_token not in accepted:
                 metrics.stale_completions.inc()
                 log.warning(

@@ -28,9 +28,11 @@ What a job gets, and why:
   tenant must be allowed too.
 * **Resource limits** (``memory_limit``, ``cpu_limit``, ``nproc_limit``): set with
   ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``.
-* **stdin** is ``/dev/null``; stdout and stderr share one pipe (interleaved as
-  written). The pipe is read by protocol callbacks as data arrives, never paused,
-  so a job flooding its output never blocks on a full pipe; only the last
+* **stdin** is ``/dev/null``, or a pipe fed the target's ``stdin`` text (UTF-8) and
+  then closed (a job that exits without reading it is not an error); stdout and
+  stderr share one pipe (interleaved as written). The pipe is read by protocol
+  callbacks as data arrives, never paused, so a job flooding its output never
+  blocks on a full pipe; only the last
   ``output_limit`` bytes are kept, and a truncated tail starts with a
   ``[clockd: N earlier bytes dropped]`` line. Decoding is UTF-8 with
   ``errors="replace"``.
@@ -155,7 +157,7 @@ class ProcessRunner:
             loop.subprocess_exec(
                 lambda: capture,
                 *argv,
-                stdin=DEVNULL,
+                stdin=DEVNULL if target.stdin is None else PIPE,
                 stdout=PIPE,
                 stderr=STDOUT,
                 cwd=prepared.cwd,
@@ -179,6 +181,7 @@ class ProcessRunner:
             return _cannot_start(f"cannot start {argv[0]}: resource limits could not be applied", started)
 
         pgid = transport.get_pid()  # leader of its own session: pgid == pid
+        _feed_stdin(transport, target.stdin)
         extra = {"occurrence_id": request.occurrence_id, "attempt": request.attempt}
         log.debug(
             "started %s as pid %d",
@@ -308,6 +311,18 @@ class ProcessRunner:
         if hook is not None:
             spawn["preexec_fn"] = hook
         return _Prepared(env, cwd, spawn)
+
+
+def _feed_stdin(transport: asyncio.SubprocessTransport, text: str | None) -> None:
+    """Hand the job its stdin text: the transport buffers what the pipe cannot take yet
+    and closes it after the last byte, so a job that never reads cannot block us."""
+    if text is None:
+        return
+    pipe = transport.get_pipe_transport(0)
+    if not isinstance(pipe, asyncio.WriteTransport):  # pragma: no cover - stdin=PIPE gives one
+        return
+    pipe.write(text.encode())
+    pipe.write_eof()
 
 
 def _needs_thread(target: CommandTarget) -> bool:

@@ -36,6 +36,7 @@ from clockd.core.model import (
     ScheduleState,
     target_from_json,
 )
+from clockd.core.notify import notifications_from_json, notifications_to_json
 from clockd.store import ScheduleHistory, VersionRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -120,6 +121,7 @@ def spec_to_dict(definition: ScheduleDef) -> dict[str, Any]:
         "window_us": duration_to_us(definition.window),
         "labels": [[key, value] for key, value in definition.labels],
         "catch_up_limit": definition.catch_up_limit,
+        **({"notify": notifications_to_json(definition.notify)} if definition.notify else {}),
     }
 
 
@@ -152,6 +154,7 @@ def definition_from_parts(
         window=_duration(spec, "window_us", default.window),
         labels=tuple((str(k), str(v)) for k, v in spec.get("labels", ())),
         catch_up_limit=int(spec.get("catch_up_limit", default.catch_up_limit)),
+        notify=notifications_from_json(spec.get("notify")),
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "systemd"
 CLOCKD = Path(sys.executable).parent / "clockd"
+VERIFIED = ("clockd.service", "clockd-system.service", "clockd.target", "clockd@worker.service")
 
 
 def _unit(path: Path) -> configparser.ConfigParser:
@@ -40,7 +41,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     (unitdir / "clockd@worker.service").write_text((unitdir / "clockd@.service").read_text())
     env = {**os.environ, "SYSTEMD_LOG_LEVEL": "warning"}
     result = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", "clockd.service", "clockd.target", "clockd@worker.service"],
+        ["systemd-analyze", "verify", "--man=no", *VERIFIED],
         cwd=unitdir,
         env=env,
         capture_output=True,
@@ -52,7 +53,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     assert result.returncode == 0 and problems == [], problems
 
 
-@pytest.mark.parametrize("unit", ["clockd.service", "clockd@.service"])
+@pytest.mark.parametrize("unit", ["clockd.service", "clockd-system.service", "clockd@.service"])
 def test_execstart_flags_exist(unit: str) -> None:
     exec_start = _unit(UNITS / unit)["Service"]["ExecStart"]
     argv = shlex.split(exec_start.replace("%i", "worker"))
@@ -76,3 +77,25 @@ def test_stop_timeout_covers_the_drain_grace() -> None:
         assert stop > (settings.drain_grace + settings.kill_grace).total_seconds(), unit
         for hardening in ("NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp"):
             assert hardening in service, f"{unit} lacks {hardening}"
+
+
+def test_the_system_unit_can_replace_cron() -> None:
+    """clockd-system.service runs the worker as root (so ``user:`` jobs of an imported
+    system crontab run as their users) without the sandbox that would break cron jobs;
+    the hardened clockd.service stays as it is, and the two exclude each other."""
+    from clockd.config import Settings
+
+    settings = Settings()
+    system = _unit(UNITS / "clockd-system.service")
+    service = system["Service"]
+    assert service["User"] == "root"
+    assert service["Type"] == "notify" and service["KillMode"] == "mixed"
+    assert int(service["TimeoutStopSec"].rstrip("s")) > (settings.drain_grace + settings.kill_grace).total_seconds()
+    for sandbox in ("PrivateTmp", "ProtectSystem", "ProtectHome", "PrivateDevices", "NoNewPrivileges"):
+        assert sandbox not in service, f"{sandbox} would break cron jobs (host /tmp, /var/log, setuid)"
+    assert service["Environment"] == "CLOCKD_HOME=/var/lib/clockd" and service["StateDirectoryMode"] == "0700"
+    assert "clockd.service" in system["Unit"]["Conflicts"]
+    hardened = _unit(UNITS / "clockd.service")["Service"]
+    assert hardened["User"] == "clockd" and hardened["PrivateTmp"] == "yes" and hardened["ProtectSystem"] == "strict"
+    # The default allowed_users lets the default tenant run jobs as root and as anyone else.
+    assert {"*", "root"} <= set(settings.allowed_users["default"])

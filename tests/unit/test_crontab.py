@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clockd.core.model import CommandTarget, MisfirePolicy, RetryPolicy, ScheduleDef, ScheduleKind
+from clockd.core.notify import Notification, NotifyEvent
 from clockd.errors import InvalidInput
 from clockd.formats.crontab import Note, _stem, parse_crontab
 
@@ -56,18 +57,26 @@ def job(
     *,
     shell: bool = True,
     system: bool = False,
+    mail: str | None = None,
+    stdin: str | None = None,
 ) -> ScheduleDef:
-    """A translated entry: ``user`` is the job's user (system crontab) or a label (user crontab)."""
+    """A translated entry: ``user`` is the job's user (system crontab) or a label (user crontab);
+    ``mail``: the MAILTO in force (mail notifications on failure and on success)."""
     labels = {"crontab.source": source, **({"crontab.user": user} if user and not system else {})}
     return ScheduleDef(
         name=name,
         kind=ScheduleKind.CRON,
         expr=expr,
         tz=tz,
-        target=CommandTarget(argv=argv, shell=shell, env=tuple(sorted(env.items())), user=user if system else None),
+        target=CommandTarget(
+            argv=argv, shell=shell, env=tuple(sorted(env.items())), user=user if system else None, stdin=stdin
+        ),
         retry=RetryPolicy(retries=0),
         misfire=MisfirePolicy.SKIP,
         labels=tuple(sorted(labels.items())),
+        notify=()
+        if mail is None
+        else (Notification(NotifyEvent.FAILURE, mail=mail), Notification(NotifyEvent.SUCCESS, mail=mail)),
     )
 
 
@@ -80,16 +89,23 @@ def translate(text: str, path: str, **options: Any) -> tuple[list[ScheduleDef], 
 
 # -- the real-world examples -------------------------------------------------------------------
 
-USER_ENV = {
+USER_ENV = {  # every assignment, MAILTO and CRON_TZ included: cron exports them all
     "SHELL": "/bin/sh",
     "PATH": "/home/alice/bin:/usr/local/bin:/usr/bin:/bin",
+    "MAILTO": "alice@example.com",
     "BACKUP_DIR": "/srv/backups/db",
     "GREETING": "hello world",
+    "CRON_TZ": "Europe/Paris",
 }
+ALICE = "alice@example.com"
+
+
+def no_sendmail() -> None:
+    return None
 
 
 def test_user_crontab_with_env_lines_macros_and_percent() -> None:
-    got, result = translate(read("user.crontab"), USER_PATH, tz="UTC", user="alice")
+    got, result = translate(read("user.crontab"), USER_PATH, tz="UTC", user="alice", sendmail=no_sendmail)
     src = USER_PATH + ":"
     paris = "Europe/Paris"
     assert got == [
@@ -101,6 +117,7 @@ def test_user_crontab_with_env_lines_macros_and_percent() -> None:
             USER_ENV,
             src + "11",
             "alice",
+            mail=ALICE,
         ),
         job(
             "sync-13",
@@ -110,6 +127,7 @@ def test_user_crontab_with_env_lines_macros_and_percent() -> None:
             USER_ENV,
             src + "13",
             "alice",
+            mail=ALICE,
         ),
         job(
             "fetch-feeds-14",
@@ -119,6 +137,7 @@ def test_user_crontab_with_env_lines_macros_and_percent() -> None:
             USER_ENV,
             src + "14",
             "alice",
+            mail=ALICE,
         ),
         job(
             "app.cleanup-15",
@@ -128,6 +147,7 @@ def test_user_crontab_with_env_lines_macros_and_percent() -> None:
             USER_ENV,
             src + "15",
             "alice",
+            mail=ALICE,
         ),
         job(
             "monthly-report-17",
@@ -137,6 +157,18 @@ def test_user_crontab_with_env_lines_macros_and_percent() -> None:
             USER_ENV,
             src + "17",
             "alice",
+            mail=ALICE,
+        ),
+        job(
+            "mail-20",
+            "0 8 * * MON",
+            paris,
+            ('mail -s "disk usage" alice',),
+            USER_ENV,
+            src + "20",
+            "alice",
+            mail=ALICE,
+            stdin="Here is the report\nBye",
         ),
         job(
             "echo-22",
@@ -146,31 +178,32 @@ def test_user_crontab_with_env_lines_macros_and_percent() -> None:
             {**USER_ENV, "TZ": "America/New_York"},
             src + "22",
             "alice",
+            mail=ALICE,
         ),
     ]
     assert result.system is False
     assert result.skipped == [
         Note(18, "@reboot: clockd has no boot event (use a systemd unit, or at: for a one-off run)"),
-        Note(
-            20,
-            "text after an unescaped % is the job's stdin, which clockd cannot give; "
-            "write \\% for a literal % (e.g. date +\\%F)",
-        ),
     ]
     assert result.errors == []
     assert [n.line for n in result.notes] == [5, None]
-    assert result.notes[0].message.startswith("MAILTO=alice@example.com is not supported")
+    assert result.notes[0].message.startswith("MAILTO=alice@example.com: no sendmail on this host")
     assert "as alice" in result.notes[1].message
 
 
-BACKUP_ENV = {"SHELL": "/bin/bash", "PATH": "/usr/local/sbin:/usr/local/bin:/sbin:/bin:/usr/sbin:/usr/bin"}
+BACKUP_ENV = {
+    "SHELL": "/bin/bash",
+    "PATH": "/usr/local/sbin:/usr/local/bin:/sbin:/bin:/usr/sbin:/usr/bin",
+    "MAILTO": "root",
+}
 
 
 @pytest.mark.parametrize("options", [{"system": True}, {"known_users": {"root", "www-data", "postgres"}}])
 def test_system_crontab_with_a_user_column(options: dict[str, Any], host_users: HostUsers) -> None:
     host_users({"root", "www-data", "postgres"})
     path = "tests/data/crontabs/cron.d-backup"
-    got, result = translate(read("cron.d-backup"), path, tz="Europe/Berlin", **options)
+    found = "/usr/sbin/sendmail"
+    got, result = translate(read("cron.d-backup"), path, tz="Europe/Berlin", sendmail=lambda: found, **options)
     bash = ("/bin/bash", "-c")
     assert got == [
         job(
@@ -183,6 +216,7 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any], host_users: 
             "root",
             shell=False,
             system=True,
+            mail="root",
         ),
         job(
             "cron-8",
@@ -194,6 +228,7 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any], host_users: 
             "www-data",
             shell=False,
             system=True,
+            mail="root",
         ),
         job(
             "vacuumdb-9",
@@ -205,6 +240,7 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any], host_users: 
             "postgres",
             shell=False,
             system=True,
+            mail="root",
         ),
         job(
             "logrotate-10",
@@ -216,11 +252,12 @@ def test_system_crontab_with_a_user_column(options: dict[str, Any], host_users: 
             "root",
             shell=False,
             system=True,
+            mail="root",
         ),
     ]
     assert result.system is True
     assert result.skipped == [] and result.errors == []
-    assert [n.line for n in result.notes] == [2, 4]  # SHELL, MAILTO; the users are the jobs' user:
+    assert [n.line for n in result.notes] == [2]  # SHELL; MAILTO is mail (sendmail found); user: is the user
     assert result.entries[1].fields["user"] == "www-data"
     assert result.entries[1].fields["labels"] == {"crontab.source": f"{path}:8"}
 
@@ -325,28 +362,28 @@ def test_zone_lines_and_a_bad_zone() -> None:
         ("b-3", "Asia/Tokyo"),
         ("c-5", "Europe/Paris"),
     ]
-    assert "env" not in result.entries[1].fields  # CRON_TZ is cron's, not the job's
+    assert result.entries[1].fields["env"] == {"CRON_TZ": "Asia/Tokyo"}  # cron exports it too
     assert result.entries[2].fields["env"]["TZ"] == ":Europe/Paris"
     assert [(n.line, n.message[:28]) for n in result.errors] == [(6, "CRON_TZ: unknown time zone '")]
 
 
 @pytest.mark.parametrize(
-    ("command", "kept", "skipped"),
+    ("command", "kept", "stdin"),
     [
-        ("date +\\%F", "date +%F", False),
-        ("printf '100\\%'", "printf '100%'", False),
-        ("run.sh%", "run.sh", False),
-        ("run.sh% ", "run.sh", False),
-        ("mail -s hi bob%body%more", None, True),
-        ("date +%F", None, True),
+        ("date +\\%F", "date +%F", None),
+        ("printf '100\\%'", "printf '100%'", None),
+        ("run.sh%", "run.sh", None),
+        ("run.sh% ", "run.sh", None),
+        ("mail -s hi bob%body%more", "mail -s hi bob", "body\nmore"),
+        ("date +%F", "date +", "F"),
+        ("cat%a\\%b%%c\\d", "cat", "a%b\n\nc\\d"),  # as cron: \\% is %, other backslashes kept
     ],
 )
-def test_percent_signs(command: str, kept: str | None, skipped: bool) -> None:
+def test_percent_signs(command: str, kept: str, stdin: str | None) -> None:
+    """The text after the first unescaped % is the job's stdin, later ones newlines (cron(5))."""
     result = parse_crontab(f"* * * * * {command}\n", "c")
-    if skipped:
-        assert result.entries == [] and [n.line for n in result.skipped] == [1]
-    else:
-        assert result.entries[0].fields["command"] == kept and result.skipped == []
+    assert result.entries[0].fields["command"] == kept and result.skipped == []
+    assert result.entries[0].fields.get("stdin") == stdin
 
 
 def test_lines_that_are_not_carried_over_are_listed_never_dropped() -> None:

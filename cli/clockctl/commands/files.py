@@ -156,9 +156,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Import a crontab: each entry becomes a schedule (shell: true, retries: 0, misfire: skip).
 
-        Environment lines become the jobs' env, CRON_TZ=/TZ= their zone, and the user
-        column of a system crontab their user:. Lines that cannot be carried over
-        (@reboot, stdin after %, a user that does not exist on this host) are listed as
+        Environment lines (MAILTO included) become the jobs' env, CRON_TZ=/TZ= their zone,
+        the text after an unescaped % their stdin:, MAILTO=ADDR on_failure/on_success
+        mails through the local sendmail, and the user column of a system crontab their
+        user:. Lines that cannot be carried over (@reboot, a user that does not exist on
+        this host) are listed as
         file:line with the reason; unparsable lines exit 2 and nothing is written. Without
         --dry-run the jobs are applied like `clockctl apply` (names: <program>-<line>).
         """

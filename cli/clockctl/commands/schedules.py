@@ -21,6 +21,7 @@ from clockctl.render import (
     dur,
     iso,
     local,
+    notify_rows,
     occurrence_doc,
     schedule_doc,
     short,
@@ -39,9 +40,10 @@ from clockd.core.model import (
     ScheduleDef,
     ScheduleKind,
 )
+from clockd.core.notify import Notification, NotifyEvent, parse_notification
 from clockd.core.spec import compile_spec, validate_definition
 from clockd.errors import Conflict, InvalidInput
-from clockd.formats.schedfile import validate_job
+from clockd.formats.schedfile import notification_document, validate_job
 from clockd.services.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
@@ -77,6 +79,8 @@ def build_definition(
     expect_status: str | None = None,
     insecure: bool = False,
     policies: Mapping[str, Any] | None = None,
+    stdin: str | None = None,
+    notify: tuple[Notification, ...] = (),
 ) -> ScheduleDef:
     """Turn ``clockctl add`` arguments into a validated definition.
 
@@ -113,6 +117,7 @@ def build_definition(
         "--memory-limit": memory_limit is not None,
         "--cpu-limit": cpu_limit is not None,
         "--nproc-limit": nproc_limit is not None,
+        "--stdin": stdin is not None,
     }
     http_only = {
         "--header": bool(headers),
@@ -160,6 +165,7 @@ def build_definition(
             "memory_limit": memory_limit,
             "cpu_limit": f"{_cpu_seconds(cpu_limit)}s" if cpu_limit is not None else None,
             "nproc_limit": nproc_limit,
+            "stdin": stdin,
         }
         job.update((key, value) for key, value in optional.items() if value is not None)
     job["name"] = name if name is not None else _default_name(noop, http, command, shell)
@@ -167,6 +173,7 @@ def build_definition(
     if timeout:
         job["timeout"] = timeout
     job.update(policies or {})
+    job.update((n.event.field, notification_document(n)) for n in notify)
     return validated(job, tenant)
 
 
@@ -210,6 +217,20 @@ def _default_name(noop: bool, http: tuple[str, str] | None, command: list[str], 
         # An empty or shell-line program: the validator says what is wrong with it.
         return "job"
     return base
+
+
+def notify_options(**given: str | None) -> tuple[Notification, ...]:
+    """``--on-failure`` & co. (keyword = event value) as notifications; bad ones are InvalidInput."""
+    out: list[Notification] = []
+    for event in NotifyEvent:
+        text = given.get(event.value)
+        if text is None:
+            continue
+        try:
+            out.append(parse_notification(event, text))
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+    return tuple(out)
 
 
 def _env(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -343,6 +364,30 @@ def register(app: typer.Typer) -> None:
         insecure: Annotated[
             bool, typer.Option("--insecure", help="do not verify the server's TLS certificate")
         ] = False,
+        stdin: Annotated[
+            str | None,
+            typer.Option("--stdin", metavar="TEXT", help="text written to the job's standard input (newlines kept)"),
+        ] = None,
+        on_failure: Annotated[
+            str | None,
+            typer.Option(
+                "--on-failure",
+                metavar="CMD|URL|mail:ADDR",
+                help="notify when an attempt fails: a shell command, an http(s) URL (JSON POST) or mail:ADDR",
+            ),
+        ] = None,
+        on_dead: Annotated[
+            str | None,
+            typer.Option("--on-dead", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence goes DEAD"),
+        ] = None,
+        on_missed: Annotated[
+            str | None,
+            typer.Option("--on-missed", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence is MISSED"),
+        ] = None,
+        on_success: Annotated[
+            str | None,
+            typer.Option("--on-success", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence succeeds"),
+        ] = None,
         misfire: policyopts.Misfire = None,
         max_lateness: policyopts.MaxLateness = None,
         catch_up_limit: policyopts.CatchUpLimit = None,
@@ -399,6 +444,8 @@ def register(app: typer.Typer) -> None:
                 window=window,
                 permanent_exit_codes=permanent_exit_codes,
             ),
+            stdin=stdin,
+            notify=notify_options(failure=on_failure, dead=on_dead, missed=on_missed, success=on_success),
         )
         try:
             added = with_ops(lambda ops: ops.create(definition, idempotency_key))
@@ -516,6 +563,7 @@ def register(app: typer.Typer) -> None:
                 if schedule.definition.window == timedelta(0)
                 else f"{dur(schedule.definition.window)} (each run starts at a fixed offset within it)",
             ),
+            *notify_rows(schedule.definition),
         ]
         permanent = schedule.definition.retry.permanent_exit_codes
         if permanent:
