@@ -112,3 +112,18 @@ def _age(now: datetime, since: datetime | None) -> float | None:
     return None if since is None else round(max(0.0, (now - since).total_seconds()), 3)
 
 
+def shard_ranges(shards: list[int]) -> str:
+    """``0-15,32`` rather than 17 numbers."""
+    if not shards:
+        return "-"
+    runs: list[str] = []
+    first = prev = shards[0]
+    for s in [*shards[1:], None]:
+        if s is not None and s == prev + 1:
+            prev = s
+            continue
+        runs.append(str(first) if first == prev else f"{first}-{prev}")
+        if s is not None:
+            first = prev = s
+    return f"{len(shards)}: {','.join(runs)}"
+

@@ -31,7 +31,8 @@ from clockd.core.model import Occurrence, OccurrenceState, Schedule, ScheduleKin
 from clockd.core.upcoming import Upcoming, upcoming
 from clockd.errors import ClockdError, NotFound
 from clockd.services.ops import Ops, spec_of
-from clockd.store import Store
+from clockd.services.status import shard_ranges
+from clockd.store import AuditEntry, SchedulePage, Store
 from clockd.ui.svg import LagPoint, histogram, lag_plot
 
 _HERE = Path(__file__).parent
@@ -155,7 +156,12 @@ class Dashboard:
             lstrip_blocks=True,
         )
         self.templates.filters.update(
-            utc=utc_text, secs=seconds_text, local=local_text, local_short=local_short, utc_short=utc_short
+            utc=utc_text,
+            secs=seconds_text,
+            local=local_text,
+            local_short=local_short,
+            utc_short=utc_short,
+            ranges=shard_ranges,
         )
 
     def routes(self) -> list[BaseRoute]:
@@ -299,21 +305,23 @@ class Dashboard:
         self, tenant: str, state: str, label: str, name: str, cursor: str | None
     ) -> tuple[list[Schedule], str | None]:
         """One page of the tenant's schedules by name after ``cursor`` (keyset: the last
-        name of the previous page), filtered by state, ``key=value`` label and name prefix."""
-        schedules = await self.store.list_schedules(tenant)
-        wanted_label = tuple(label.split("=", 1)) if "=" in label else None
-        chosen = [
-            s
-            for s in sorted(schedules, key=lambda s: s.name)
-            if s.state is not ScheduleState.DELETED
-            and (not state or s.state.value == state)
-            and (not name or s.name.startswith(name))
-            and (wanted_label is None or wanted_label in s.definition.labels)
-            and (cursor is None or s.name > cursor)
-        ]
-        page = chosen[:PAGE_SIZE]
-        more = len(chosen) > PAGE_SIZE
-        return page, (page[-1].name if more and page else None)
+        name of the previous page; the store's ``schedules_page``, as the API's list),
+        filtered by state, ``key=value`` label and name prefix."""
+        wanted_label: tuple[str, str] | None = None
+        if "=" in label:
+            key, value = label.split("=", 1)
+            wanted_label = (key, value)
+        query = SchedulePage(
+            after=cursor or "",
+            limit=PAGE_SIZE + 1,
+            state=ScheduleState(state) if state in {s.value for s in ScheduleState} else None,
+            name_prefix=name or None,
+            label=wanted_label,
+        )
+        found = await self.store.schedules_page(tenant, query)
+        page = [s for s in found[:PAGE_SIZE] if s.state is not ScheduleState.DELETED]
+        more = len(found) > PAGE_SIZE
+        return page, (found[PAGE_SIZE - 1].name if more else None)
 
     async def _rows(self, schedules: Sequence[Schedule], now: datetime) -> list[Row]:
         rows = []
@@ -336,6 +344,8 @@ class Dashboard:
         nxt = upcoming(spec_of(schedule), now, 10) if schedule.state is ScheduleState.ACTIVE else []
         versions = await self.store.schedule_versions(schedule.id)
         runs = await self.store.list_occurrences(schedule.id, 25, now)
+        # Who changed what: the tenant's recent audit entries about this schedule.
+        changes = [e for e in await self.store.audit_page(viewer.tenant, None, 500) if e.target == schedule.name]
         explanation = None
         at = request.query_params.get("at", "").strip()
         explain_error = None
@@ -362,6 +372,8 @@ class Dashboard:
                 "explain_error": explain_error,
                 "done": request.query_params.get("done"),
                 "definition": _definition_rows(schedule),
+                "changes": changes[:20],
+                "pause_reason": _pause_reason(schedule, changes),
             },
         )
         return self._render("schedule.html", page)
@@ -401,19 +413,39 @@ class Dashboard:
                 reason = form.get("reason", "").strip()
                 if not reason:
                     return self._error(viewer, 422, "Give a reason for the pause: it is shown to everyone who looks.")
-                await self.ops.pause(name, viewer.tenant)
+                change = await self.ops.pause(name, viewer.tenant, reason=reason)
+                await self._audit(viewer, "schedule.pause", name, schedule.version, change.schedule.version, reason)
                 done = "paused"
             elif action == "resume":
-                await self.ops.resume(name, viewer.tenant)
+                change = await self.ops.resume(name, viewer.tenant)
+                await self._audit(viewer, "schedule.resume", name, schedule.version, change.schedule.version)
                 done = "resumed"
             else:
                 occ = await self.ops.run_now(name, viewer.tenant)
+                await self._audit(viewer, "schedule.run_now", name, occurrence=occ.id)
                 done = f"run-now:{occ.id}"
         except NotFound:
             return self._not_found(viewer)
         except ClockdError as exc:
             return self._error(viewer, 409, str(exc))
         return RedirectResponse(f"/ui/schedules/{name}?" + urlencode({"done": done}), status_code=303)
+
+    async def _audit(
+        self,
+        viewer: Viewer,
+        action: str,
+        target: str,
+        before: int | None = None,
+        after: int | None = None,
+        reason: str | None = None,
+        **detail: str,
+    ) -> None:
+        """Every write from a page is in the audit log, as the API's are (``via: ui``)."""
+        extra: dict[str, object] = {"via": "ui", **detail}
+        if reason is not None:
+            extra["reason"] = reason
+        entry = AuditEntry(self.clock.now(), viewer.tenant, viewer.name, action, target, before, after, extra)
+        await self.store.record_audit(entry)
 
     # -- runs ------------------------------------------------------------------------
 
@@ -508,6 +540,7 @@ class Dashboard:
                 await self.ops.replay(occ.id)
             else:
                 await self.ops.drop(occ.id)
+            await self._audit(viewer, f"dlq.{action}", occ.id, occ.version, occ.version)
         except ClockdError as exc:
             return self._error(viewer, 409, str(exc))
         return RedirectResponse(f"/ui/runs/{occ.id}", status_code=303)
@@ -557,6 +590,17 @@ class Dashboard:
         recent = await self.store.list_occurrences(None, 10_000, top)
         lags = [lag for o in recent if o.scheduled_for == top and (lag := start_lag(o)) is not None]
         return top, lags
+
+
+def _pause_reason(schedule: Schedule, changes: Sequence[AuditEntry]) -> str | None:
+    """Why a paused schedule is paused: the reason of the pause that made its version."""
+    if schedule.state is not ScheduleState.PAUSED:
+        return None
+    for entry in changes:  # newest first
+        if entry.action == "schedule.pause" and entry.after_version == schedule.version:
+            reason = entry.detail.get("reason")
+            return None if reason is None else str(reason)
+    return None
 
 
 def _safe_next(target: str) -> str:

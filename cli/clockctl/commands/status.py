@@ -32,7 +32,7 @@ from clockd.config import Settings, StoreLocation, load_settings, resolve_store
 from clockd.core.durations import format_duration
 from clockd.errors import ClockdError
 from clockd.services import status as status_doc
-from clockd.services.status import ReconcileCache
+from clockd.services.status import ReconcileCache, shard_ranges
 from clockd.store import Store
 from clockd.wiring import lock_holder, make_observer, make_store
 
@@ -187,7 +187,7 @@ def render(doc: dict[str, Any]) -> RenderableType:
             members.add_column(column)
         for m in coord["members"]:
             leads = " (leader)" if coord["leader"] and coord["leader"]["node"] == m["node"] else ""
-            members.add_row(m["node"] + leads, ",".join(m["modes"]), _shards(m["shards"]))
+            members.add_row(m["node"] + leads, ",".join(m["modes"]), shard_ranges(m["shards"]))
             if m.get("standby"):
                 # A node that stepped down (e.g. its clock is off) says why, under its row.
                 members.add_row("", f"[yellow]standing by: {m['standby']}[/yellow]", "")
@@ -226,19 +226,3 @@ def _secs(value: float | None) -> str:
     if abs(value) < 120:
         return f"{value:.3f}s"
     return format_duration(timedelta(seconds=round(value)))
-
-
-def _shards(shards: list[int]) -> str:
-    """``0-15,32`` rather than 17 numbers."""
-    if not shards:
-        return "-"
-    runs: list[str] = []
-    first = prev = shards[0]
-    for s in [*shards[1:], None]:
-        if s is not None and s == prev + 1:
-            prev = s
-            continue
-        runs.append(str(first) if first == prev else f"{first}-{prev}")
-        if s is not None:
-            first = prev = s
-    return f"{len(shards)}: {','.join(runs)}"
