@@ -45,3 +45,13 @@ def test_clockd_version_subcommand_and_flag() -> None:
         out = subprocess.run([str(clockd), *argv], capture_output=True, text=True, check=True).stdout
         prog = "clockctl" if argv[0] == "ctl" else "clockd"
         assert out.startswith(f"{prog} {__version__} (commit "), (argv, out)
+
+
+def test_one_executable_picks_the_program_by_name() -> None:
+    from clockctl.multicall import program
+
+    assert program(["/usr/bin/clockctl", "list"]) == ("clockctl", ["list"])
+    assert program(["clockctl"]) == ("clockctl", [])
+    assert program(["/usr/bin/clockd", "ctl", "runs", "x"]) == ("clockctl", ["runs", "x"])
+    assert program(["/usr/lib/clockd/clockd", "run", "--mode", "worker"]) == ("clockd", ["run", "--mode", "worker"])
+    assert program(["clockd-0.1.0-linux-x86_64", "version"]) == ("clockd", ["version"])
