@@ -98,7 +98,8 @@ def test_units_pass_systemd_analyze_verify_in_the_root(root: Path, tmp_path: Pat
     verify_root = tmp_path / "root"
     shutil.copytree(root, verify_root, symlinks=True)
     units = verify_root / UNITS
-    for host in (Path("/lib/systemd/system"), Path("/usr/lib/systemd/system")):
+    # (/lib is /usr/lib on a merged-/usr system: copy each real directory once.)
+    for host in sorted({Path("/lib/systemd/system").resolve(), Path("/usr/lib/systemd/system").resolve()}):
         if host.is_dir():
             shutil.copytree(host, units, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("clockd*"))
     shutil.copy(units / "clockd@.service", units / "clockd@worker.service")
