@@ -47,7 +47,7 @@ lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
 	  out=$$(groff -man -ww -z "$$f" 2>&1); if [ -n "$$out" ]; then echo "$$f: $$out"; exit 1; fi; done
 
 .PHONY: test
-test: install servers lint ## Lint, then run the whole suite against real PostgreSQL and etcd
+test: install servers lint deb ## Lint, build the executable and the .deb, then run the whole suite against real PostgreSQL and etcd
 	$(BIN)/pytest -q
 
 SOAK_MINUTES ?= 30
@@ -88,6 +88,22 @@ schema: install ## Regenerate config/schedules.schema.json from the schedule-fil
 openapi: install ## Regenerate docs/openapi.json from the API's route table
 	$(BIN)/python -m clockd.api.openapi > docs/openapi.json
 
+.PHONY: build-tools
+build-tools: ## Install dpkg-dev, lintian, patchelf, binutils, man-db (apt) when missing
+	@scripts/install-build-tools.sh
+
+.PHONY: dist
+dist: build-tools ## Build dist/clockd-<version>-linux-x86_64, one self-contained executable (packaging/build.sh)
+	packaging/build.sh
+
+.PHONY: deb
+deb: build-tools ## Build dist/clockd_<version>_amd64.deb around it; lintian must pass (packaging/deb.sh)
+	packaging/deb.sh
+
+.PHONY: dist-check
+dist-check: install deb ## Build both artefacts (cached by input hash) and run tests/packaging/test_dist*.py on them
+	$(BIN)/pytest -q tests/packaging/test_dist.py tests/packaging/test_dist_deb.py tests/packaging/test_version.py
+
 .PHONY: clean
-clean: ## Remove the venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+clean: ## Remove the venv, caches and build outputs
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info build dist

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from clockd import __version__
+from clockd.buildinfo import describe
 from clockd.config import ALL_MODES, Settings, load_settings, resolve_store
 from clockd.core.zones import tzdata_version
 from clockd.daemon import sdnotify
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="clockd",
         description="clockd: a cron replacement whose clockwork survives a machine dying.",
     )
-    parser.add_argument("--version", action="version", version=f"clockd {__version__} (tzdata {tzdata_version()})")
+    parser.add_argument("--version", action="version", version=describe("clockd"))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -147,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate and print the effective config (secrets redacted)")
     common(check)
+    sub.add_parser("version", help="print the version, the git commit and the IANA zone data release")
+    # Handled before argparse by clockctl.multicall (the installed `clockd`): listed here for --help.
+    sub.add_parser("ctl", help="run clockctl: `clockd ctl ARGS…` is `clockctl ARGS…`", add_help=False)
     return parser
 
 
@@ -168,6 +172,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
+        sys.exit(2)
+    if args.command == "version":
+        sys.stdout.write(describe("clockd") + "\n")
+        return
+    if args.command == "ctl":
+        sys.stderr.write("clockd: error: `clockd ctl` needs the installed clockd executable; run clockctl instead\n")
         sys.exit(2)
     try:
         settings = settings_from_args(args)

@@ -12,10 +12,10 @@ from typing import Any
 
 def test_version_as_json_and_as_a_flag(ctl: Any) -> None:
     doc = json.loads(ctl("version", "-o", "json").stdout)
-    assert set(doc) == {"clockctl", "tzdata"} and re.fullmatch(r"\d{4}[a-z]", doc["tzdata"])
+    assert set(doc) == {"clockctl", "commit", "tzdata"} and re.fullmatch(r"\d{4}[a-z]", doc["tzdata"])
     flag = ctl("--version")
     assert flag.returncode == 0 and flag.stdout == ctl("version").stdout
-    assert flag.stdout.startswith(f"clockctl {doc['clockctl']} (tzdata {doc['tzdata']})")
+    assert flag.stdout.startswith(f"clockctl {doc['clockctl']} (commit {doc['commit']}, tzdata {doc['tzdata']})")
 
 
 CRONTAB = """\

@@ -1,4 +1,4 @@
-"""``clockctl version`` (and ``clockctl --version``): the release and the IANA zone data in use."""
+"""``clockctl version`` (and ``clockctl --version``): the release, the commit and the IANA zone data in use."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import typer
 
 from clockctl.output import OutputFormat, console, emit_json
 from clockd import __version__
+from clockd.buildinfo import commit, describe
 from clockd.core.zones import tzdata_version
 
 
 def version_text() -> str:
-    return f"clockctl {__version__} (tzdata {tzdata_version()})"
+    return describe("clockctl")
 
 
 def register(app: typer.Typer) -> None:
@@ -22,10 +23,10 @@ def register(app: typer.Typer) -> None:
             OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")
         ] = OutputFormat.table,
     ) -> None:
-        """Print the clockctl version and the IANA time zone release in use.
+        """Print the clockctl version, the git commit it was built from and the IANA time zone release in use.
 
-        JSON (-o json): {"clockctl": "0.1.0", "tzdata": "2026a"}."""
+        JSON (-o json): {"clockctl": "0.1.0", "commit": "0123456789ab", "tzdata": "2026a"}."""
         if output is OutputFormat.json:
-            emit_json({"clockctl": __version__, "tzdata": tzdata_version()})
+            emit_json({"clockctl": __version__, "commit": commit(), "tzdata": tzdata_version()})
             return
         console.print(version_text())
