@@ -48,7 +48,7 @@ from clockd.core.planning import available_at
 from clockd.core.spec import Spec, compile_spec
 from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFires, NotFound, VersionMismatch
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
-from clockd.store import NewSchedule, ScheduleChange, Store
+from clockd.store import NewSchedule, RunSummary, ScheduleChange, Store
 
 DEFAULT_SHARD_COUNT = 64
 DLQ_DROP_REASON = "dropped from the dead-letter queue"
@@ -113,6 +113,20 @@ def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: dateti
     if nxt is None and schedule.state is ScheduleState.ACTIVE:
         raise NeverFires(f"{definition.expr}: never fires after {after.isoformat(timespec='seconds')}")
     return nxt
+
+
+_SUMMARY_BATCH = 500  # schedule ids per run_summaries statement
+
+
+def next_run(schedule: Schedule, summary: RunSummary | None) -> datetime | None:
+    """When the schedule runs next, as people mean it: the start of its earliest occurrence
+    already planned and waiting, else the next instant not yet planned (the cursor).
+    None when paused, deleted or done."""
+    if schedule.state is not ScheduleState.ACTIVE:
+        return None
+    if summary is not None and summary.next_start is not None:
+        return summary.next_start
+    return schedule.next_run_at
 
 
 def spec_of(schedule: Schedule) -> Spec:
@@ -276,6 +290,14 @@ class Ops:
 
     async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
         return await self.store.list_schedules(tenant)
+
+    async def summaries(self, schedules: Sequence[Schedule]) -> dict[str, RunSummary]:
+        """Each schedule's next start and last run (``Store.run_summaries``), in batches."""
+        out: dict[str, RunSummary] = {}
+        ids = [s.id for s in schedules]
+        for i in range(0, len(ids), _SUMMARY_BATCH):
+            out.update(await self.store.run_summaries(ids[i : i + _SUMMARY_BATCH]))
+        return out
 
     async def pause(self, name: str, tenant: str = "default", reason: str | None = None) -> Change:
         """Pause; ``reason`` is kept with the version (and the occurrences it cancels)."""

@@ -486,6 +486,14 @@ class Store(Protocol):
         """The schedule's RUNNING occurrences, oldest first (``clockctl update`` reports them)."""
         ...
 
+    async def run_summaries(self, schedule_ids: Sequence[str]) -> dict[str, RunSummary]:
+        """For each schedule of a page (``clockctl list``, the dashboard): when its next
+        planned occurrence starts — the earliest ``available_at`` of its occurrences still
+        waiting to run (SCHEDULED or ENQUEUED), looked for among its
+        :data:`SUMMARY_DEPTH` newest — and its latest occurrence that started. One
+        statement; each schedule is reached through ``occurrences_by_schedule``."""
+        ...
+
     async def list_dead(
         self, schedule_id: str | None = None, tenant: str | None = None, limit: int = 50
     ) -> list[Occurrence]:
@@ -669,6 +677,22 @@ class QueueStats:
     running: int  # leased
     staged: int  # unleased, visible later (staged ahead, retry backoff, parked queue_one)
     oldest_ready_at: datetime | None
+
+
+# How many of a schedule's newest occurrences ``run_summaries`` looks at for the waiting
+# ones: they are the newest (planned ahead), unless a catch-up planned more than this.
+SUMMARY_DEPTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What ``clockctl list`` shows of a schedule's runs (see ``Store.run_summaries``)."""
+
+    next_start: datetime | None  # the next planned occurrence's start; None: none planned yet
+    last_scheduled_for: datetime | None = None  # the latest occurrence that started
+    last_started_at: datetime | None = None
+    last_state: OccurrenceState | None = None
+    last_exit_code: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

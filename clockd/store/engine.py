@@ -54,6 +54,7 @@ from clockd.core.model import (
 from clockd.core.planning import missed_reason, sweep_verdict
 from clockd.errors import ClockdError, Conflict, FencedOut, NotFound, QuotaExceeded
 from clockd.store import (
+    SUMMARY_DEPTH,
     ApiToken,
     AppliedSchedules,
     AuditEntry,
@@ -72,6 +73,7 @@ from clockd.store import (
     QueueStats,
     Reaped,
     ReconcileRows,
+    RunSummary,
     ScheduleChange,
     ScheduleHistory,
     SchedulePage,
@@ -1064,6 +1066,30 @@ class SqlStore:
     async def running_occurrences(self, schedule_id: str) -> list[Occurrence]:
         return await self._occurrences("occurrences_running", {"schedule_id": schedule_id})
 
+    async def run_summaries(self, schedule_ids: Sequence[str]) -> dict[str, RunSummary]:
+        d = self.driver
+        params = {
+            "ids": d.array(list(schedule_ids)),
+            "waiting": d.array([S.SCHEDULED.value, S.ENQUEUED.value]),
+            "depth": SUMMARY_DEPTH,
+        }
+
+        def body() -> Body[dict[str, RunSummary]]:
+            rows = yield Run("run_summaries", params)
+            return {
+                sid: RunSummary(
+                    d.opt_read(nxt),
+                    d.opt_read(scheduled),
+                    d.opt_read(started),
+                    None if state is None else S(state),
+                    exit_code,
+                )
+                for sid, nxt, scheduled, started, state, exit_code in rows
+            }
+
+        result: dict[str, RunSummary] = await self._read(body())
+        return result
+
     async def list_dead(
         self, schedule_id: str | None = None, tenant: str | None = None, limit: int = 50
     ) -> list[Occurrence]:
@@ -1355,7 +1381,7 @@ ENGINE_QUERIES: Final = frozenset(
         "reconcile_versions_of", "reconcile_occurrences_of", "queue_stats", "start_lag",
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
-        "schedules_page", "occurrences_page",
+        "schedules_page", "occurrences_page", "run_summaries",
     }
 )  # fmt: skip
 

@@ -30,9 +30,9 @@ from clockd.core.durations import format_duration
 from clockd.core.model import Occurrence, OccurrenceState, Schedule, ScheduleKind, ScheduleState
 from clockd.core.upcoming import Upcoming, upcoming
 from clockd.errors import ClockdError, NotFound
-from clockd.services.ops import Ops, spec_of
+from clockd.services.ops import Ops, next_run, spec_of
 from clockd.services.status import shard_ranges
-from clockd.store import AuditEntry, SchedulePage, Store
+from clockd.store import AuditEntry, RunSummary, SchedulePage, Store
 from clockd.ui.svg import LagPoint, histogram, lag_plot
 
 _HERE = Path(__file__).parent
@@ -67,7 +67,7 @@ class Row:
     schedule: Schedule
     words: str
     next_runs: list[Upcoming]
-    last: Occurrence | None
+    last: RunSummary | None  # its latest run that started (state, exit code), if any
     last_lag: float | None
 
 
@@ -324,12 +324,20 @@ class Dashboard:
         return page, (found[PAGE_SIZE - 1].name if more else None)
 
     async def _rows(self, schedules: Sequence[Schedule], now: datetime) -> list[Row]:
+        """One statement for the page's last runs and next starts (``run_summaries``)."""
+        summaries = await self.ops.summaries(schedules)
         rows = []
         for schedule in schedules:
-            nxt = upcoming(spec_of(schedule), now, 3) if schedule.state is ScheduleState.ACTIVE else []
-            recent = await self.store.list_occurrences(schedule.id, 1, now)
-            last = recent[0] if recent else None
-            rows.append(Row(schedule, describe(schedule), nxt, last, None if last is None else start_lag(last)))
+            summary = summaries.get(schedule.id)
+            first = next_run(schedule, summary)
+            nxt = []
+            if first is not None:
+                after = min(first, first - schedule.definition.window) - timedelta(microseconds=1)
+                nxt = upcoming(spec_of(schedule), max(after, now - schedule.definition.max_lateness), 3)
+            lag = None
+            if summary is not None and summary.last_started_at and summary.last_scheduled_for:
+                lag = (summary.last_started_at - summary.last_scheduled_for).total_seconds()
+            rows.append(Row(schedule, describe(schedule), nxt, summary, lag))
         return rows
 
     async def schedule(self, request: Request) -> Response:

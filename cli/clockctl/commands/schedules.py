@@ -44,7 +44,8 @@ from clockd.core.notify import Notification, NotifyEvent, parse_notification
 from clockd.core.spec import compile_spec, validate_definition
 from clockd.errors import Conflict, InvalidInput
 from clockd.formats.schedfile import notification_document, validate_job
-from clockd.services.ops import Change, Ops, ResumeFrom, VersionRow, next_runs, spec_of, starts_of
+from clockd.services.ops import Change, Ops, ResumeFrom, VersionRow, next_run, next_runs, spec_of, starts_of
+from clockd.store import RunSummary
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 Tenant = Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant the schedule belongs to")]
@@ -175,6 +176,26 @@ def build_definition(
     job.update(policies or {})
     job.update((n.event.field, notification_document(n)) for n in notify)
     return validated(job, tenant)
+
+
+def run_docs(s: Schedule, summary: RunSummary | None) -> dict[str, Any]:
+    """The ``next_run`` and ``last_run`` keys of ``list``/``show`` JSON."""
+    last = None
+    if summary is not None and summary.last_started_at is not None:
+        last = {
+            "scheduled_for": iso(summary.last_scheduled_for),
+            "started_at": iso(summary.last_started_at),
+            "state": None if summary.last_state is None else str(summary.last_state),
+            "exit_code": summary.last_exit_code,
+        }
+    return {"next_run": iso(next_run(s, summary)), "last_run": last}
+
+
+def _result(summary: RunSummary | None) -> str:
+    if summary is None or summary.last_state is None:
+        return "-"
+    code = f" ({summary.last_exit_code})" if summary.last_exit_code not in (None, 0) else ""
+    return f"{summary.last_state}{code}"
 
 
 def whole_second_now() -> datetime:
@@ -480,21 +501,33 @@ def register(app: typer.Typer) -> None:
         tenant: Annotated[str | None, typer.Option("--tenant", metavar="TENANT", help="only this tenant")] = None,
         output: Output = OutputFormat.table,
     ) -> None:
-        """List schedules."""
-        schedules = with_ops(lambda ops: ops.list_schedules(tenant))
+        """List schedules: NEXT RUN is when each runs next (its earliest planned occurrence
+        still waiting, else its next instant); LAST RUN and RESULT are its latest run that
+        started. JSON adds "next_run" and "last_run" ({scheduled_for, started_at, state,
+        exit_code} or null) to each schedule's document."""
+
+        async def go(ops: Ops) -> tuple[list[Schedule], dict[str, RunSummary]]:
+            found = await ops.list_schedules(tenant)
+            return found, await ops.summaries(found)
+
+        schedules, summaries = with_ops(go)
         if output is OutputFormat.json:
-            emit_json([schedule_doc(s) for s in schedules])
+            emit_json([{**schedule_doc(s), **run_docs(s, summaries.get(s.id))} for s in schedules])
             return
         table = Table(box=None, header_style="bold")
-        for col in ("NAME", "WHEN", "TZ", "STATE", "NEXT RUN (UTC)", "TARGET"):
+        for col in ("NAME", "WHEN", "TZ", "STATE", "NEXT RUN (UTC)", "LAST RUN (UTC)", "RESULT", "TARGET"):
             table.add_column(col)
         for s in schedules:
+            summary = summaries.get(s.id)
+            last = summary.last_started_at if summary else None
             table.add_row(
                 s.name,
                 when(s),
                 s.definition.tz,
                 shown_state(s),
-                short(s.next_run_at) if s.state == "active" else "-",
+                short(next_run(s, summary)) if s.state == "active" else "-",
+                short(last) if last else "-",
+                _result(summary),
                 s.definition.target.describe(),
             )
         console.print(table)
@@ -511,21 +544,26 @@ def register(app: typer.Typer) -> None:
         flexible window), recent occurrences (each with the version it came from), and
         with --versions its version history. JSON always has "versions"."""
 
-        async def go(ops: Ops) -> tuple[Schedule, list[Occurrence], list[VersionRow]]:
+        async def go(ops: Ops) -> tuple[Schedule, list[Occurrence], list[VersionRow], RunSummary | None]:
             s = await ops.get(name, tenant)
-            return s, await ops.runs(name, 10, tenant), await ops.versions(name, tenant)
+            summary = (await ops.summaries([s])).get(s.id)
+            return s, await ops.runs(name, 10, tenant), await ops.versions(name, tenant), summary
 
-        schedule, occurrences, history = with_ops(go)
+        schedule, occurrences, history, summary = with_ops(go)
         recent = [occurrence_doc(o) for o in occurrences]
-        upcoming = (
-            next_runs(spec_of(schedule), schedule.next_run_at - timedelta(microseconds=1), 5)
-            if schedule.next_run_at and schedule.state == "active"
-            else []
-        )
+        upcoming: list[datetime] = []
+        if schedule.next_run_at and schedule.state == "active":
+            # From the earliest run already planned and waiting (its start is at most one
+            # flexible window after its instant), else from the cursor.
+            first = schedule.next_run_at
+            if summary is not None and summary.next_start is not None:
+                first = min(first, summary.next_start - schedule.definition.window)
+            upcoming = next_runs(spec_of(schedule), first - timedelta(microseconds=1), 5)
         if output is OutputFormat.json:
             emit_json(
                 {
                     **schedule_doc(schedule),
+                    **run_docs(schedule, summary),
                     "next_runs": [iso(t) for t in upcoming],
                     "next_starts": [iso(t) for t in starts_of(schedule, upcoming)],
                     "recent": recent,

@@ -1069,3 +1069,19 @@ WHERE o.tenant = %(tenant)s
   AND (%(until)s::timestamptz IS NULL OR o.scheduled_for < %(until)s)
   AND (%(before_at)s::timestamptz IS NULL OR (o.scheduled_for, o.id) < (%(before_at)s, %(before_id)s::text))
 ORDER BY o.scheduled_for DESC, o.id DESC LIMIT %(limit)s;
+
+-- name: run_summaries
+-- Per schedule of a page (clockctl list, the dashboard): the earliest start of its
+-- occurrences still waiting (:waiting) among its :depth newest, and its latest occurrence
+-- that started. Both walk occurrences_by_schedule (schedule_id, scheduled_for DESC).
+SELECT ids.id,
+       (SELECT min(w.available_at) FROM (
+            SELECT o.available_at, o.state FROM occurrences AS o
+            WHERE o.schedule_id = ids.id ORDER BY o.scheduled_for DESC LIMIT %(depth)s) AS w
+        WHERE w.state = ANY(%(waiting)b::text[])),
+       l.scheduled_for, l.started_at, l.state, l.exit_code
+FROM unnest(%(ids)b::text[]) AS ids(id)
+LEFT JOIN LATERAL (
+    SELECT o.scheduled_for, o.started_at, o.state, o.exit_code FROM occurrences AS o
+    WHERE o.schedule_id = ids.id AND o.started_at IS NOT NULL
+    ORDER BY o.scheduled_for DESC LIMIT 1) AS l ON true;

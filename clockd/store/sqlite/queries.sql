@@ -945,3 +945,19 @@ WHERE o.tenant = :tenant
   AND (:before_at IS NULL OR o.scheduled_for < :before_at
        OR (o.scheduled_for = :before_at AND o.id < :before_id))
 ORDER BY o.scheduled_for DESC, o.id DESC LIMIT :limit;
+
+-- name: run_summaries
+-- Per schedule of a page (clockctl list, the dashboard): the earliest start of its
+-- occurrences still waiting (:waiting) among its :depth newest, and its latest occurrence
+-- that started. Both walk occurrences_by_schedule (schedule_id, scheduled_for DESC).
+SELECT j.value,
+       (SELECT min(w.available_at) FROM (
+            SELECT o.available_at, o.state FROM occurrences AS o
+            WHERE o.schedule_id = j.value ORDER BY o.scheduled_for DESC LIMIT :depth) AS w
+        WHERE w.state IN (SELECT value FROM json_each(:waiting))),
+       l.scheduled_for, l.started_at, l.state, l.exit_code
+FROM json_each(:ids) AS j
+LEFT JOIN occurrences AS l ON l.id = (
+    SELECT o.id FROM occurrences AS o
+    WHERE o.schedule_id = j.value AND o.started_at IS NOT NULL
+    ORDER BY o.scheduled_for DESC LIMIT 1);
