@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from clockd.runner.dispatch import DispatchRunner
 
 
-def make_store(location: StoreLocation | str | None) -> Store:
+def make_store(location: StoreLocation | str | None, *, daemon: bool = False, create: bool = True) -> Store:
+    """``daemon``: the embedded store's owner rule and integrity check (``clockd run``,
+    ``migrate``); ``create``: a missing embedded store may be made (writing verbs)."""
     if not isinstance(location, StoreLocation):
         location = resolve_store(location)
     if location.kind == "postgresql":
@@ -22,7 +24,7 @@ def make_store(location: StoreLocation | str | None) -> Store:
         return PostgresStore(location.target)
     from clockd.store.sqlite.store import SqliteStore
 
-    return SqliteStore(Path(location.target))
+    return SqliteStore(Path(location.target), create=create, owner_only=daemon)
 
 
 def make_coordinator(settings: Settings, store: Store, location: StoreLocation) -> Coordinator:

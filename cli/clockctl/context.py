@@ -17,14 +17,15 @@ T = TypeVar("T")
 state: dict[str, str | None] = {"store": None}
 
 
-def with_ops(fn: Callable[[Ops], Awaitable[T]]) -> T:
+def with_ops(fn: Callable[[Ops], Awaitable[T]], *, create: bool = False) -> T:
+    """``create``: a writing verb may create a missing embedded store; reads say it is missing."""
     # The result leaves through a list, not as the coroutine's return value: on Python
     # 3.11 asyncio.run formats the repr of what the main task returns (0.5 s for a
     # 20,000-schedule apply plan).
     result: list[T] = []
 
     async def go() -> None:
-        store = make_store(resolve_store(state["store"]))
+        store = make_store(resolve_store(state["store"]), create=create)
         await store.open()
         try:
             result.append(await fn(Ops(store, SystemClock())))

@@ -187,7 +187,7 @@ async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
     from clockd.wiring import make_store
 
     location = resolve_store(settings.store)
-    store = make_store(location)
+    store = make_store(location, daemon=True)
     try:
         if location.kind == "sqlite":
             # The embedded store applies its migrations when it opens (zero setup);
@@ -214,7 +214,7 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
     from clockd.wiring import make_coordinator, make_runner, make_store
 
     location = resolve_store(settings.store)
-    store = make_store(location)
+    store = make_store(location, daemon=True)
     coord = make_coordinator(settings, store, location)
     metrics.watch_coordinator(coord)
     # Lock first (embedded store): a second clockd on the same file must not even migrate.

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.harness.home import existing_store
+
 BIN = Path(sys.executable).parent
 
 
@@ -18,6 +20,7 @@ BIN = Path(sys.executable).parent
 def ctl(tmp_path: Path) -> Any:
     env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
     env.pop("CLOCKD_STORE", None)
+    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)

@@ -358,7 +358,7 @@ def register(app: typer.Typer) -> None:
             window=window,
             permanent_exit_codes=permanent_exit_codes,
         )
-        added = with_ops(lambda ops: ops.create(definition, idempotency_key))
+        added = with_ops(lambda ops: ops.create(definition, idempotency_key), create=True)
         schedule = added.schedule
         upcoming = next_runs(spec_of(schedule), schedule.created_at, 5)
         if output is OutputFormat.json:

@@ -89,7 +89,7 @@ class _Cache:
 
 
 async def _status(settings: Settings, location: StoreLocation, output: OutputFormat, watch: bool) -> None:
-    store = make_store(location)
+    store = make_store(location, create=False)
     await store.open()
     cache = _Cache()
     try:

@@ -95,6 +95,7 @@ from clockd.store.codec import (
     to_us,
 )
 from clockd.store.sql import Migration, load_migrations, load_queries, trusted_sql
+from clockd.store.sqlite import files
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +135,14 @@ class SqliteStore:
         *,
         readonly: bool = False,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
+        owner_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        # clockd.store.sqlite.files: may a missing store be created; the daemon's owner rule.
+        self.create = create and not readonly
+        self.owner_only = owner_only
         self.busy_timeout = busy_timeout
         # Writes refused by the fence (a zombie materializer or leader); a metric.
         self.fenced_writes_rejected: int = 0
@@ -251,11 +257,7 @@ class SqliteStore:
                     isolation_level=None,
                 )
             else:
-                if not memory:
-                    try:
-                        self.path.parent.mkdir(parents=True, exist_ok=True)
-                    except OSError as exc:
-                        raise StoreUnavailable(f"cannot create the directory of {self.path}: {exc}") from exc
+                files.prepare(self.path, create=self.create, owner_only=self.owner_only)
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             self._conn = conn
             # Several processes opening a new file at once (clockd and clockctl) race for the
@@ -282,6 +284,8 @@ class SqliteStore:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA temp_store = MEMORY")
+        if self.owner_only and not memory:
+            files.quick_check(conn, self.path)
         if self.readonly:
             self._check_schema(conn, apply=False)
         else:
