@@ -66,5 +66,8 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
     from clockd.runner.identity import UserPolicy
     from clockd.runner.process import ProcessRunner
 
-    policy = UserPolicy((settings or Settings()).allowed_users)
-    return DispatchRunner(ProcessRunner(policy=policy), HttpRunner(policy=policy))
+    settings = settings or Settings()
+    policy = UserPolicy(settings.allowed_users)
+    return DispatchRunner(
+        ProcessRunner(policy=policy, env_passthrough=settings.job_env_passthrough), HttpRunner(policy=policy)
+    )

@@ -116,6 +116,9 @@ class Settings:
     allowed_users: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ALLOWED_USERS))
     # Schedule files applied (with prune) at start and on SIGHUP; "" = off.
     schedules_dir: str = ""
+    # Daemon environment variables jobs inherit (names, or prefixes ending in *); see
+    # clockd.runner.jobenv. CLOCKD_STORE, CLOCKD_ETCD and PG* never pass.
+    job_env_passthrough: tuple[str, ...] = ()
 
     def with_values(self, values: Mapping[str, Any], source: str) -> Settings:
         return dataclasses.replace(self, **{k: coerce(k, v, source) for k, v in values.items()})
@@ -170,6 +173,12 @@ def coerce(key: str, value: Any, source: str) -> Any:
         if isinstance(default, tuple):
             items = value if isinstance(value, (list, tuple)) else str(value).split(",")
             result = tuple(str(i).strip() for i in items if str(i).strip())
+            if key == "job_env_passthrough":
+                bad = [p for p in result if not _ENV_PATTERN.fullmatch(p)]
+                if bad:
+                    raise InvalidInput(
+                        f"{source}: {key}: {bad[0]!r} is not a variable name (or a prefix ending in *)"
+                    )
             if key == "modes":
                 result = ALL_MODES if result in (("all",), ()) else result
                 bad = [m for m in result if m not in ALL_MODES]
@@ -186,6 +195,7 @@ def coerce(key: str, value: Any, source: str) -> Any:
 
 
 _NAME = re.compile(r"[^\s:,;=\x00-\x1f\x7f]+")
+_ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
 
 
 def _allowed_users(value: Any, source: str, key: str) -> dict[str, tuple[str, ...]]:

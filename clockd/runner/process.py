@@ -6,14 +6,14 @@ What a job gets, and why:
   ``shell=True`` runs ``/bin/sh -c argv[0]``; any further items become the shell's
   ``$0``, ``$1``, … (what ``subprocess`` does with ``shell=True`` and a sequence).
   Without a ``/``, ``argv[0]`` is looked up on the job's own ``PATH``.
-* **Environment**: the daemon's ``os.environ`` (read at each run), then the
-  ``env_from_file`` pairs, then the target's ``env`` (secret references resolved,
-  ``clockd.secrets``) on top, then ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE``
-  (the schedule's name), ``CLOCKD_SCHEDULED_FOR`` (ISO 8601 in UTC, ending in
-  ``Z``) and ``CLOCKD_ATTEMPT`` (1-based) on top of that, so a schedule cannot
-  spoof them. Inheriting the daemon's environment is cron-like (``PATH``,
-  ``LANG``, ``TZ`` come from the unit file); the price is that anything secret in
-  the daemon's environment is visible to such jobs, so keep secrets in files.
+* **Environment**: a minimal one built from the daemon's (``clockd.runner.jobenv``:
+  ``PATH``, ``HOME``, ``LANG``, ``TZ`` and what ``job_env_passthrough`` lists, never
+  ``CLOCKD_STORE``/``CLOCKD_ETCD``/``PG*``), then the ``env_from_file`` pairs, then
+  the target's ``env`` (secret references resolved, ``clockd.secrets``) on top, then
+  ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE`` (the schedule's name),
+  ``CLOCKD_SCHEDULED_FOR`` (ISO 8601 in UTC, ending in ``Z``) and ``CLOCKD_ATTEMPT``
+  (1-based) on top of that, so a schedule cannot spoof them. The secrets a job
+  references are masked (``***``) in its stored output where they appear verbatim.
 * **Run as a user** (``user``, optionally ``group``; ``clockd.runner.identity``):
   the job gets that user's uid, gid (or ``group``'s), supplementary groups
   (``os.getgrouplist``) through ``Popen``'s ``user``/``group``/``extra_groups``, and
@@ -84,7 +84,7 @@ from typing import Any
 
 from clockd import secrets
 from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget
-from clockd.runner import RunRequest, RunResult, limits
+from clockd.runner import RunRequest, RunResult, jobenv, limits
 from clockd.runner import identity as ids
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ class _Prepared:
     env: dict[str, str]
     cwd: str | None
     spawn: dict[str, Any]  # extra Popen arguments: user, group, extra_groups, preexec_fn
+    secrets: tuple[str, ...] = ()  # resolved secret values, masked in the stored output
 
 
 class ProcessRunner:
@@ -123,10 +124,12 @@ class ProcessRunner:
         drain_timeout: float = 1.0,
         policy: ids.UserPolicy | None = None,
         environ: Mapping[str, str] | None = None,
+        env_passthrough: tuple[str, ...] = (),
     ) -> None:
         self._drain_timeout = drain_timeout
         self._policy = policy or ids.UserPolicy()
         self._environ = environ  # None: os.environ at each run
+        self._passthrough = env_passthrough  # daemon variables jobs inherit (jobenv)
 
     async def run(self, request: RunRequest, stop: asyncio.Event) -> RunResult:
         target = request.target
@@ -263,7 +266,7 @@ class ProcessRunner:
             outcome,
             exit_code=exit_code,
             signal=sig,
-            output=capture.output(),
+            output=secrets.scrub(capture.output(), list(prepared.secrets)),
             error=error,
             duration=duration,
         )
@@ -298,7 +301,7 @@ class ProcessRunner:
             if who.switch:
                 spawn = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
         else:
-            env = dict(base)
+            env = jobenv.base_environment(base, self._passthrough)
         env.update(from_file)
         env.update(env_values)
         env["CLOCKD_OCCURRENCE_ID"] = request.occurrence_id
@@ -308,7 +311,7 @@ class ProcessRunner:
         hook = limits.preexec(limits.rlimits(target.memory_limit, target.cpu_limit, target.nproc_limit))
         if hook is not None:
             spawn["preexec_fn"] = hook
-        return _Prepared(env, cwd, spawn)
+        return _Prepared(env, cwd, spawn, tuple(resolver.values))
 
 
 def _needs_thread(target: CommandTarget) -> bool:
