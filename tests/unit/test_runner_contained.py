@@ -81,3 +81,19 @@ async def test_a_referenced_secret_is_masked_in_the_jobs_stored_output(tmp_path:
     result = await ProcessRunner(environ=DAEMON_ENV).run(request(target), asyncio.Event())
     assert result.outcome is AttemptOutcome.SUCCEEDED, result.error
     assert result.output == "token is *** and ***\n"
+
+
+def test_a_restricted_reader_cannot_tell_a_missing_root_only_file_from_a_forbidden_one(tmp_path: Path) -> None:
+    from clockd.secrets import Reader, Resolver, SecretError
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "exists").write_text("root-only\n")
+    tmp_path.chmod(0o755)
+    stranger = Reader(uid=54321, gids=frozenset({54321}), name="stranger", environ=False)
+    messages = []
+    for path in (private / "exists", private / "absent", tmp_path / "absent", Path("/proc/1/environ")):
+        with pytest.raises(SecretError) as err:
+            Resolver(stranger).resolve(f"${{file:{path}}}")
+        messages.append(err.value.message.replace(str(path), "PATH"))
+    assert set(messages) == {"secret ${file:PATH} cannot be read: permission denied for user 'stranger'"}
