@@ -31,24 +31,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from clockd.core.clock import Clock
 from clockd.core.durations import format_duration
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
 from clockd.core.model import (
     Attempt,
+    HttpTarget,
     Occurrence,
     Schedule,
     ScheduleDef,
     ScheduleState,
     TenantLimits,
     TenantUsage,
+    redact_url,
 )
 from clockd.core.planning import MAX_WINDOW, MIN_LATENESS, available_at
 from clockd.core.spec import Spec, compile_spec, validate_definition
 from clockd.errors import Conflict, InvalidInput, NeverFires, NotFound
 from clockd.store import NewSchedule, ScheduleChange, Store
 from clockd.targets import check_strings, validate_target
+
+if TYPE_CHECKING:
+    from clockd.runner.egress import EgressPolicy
 
 DEFAULT_SHARD_COUNT = 64
 MAX_CATCH_UP_LIMIT = 10_000
@@ -256,8 +262,26 @@ class ApplyResult:
 
 
 class Ops:
-    def __init__(self, store: Store, clock: Clock, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        shard_count: int = DEFAULT_SHARD_COUNT,
+        egress: Callable[[], EgressPolicy] | None = None,
+    ) -> None:
         self.store, self.clock, self.shard_count = store, clock, shard_count
+        # The daemon config's HTTP egress policy, loaded when an HTTP target is written.
+        self._egress = egress
+
+    def _check_egress(self, definition: ScheduleDef) -> None:
+        """An HTTP target whose host the tenant's egress policy refuses (by name or literal
+        address; the workers check again after DNS): ``InvalidInput``."""
+        target = definition.target
+        if self._egress is None or not isinstance(target, HttpTarget):
+            return
+        reason = self._egress().check_url(definition.tenant, target.url)
+        if reason is not None:
+            raise InvalidInput(f"http: {redact_url(target.url)}: egress refused: {reason}")
 
     async def add(self, definition: ScheduleDef, idempotency_key: str | None = None) -> Schedule:
         return (await self.create(definition, idempotency_key)).schedule
@@ -268,6 +292,7 @@ class Ops:
         from the same definition, and ``Conflict`` names the key otherwise. The key is
         unique per tenant in the store, so two racing creates give one schedule."""
         definition = normalize(definition)
+        self._check_egress(definition)
         if idempotency_key is not None:
             idempotency_key = _check_key(idempotency_key)
             found = await self._by_key(definition, idempotency_key)
@@ -350,6 +375,7 @@ class Ops:
         claimed ones finish under their version (``Change.running`` lists them)."""
         schedule = await self.get(name, tenant)
         definition = normalize(definition)
+        self._check_egress(definition)
         if definition == schedule.definition:
             return Change(schedule, 0)
         nxt = cursor_after_update(schedule, definition, self.clock.now())
@@ -484,6 +510,7 @@ class Ops:
                 if raw.tenant != tenant or raw.labels != labels:
                     marked = dataclasses.replace(raw, tenant=tenant, labels=labels)
                 definition = normalize(marked)
+                self._check_egress(definition)
                 current = stored.get(definition.name)
                 if current is None:
                     key = (definition.kind, definition.expr, definition.tz)

@@ -11,6 +11,7 @@ from clockd.store import Store
 
 if TYPE_CHECKING:
     from clockd.runner.dispatch import DispatchRunner
+    from clockd.runner.egress import EgressPolicy
 
 
 def make_store(location: StoreLocation | str | None, *, daemon: bool = False, create: bool = True) -> Store:
@@ -69,5 +70,13 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
     settings = settings or Settings()
     policy = UserPolicy(settings.allowed_users)
     return DispatchRunner(
-        ProcessRunner(policy=policy, env_passthrough=settings.job_env_passthrough), HttpRunner(policy=policy)
+        ProcessRunner(policy=policy, env_passthrough=settings.job_env_passthrough),
+        HttpRunner(policy=policy, egress=egress_policy(settings)),
     )
+
+
+def egress_policy(settings: Settings) -> EgressPolicy:
+    """The tenants' HTTP egress policy, with clockd's own store and etcd denied."""
+    from clockd.runner.egress import EgressPolicy
+
+    return EgressPolicy.from_settings(settings.http_allow, settings.http_deny, settings.store, settings.etcd)

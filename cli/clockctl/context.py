@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from clockd.config import resolve_store
+from clockd.config import load_settings, resolve_store
 from clockd.core.clock import SystemClock
 from clockd.ops import Ops
-from clockd.wiring import make_store
+from clockd.wiring import egress_policy, make_store
+
+if TYPE_CHECKING:
+    from clockd.runner.egress import EgressPolicy
 
 T = TypeVar("T")
 
 # Set by the app callback from --store / CLOCKD_STORE.
 state: dict[str, str | None] = {"store": None}
+
+
+@functools.cache
+def _egress() -> EgressPolicy:
+    """The daemon config's egress policy (CLOCKD_CONFIG or /etc/clockd/clockd.yaml and
+    CLOCKD_* variables), read only when an HTTP target is written."""
+    return egress_policy(load_settings())
 
 
 def with_ops(fn: Callable[[Ops], Awaitable[T]], *, create: bool = False) -> T:
@@ -28,7 +39,7 @@ def with_ops(fn: Callable[[Ops], Awaitable[T]], *, create: bool = False) -> T:
         store = make_store(resolve_store(state["store"]), create=create)
         await store.open()
         try:
-            result.append(await fn(Ops(store, SystemClock())))
+            result.append(await fn(Ops(store, SystemClock(), egress=_egress)))
         finally:
             await store.close()
 
