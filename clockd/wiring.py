@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,7 @@ def lock_path(location: StoreLocation) -> Path:
 
 def make_runner(settings: Settings | None = None) -> DispatchRunner:
     """Commands, HTTP requests and no-ops, with the daemon's ``allowed_users`` policy."""
+    from clockd.runner.cgroups import Cgroups, detect
     from clockd.runner.dispatch import DispatchRunner
     from clockd.runner.http import HttpRunner
     from clockd.runner.identity import UserPolicy
@@ -69,8 +71,15 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
 
     settings = settings or Settings()
     policy = UserPolicy(settings.allowed_users)
+    support = detect()
+    logging.getLogger("clockd").log(
+        logging.INFO if support.contained else logging.WARNING,
+        "job containment: %s",
+        support.describe(),
+        extra={"action": "job_containment", "cgroup": str(support.v2) if support.v2 else None},
+    )
     return DispatchRunner(
-        ProcessRunner(policy=policy, env_passthrough=settings.job_env_passthrough),
+        ProcessRunner(policy=policy, env_passthrough=settings.job_env_passthrough, cgroups=Cgroups(support)),
         HttpRunner(policy=policy, egress=egress_policy(settings)),
     )
 

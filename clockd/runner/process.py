@@ -39,7 +39,9 @@ What a job gets, and why:
   die too. Termination is SIGTERM to the group, up to ``kill_grace`` for the main
   process *and* the rest of the group to go (zombies awaiting their reaper do not
   count), then SIGKILL to whatever is left. A process that leaves the group on
-  purpose (``setsid``) escapes; only a cgroup catches that. If ``stop`` is already
+  purpose (``setsid``) escapes it — but not the attempt's **cgroup**
+  (``clockd.runner.cgroups``, where the host has one): every member is signalled too,
+  killed with ``cgroup.kill``, and the run returns once the group is empty. If ``stop`` is already
   set when ``run()`` is called, nothing is started (``STOPPED``).
 * **The main process's exit ends the run.** Processes it leaves behind in the
   background are *not* killed (cron semantics); their output is read for at most
@@ -76,7 +78,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from subprocess import DEVNULL, PIPE, STDOUT, SubprocessError
@@ -84,8 +86,9 @@ from typing import Any
 
 from clockd import secrets
 from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget
-from clockd.runner import RunRequest, RunResult, jobenv, limits
+from clockd.runner import RunRequest, RunResult, cgroups, jobenv, limits
 from clockd.runner import identity as ids
+from clockd.runner.cgroups import Cgroups
 
 log = logging.getLogger(__name__)
 
@@ -125,11 +128,18 @@ class ProcessRunner:
         policy: ids.UserPolicy | None = None,
         environ: Mapping[str, str] | None = None,
         env_passthrough: tuple[str, ...] = (),
+        cgroups: Cgroups | None = None,
     ) -> None:
         self._drain_timeout = drain_timeout
         self._policy = policy or ids.UserPolicy()
         self._environ = environ  # None: os.environ at each run
         self._passthrough = env_passthrough  # daemon variables jobs inherit (jobenv)
+        self._cgroups = cgroups  # None: process groups only (see clockd.runner.cgroups)
+
+    async def aclose(self) -> None:
+        """At shutdown: remove the (empty) cgroups this runner made."""
+        if self._cgroups is not None:
+            self._cgroups.close()
 
     async def run(self, request: RunRequest, stop: asyncio.Event) -> RunResult:
         target = request.target
@@ -153,8 +163,28 @@ class ProcessRunner:
                 prepared = self._prepare(request, target)
         except (ids.Refused, secrets.SecretError) as exc:
             return _cannot_start(exc.message, started)
+        group = self._cgroups.create(target.memory_limit, target.nproc_limit) if self._cgroups else None
+        try:
+            return await self._spawn_and_wait(request, target, stop, argv, prepared, group, started)
+        finally:
+            if group is not None and self._cgroups is not None:
+                self._cgroups.release(group)
+
+    async def _spawn_and_wait(
+        self,
+        request: RunRequest,
+        target: CommandTarget,
+        stop: asyncio.Event,
+        argv: list[str],
+        prepared: _Prepared,
+        group: cgroups.JobGroup | None,
+        started: float,
+    ) -> RunResult:
         loop = asyncio.get_running_loop()
         capture = _Capture(loop, request.output_limit)
+        extra_spawn = dict(prepared.spawn)
+        if group is not None:
+            extra_spawn["preexec_fn"] = _joining(group.open_for_join(), extra_spawn.get("preexec_fn"))
         spawn = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: capture,
@@ -165,7 +195,7 @@ class ProcessRunner:
                 cwd=prepared.cwd,
                 env=prepared.env,
                 start_new_session=True,
-                **prepared.spawn,
+                **extra_spawn,
             )
         )
         try:
@@ -173,7 +203,7 @@ class ProcessRunner:
             # leave whatever it had already started running.
             transport, _ = await asyncio.shield(spawn)
         except asyncio.CancelledError:
-            await _abandon_start(spawn, capture)
+            await _abandon_start(spawn, capture, group)
             raise
         except OSError as exc:
             return _start_failed(exc, argv[0], prepared.cwd, started, target.memory_limit)
@@ -217,7 +247,7 @@ class ProcessRunner:
                     error,
                     extra={"action": "runner_terminate", "pid": pgid, **extra},
                 )
-                await _terminate(pgid, capture, request.kill_grace)
+                await _terminate(pgid, capture, request.kill_grace, group)
 
             await _wait_done(capture.eof, self._drain_timeout)
             if not capture.eof.done():
@@ -232,11 +262,15 @@ class ProcessRunner:
             # what it left behind while we were terminating it.
             if not capture.exited.done() or outcome is not None:
                 _killpg(pgid, signal.SIGKILL)
+                if group is not None:
+                    group.kill()
                 # Reaped before we give up: when the caller moves on, the job is over.
                 await _wait_done(capture.exited, _REAP_BOUND)
             raise
         finally:
             transport.close()
+            if group is not None:
+                group.close_fds()
 
         returncode = transport.get_returncode()
         exit_code, sig = _status(returncode)
@@ -370,18 +404,25 @@ class _Capture(asyncio.SubprocessProtocol):
         return f"[clockd: {dropped} earlier bytes dropped]\n{text}"
 
 
-async def _terminate(pgid: int, capture: _Capture, grace: float) -> None:
-    """SIGTERM the group; after ``grace`` (or as soon as all of it is gone) SIGKILL it."""
+async def _terminate(pgid: int, capture: _Capture, grace: float, group: cgroups.JobGroup | None = None) -> None:
+    """SIGTERM the process group and every member of the job's cgroup; after ``grace``
+    (or as soon as all of it is gone) SIGKILL them; with a cgroup, return once it is empty."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
+
+    def alive() -> bool:
+        return _group_alive(pgid) or (group is not None and group.populated())
+
     _killpg(pgid, signal.SIGTERM)
+    if group is not None:
+        group.signal(signal.SIGTERM)
     await _wait_done(capture.exited, grace)
     # The main process may be gone while grandchildren still run (or ignore TERM).
     interval = _POLL_MIN
-    while _group_alive(pgid) and (remaining := deadline - loop.time()) > 0:
+    while alive() and (remaining := deadline - loop.time()) > 0:
         await asyncio.sleep(min(interval, remaining))
         interval = min(interval * 2, _POLL_MAX)
-    if _group_alive(pgid):
+    if alive():
         log.warning(
             "process group %d outlived SIGTERM by %gs: SIGKILL",
             pgid,
@@ -389,11 +430,43 @@ async def _terminate(pgid: int, capture: _Capture, grace: float) -> None:
             extra={"action": "runner_kill", "pid": pgid},
         )
         _killpg(pgid, signal.SIGKILL)
+        if group is not None:
+            group.kill()
     await _wait_done(capture.exited, _REAP_BOUND)
+    if group is not None:
+        await _until_empty(group, _REAP_BOUND)
+
+
+async def _until_empty(group: cgroups.JobGroup, bound: float) -> None:
+    """Wait (bounded) until no process of the cgroup runs: killed means gone."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound
+    interval = _POLL_MIN
+    while group.populated() and (remaining := deadline - loop.time()) > 0:
+        await asyncio.sleep(min(interval, remaining))
+        interval = min(interval * 2, _POLL_MAX)
+
+
+def _joining(join: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    """The child's hook between fork and exec: join the cgroups, then set the rlimits.
+    A failed join (an old kernel checking the job user's rights at write time) leaves
+    the job in its process group, as without cgroups."""
+
+    def hook() -> None:
+        try:
+            join()
+        except OSError:
+            pass
+        if then is not None:
+            then()
+
+    return hook
 
 
 async def _abandon_start(
-    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Capture]], capture: _Capture
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Capture]],
+    capture: _Capture,
+    group: cgroups.JobGroup | None = None,
 ) -> None:
     """The run was cancelled while starting: kill what was started, group and all."""
     try:
@@ -402,6 +475,8 @@ async def _abandon_start(
         return  # nothing was started
     try:
         _killpg(transport.get_pid(), signal.SIGKILL)
+        if group is not None:
+            group.kill()
         await _wait_done(capture.exited, _REAP_BOUND)
     finally:
         transport.close()

@@ -135,6 +135,8 @@ async def gather(
         "now": iso(now),
         "store": {"kind": location.kind, "location": location.display, "clock_offset_seconds": round(offset, 6)},
         "coordination": await _coordination(settings, location),
+        # What jobs started on this host run in (clockd.runner.cgroups), as a worker here finds it.
+        "job_containment": _containment(),
         "lag": {label: _lag_doc(stats) for label, stats in lags.items()},
         "backlog": {
             "due_schedules": backlog.due_schedules,
@@ -224,6 +226,12 @@ def _age(now: datetime, since: datetime | None) -> float | None:
 # -- rendering ------------------------------------------------------------------------------------
 
 
+def _containment() -> str:
+    from clockd.runner.cgroups import detect
+
+    return detect().describe()
+
+
 def render(doc: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = []
     coord = doc["coordination"]
@@ -243,6 +251,7 @@ def render(doc: dict[str, Any]) -> RenderableType:
         head.add_row("leader", f"{leader['node']} (term {leader['token']})" if leader else "none")
     else:
         head.add_row("coordination", coord["note"])
+    head.add_row("jobs", doc["job_containment"])
     backlog = doc["backlog"]
     head.add_row(
         "backlog",
