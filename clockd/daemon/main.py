@@ -32,6 +32,7 @@ from clockd.modes.sampler import SamplerSettings
 from clockd.modes.supervisor import Supervisor
 from clockd.modes.worker import WorkerSettings
 from clockd.obs import metrics
+from clockd.obs.health import STORE_WRITES
 from clockd.obs.logging import setup_logging
 
 log = logging.getLogger("clockd")
@@ -233,6 +234,7 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
         clock,
         leader=LeaderSettings(
             retention=settings.retention,
+            reap_hold=settings.visibility_timeout.total_seconds(),
             sampler=SamplerSettings(reconcile_margin=2 * settings.horizon),
         ),
         materializer=MaterializerSettings(
@@ -298,7 +300,12 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
             doc["store_reachable"] = True
         except ClockdError:
             doc["store_reachable"] = False
-        return bool(doc["store_reachable"] and status.reachable), doc
+        # Reads may work while every write fails (disk full): degraded, not healthy.
+        write_error = STORE_WRITES.failing()
+        doc["store_writable"] = write_error is None
+        if write_error is not None:
+            doc["store_error"] = write_error
+        return bool(doc["store_reachable"] and doc["store_writable"] and status.reachable), doc
 
     server = None
     if settings.metrics_addr and settings.metrics_addr != "off":
