@@ -72,6 +72,16 @@ def health(port: int) -> tuple[int, dict[str, Any]]:
         return err.code, json.loads(err.read())
 
 
+def degraded(port: int) -> tuple[int, dict[str, Any]] | None:
+    answer = health(port)
+    return answer if answer[0] == 503 else None
+
+
+def recorded(daemon: Clockd, name: str) -> dict[str, Any] | None:
+    runs = daemon.runs(name)
+    return runs[0] if runs and runs[0]["state"] in ("SUCCEEDED", "DEAD") else None
+
+
 def test_a_run_that_succeeded_while_the_disk_was_full_is_recorded_as_succeeded(
     small_disk: Path, tmp_path: Path
 ) -> None:
@@ -90,20 +100,14 @@ def test_a_run_that_succeeded_while_the_disk_was_full_is_recorded_as_succeeded(
         wait_for("the job to start", started.exists, 30)
         filler = fill(small_disk)
         go.touch()  # the job succeeds now; its outcome cannot be written
-        status, doc = wait_for(
-            "healthz to report the store degraded", lambda: (lambda h: h if h[0] == 503 else None)(health(port)), 30
-        )
+        _, doc = wait_for("healthz to report the store degraded", lambda: degraded(port), 30)
         assert doc["store_writable"] is False and "disk full" in doc["store_error"]
         # Well past the lease: the outcome is still held, and nothing was reaped.
         wait_for("the worker to retry its write", lambda: daemon.log().count('"action": "record_failed"') >= 1, 30)
         wait_for("the lease to lapse", lambda: daemon.log().count('"action": "heartbeat_failed"') >= 4, 30)
         filler.unlink()
         filler = None
-        run = wait_for(
-            "the run to be recorded",
-            lambda: (lambda r: r if r and r[0]["state"] in ("SUCCEEDED", "DEAD") else None)(daemon.runs("during")),
-            60,
-        )[0]
+        run = wait_for("the run to be recorded", lambda: recorded(daemon, "during"), 60)
         assert run["state"] == "SUCCEEDED", run
         wait_for("healthz to recover", lambda: health(port)[0] == 200, 30)
     finally:
