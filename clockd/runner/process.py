@@ -27,7 +27,8 @@ What a job gets, and why:
   daemon's user. A job without ``user`` runs as the worker's own user, which the
   tenant must be allowed too.
 * **Resource limits** (``memory_limit``, ``cpu_limit``, ``nproc_limit``): set with
-  ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``.
+  ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``, and
+  (memory, nproc) on the attempt's cgroup where there is one.
 * **stdin** is ``/dev/null``; stdout and stderr share one pipe (interleaved as
   written). The pipe is read by protocol callbacks as data arrives, never paused,
   so a job flooding its output never blocks on a full pipe; only the last
