@@ -82,7 +82,17 @@ def prepare(path: Path, *, create: bool, owner_only: bool) -> None:
 
 
 def _exists(path: Path) -> bool:
-    return os.path.lexists(path)
+    """Is there a file at ``path``? A path this user may not even look at belongs to
+    someone else: say whose, rather than "no store" or a silent store of our own."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except PermissionError:
+        raise StorePermissionDenied(
+            f"permission denied: the store belongs to {_owner_of_first_existing(path)} ({path})"
+        ) from None
+    return True
 
 
 def _make_home(directory: Path) -> None:
