@@ -79,7 +79,11 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
         extra={"action": "job_containment", "cgroup": str(support.v2) if support.v2 else None},
     )
     return DispatchRunner(
-        ProcessRunner(policy=policy, env_passthrough=settings.job_env_passthrough, cgroups=Cgroups(support)),
+        ProcessRunner(
+            policy=policy,
+            env_passthrough=settings.job_env_passthrough,
+            cgroups=Cgroups(support, join_in_child=not settings.etcd),
+        ),
         HttpRunner(policy=policy, egress=egress_policy(settings)),
     )
 

@@ -18,7 +18,11 @@ left by an unprivileged process, and its children follow their parent, so:
   joins them between ``fork`` and ``exec`` by writing ``0`` to ``cgroup.procs``
   descriptors the daemon opened beforehand (the kernel checks the opener's rights, so
   this works after the switch to the job's user) — before the job's first instruction,
-  so nothing it starts can be outside.
+  so nothing it starts can be outside. In a daemon using etcd (gRPC threads) the child
+  runs no Python between fork and exec (forking there broke runs in the failure
+  drills): the daemon moves the job's first process right after it starts, and a job
+  that forks within that instant may leave a process outside the group (still in its
+  process group and session, which are signalled too).
 * **Limits**: ``nproc_limit`` → ``pids.max``; ``memory_limit`` → ``memory.max`` /
   ``memory.limit_in_bytes`` (v1), on top of the per-process ``setrlimit`` calls of
   ``clockd.runner.limits`` (kept: they also apply where no controller is available).
@@ -147,6 +151,14 @@ class JobGroup:
 
         return join
 
+    def adopt(self, pid: int) -> None:
+        """Move ``pid`` (the job's main process, just started) into every group."""
+        for path in self.paths:
+            try:
+                (path / "cgroup.procs").write_text(str(pid))
+            except OSError as exc:
+                log.warning("cannot move pid %d into %s: %s", pid, path, exc, extra={"action": "cgroup_join_failed"})
+
     def close_fds(self) -> None:
         fds, self._fds = self._fds, []
         for fd in fds:
@@ -208,8 +220,10 @@ def _running(pid: int) -> bool:
 class Cgroups:
     """Makes a group per attempt below ``clockd-<pid>`` in the daemon's own groups."""
 
-    def __init__(self, support: Support) -> None:
+    def __init__(self, support: Support, *, join_in_child: bool = True) -> None:
         self.support = support
+        # False in a daemon with gRPC channels (etcd): see the module docstring.
+        self.join_in_child = join_in_child
         self._lock = threading.Lock()
         self._lingering: list[JobGroup] = []
         self._counter = 0

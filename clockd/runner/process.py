@@ -184,7 +184,12 @@ class ProcessRunner:
         loop = asyncio.get_running_loop()
         capture = _Capture(loop, request.output_limit)
         extra_spawn = dict(prepared.spawn)
-        if group is not None:
+        # Join the cgroup in the child before exec (nothing can start outside it) —
+        # except in a daemon using etcd (gRPC threads): a forked child running Python
+        # there broke runs (drill 3), so the parent moves the child right after it
+        # starts instead (a job forking within that instant can leave a process out).
+        join_in_child = self._cgroups is not None and self._cgroups.join_in_child
+        if group is not None and join_in_child:
             extra_spawn["preexec_fn"] = _joining(group.open_for_join(), extra_spawn.get("preexec_fn"))
         spawn = asyncio.ensure_future(
             loop.subprocess_exec(
@@ -214,6 +219,8 @@ class ProcessRunner:
             return _cannot_start(f"cannot start {argv[0]}: resource limits could not be applied", started)
 
         pgid = transport.get_pid()  # leader of its own session: pgid == pid
+        if group is not None and not join_in_child:
+            group.adopt(pgid)
         extra = {"occurrence_id": request.occurrence_id, "attempt": request.attempt}
         log.debug(
             "started %s as pid %d",
