@@ -30,6 +30,7 @@ unless a drill sets them, and no setting, flag or config key exposes them:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,13 +51,16 @@ if TYPE_CHECKING:
     from clockd.modes.clockwatch import ClockWatch
     from clockd.modes.supervisor import Service, Supervisor
     from clockd.runner.dispatch import DispatchRunner
+    from clockd.runner.egress import EgressPolicy
     from clockd.runner.notify import Notifier
 
 
 # -- adapters ---------------------------------------------------------------------------------
 
 
-def make_store(location: StoreLocation | str | None) -> Store:
+def make_store(location: StoreLocation | str | None, *, daemon: bool = False, create: bool = True) -> Store:
+    """``daemon``: the embedded store's owner rule and integrity check (``clockd run``,
+    ``migrate``); ``create``: a missing embedded store may be made (writing verbs)."""
     if not isinstance(location, StoreLocation):
         location = resolve_store(location)
     if location.kind == "postgresql":
@@ -65,7 +69,7 @@ def make_store(location: StoreLocation | str | None) -> Store:
         return PostgresStore(location.target)
     from clockd.store.sqlite.store import SqliteStore
 
-    return SqliteStore(Path(location.target))
+    return SqliteStore(Path(location.target), create=create, owner_only=daemon)
 
 
 async def create_roles(store: Store) -> None:
@@ -128,13 +132,36 @@ def lock_holder(location: StoreLocation) -> LockHolder:
 
 def make_runner(settings: Settings | None = None) -> DispatchRunner:
     """Commands, HTTP requests and no-ops, with the daemon's ``allowed_users`` policy."""
+    from clockd.runner.cgroups import Cgroups, detect
     from clockd.runner.dispatch import DispatchRunner
     from clockd.runner.http import HttpRunner
     from clockd.runner.identity import UserPolicy
     from clockd.runner.process import ProcessRunner
 
-    policy = UserPolicy((settings or Settings()).allowed_users)
-    return DispatchRunner(ProcessRunner(policy=policy), HttpRunner(policy=policy))
+    settings = settings or Settings()
+    policy = UserPolicy(settings.allowed_users)
+    support = detect()
+    logging.getLogger("clockd").log(
+        logging.INFO if support.contained else logging.WARNING,
+        "job containment: %s",
+        support.describe(),
+        extra={"action": "job_containment", "cgroup": str(support.v2) if support.v2 else None},
+    )
+    return DispatchRunner(
+        ProcessRunner(
+            policy=policy,
+            env_passthrough=settings.job_env_passthrough,
+            cgroups=Cgroups(support, join_in_child=not settings.etcd),
+        ),
+        HttpRunner(policy=policy, egress=egress_policy(settings)),
+    )
+
+
+def egress_policy(settings: Settings) -> EgressPolicy:
+    """The tenants' HTTP egress policy, with clockd's own store and etcd denied."""
+    from clockd.runner.egress import EgressPolicy
+
+    return EgressPolicy.from_settings(settings.http_allow, settings.http_deny, settings.store, settings.etcd)
 
 
 # -- test hooks -------------------------------------------------------------------------------
@@ -184,6 +211,9 @@ def _leader(parts: Parts) -> Service:
 
     settings = LeaderSettings(
         retention=parts.settings.retention,
+        # After a store error the reaper waits one visibility timeout: a worker that could
+        # not record an outcome (a full disk) extends the same lease and records it then.
+        reap_hold=parts.settings.visibility_timeout.total_seconds(),
         # Two materializer horizons: by then every instant of the window was in reach.
         sampler=SamplerSettings(reconcile_margin=2 * parts.settings.horizon),
     )
@@ -293,7 +323,7 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
     from clockd.runner.notify import Notifier
 
     location = resolve_store(settings.store)
-    store = make_store(location)
+    store = make_store(location, daemon=True)
     coord = make_coordinator(settings, store, location)
     runner = make_runner(settings)
     clock = clock or SystemClock()

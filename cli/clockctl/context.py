@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from clockctl.remote import RemoteOps, resolve
 from clockd.client import AsyncClient
-from clockd.config import resolve_store
+from clockd.config import load_settings, resolve_store
 from clockd.core.clock import SystemClock
 from clockd.services.ops import Ops
-from clockd.wiring import make_store
+from clockd.wiring import egress_policy, make_store
+
+if TYPE_CHECKING:
+    from clockd.runner.egress import EgressPolicy
 
 T = TypeVar("T")
 
@@ -19,10 +23,18 @@ T = TypeVar("T")
 state: dict[str, str | None] = {"store": None, "server": None, "token": None, "context": None}
 
 
-def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False) -> T:
+@functools.cache
+def _egress() -> EgressPolicy:
+    """The daemon config's egress policy (CLOCKD_CONFIG or /etc/clockd/clockd.yaml and
+    CLOCKD_* variables), read only when an HTTP target is written."""
+    return egress_policy(load_settings())
+
+
+def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False, create: bool = False) -> T:
     """Run ``fn`` with the use cases: over the HTTP API when a server is configured
     (``--server``, ``CLOCKD_SERVER`` or a context; ``clockctl.remote``), else on the store.
-    ``local``: always on the store (tokens and the audit log are managed there)."""
+    ``local``: always on the store (tokens and the audit log are managed there).
+    ``create``: a writing verb may create a missing embedded store; reads say it is missing."""
     # The result leaves through a list, not as the coroutine's return value: on Python
     # 3.11 asyncio.run formats the repr of what the main task returns (0.5 s for a
     # 20,000-schedule apply plan).
@@ -43,10 +55,10 @@ def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False) -> T:
         return result[0]
 
     async def go() -> None:
-        store = make_store(resolve_store(state["store"]))
+        store = make_store(resolve_store(state["store"]), create=create)
         await store.open()
         try:
-            result.append(await fn(Ops(store, SystemClock())))
+            result.append(await fn(Ops(store, SystemClock(), egress=_egress)))
         finally:
             await store.close()
 

@@ -30,6 +30,7 @@ from clockd.config import Settings, resolve_store
 from clockd.coord import Coordinator
 from clockd.core.clock import Clock
 from clockd.errors import InvalidInput
+from clockd.runner.egress import EgressPolicy
 from clockd.services import status as status_doc
 from clockd.services.ops import Ops
 from clockd.services.status import ReconcileCache
@@ -120,7 +121,11 @@ async def _coordination(settings: Settings, coordinator: Coordinator | None) -> 
         "cluster": settings.cluster,
         "reachable": found.reachable,
         "leader": {"node": found.leader_node, "token": found.leader_token} if found.leader_node else None,
-        "members": [{"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)} for m in found.members],
+        "members": [
+            {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)}
+            | ({"standby": m.standby} if m.standby else {})
+            for m in found.members
+        ],
     }
 
 
@@ -153,9 +158,11 @@ def build_api_server(
         raise InvalidInput(f"api_addr {settings.api_addr}: cannot listen there ({exc.strerror})") from None
     sock.listen(2048)
     sock.setblocking(False)
+    egress = EgressPolicy.from_settings(settings.http_allow, settings.http_deny, settings.store, settings.etcd)
     api = ApiContext(
         store,
-        Ops(store, clock, settings.shard_count),
+        # Schedules written through the API meet the same egress policy as clockctl's.
+        Ops(store, clock, settings.shard_count, egress=lambda: egress),
         clock,
         Limits(writes_per_second=settings.api_writes_per_second),
     )

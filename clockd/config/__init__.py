@@ -122,6 +122,13 @@ class Settings:
     allowed_users: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_ALLOWED_USERS))
     # Schedule files applied (with prune) at start and on SIGHUP; "" = off.
     schedules_dir: str = ""
+    # Daemon environment variables jobs inherit (names, or prefixes ending in *); see
+    # clockd.runner.jobenv. CLOCKD_STORE, CLOCKD_ETCD and PG* never pass.
+    job_env_passthrough: tuple[str, ...] = ()
+    # Tenant ("*": every tenant) → CIDRs, addresses, host names or *.suffix patterns its
+    # HTTP targets may / may not reach; see clockd.runner.egress for the default.
+    http_allow: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    http_deny: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def with_values(self, values: Mapping[str, Any], source: str) -> Settings:
         return dataclasses.replace(self, **{k: coerce(k, v, source) for k, v in values.items()})
@@ -165,6 +172,8 @@ def coerce(key: str, value: Any, source: str) -> Any:
             except InvalidInput as exc:
                 raise InvalidInput(f"{source}: {key}: {exc.message}") from None
         if isinstance(default, dict):
+            if key in ("http_allow", "http_deny"):
+                return _egress_entries(value, source, key)
             return _allowed_users(value, source, key)
         if isinstance(default, bool):
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
@@ -176,6 +185,10 @@ def coerce(key: str, value: Any, source: str) -> Any:
         if isinstance(default, tuple):
             items = value if isinstance(value, (list, tuple)) else str(value).split(",")
             result = tuple(str(i).strip() for i in items if str(i).strip())
+            if key == "job_env_passthrough":
+                bad = [p for p in result if not _ENV_PATTERN.fullmatch(p)]
+                if bad:
+                    raise InvalidInput(f"{source}: {key}: {bad[0]!r} is not a variable name (or a prefix ending in *)")
             if key == "modes":
                 result = ALL_MODES if result in (("all",), ()) else result
                 bad = [m for m in result if m not in ALL_MODES]
@@ -192,6 +205,7 @@ def coerce(key: str, value: Any, source: str) -> Any:
 
 
 _NAME = re.compile(r"[^\s:,;=\x00-\x1f\x7f]+")
+_ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
 
 
 def _allowed_users(value: Any, source: str, key: str) -> dict[str, tuple[str, ...]]:
@@ -233,6 +247,52 @@ def _allowed_users(value: Any, source: str, key: str) -> dict[str, tuple[str, ..
                 raise InvalidInput(f"{source}: {key}: {tenant}: {user!r} is not a valid user name (or *)")
         out[tenant] = tuple(items)
     return out
+
+
+_HOST_ENTRY = re.compile(r"(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?")
+
+
+def _egress_entries(value: Any, source: str, key: str) -> dict[str, tuple[str, ...]]:
+    """``http_allow``/``http_deny``: tenant → entries, each a CIDR, an address, a host
+    name or ``*.suffix``. From a string: JSON, or ``tenant=a,b;tenant=c``."""
+    import ipaddress
+    import json
+
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = (
+                json.loads(text)
+                if text.startswith("{")
+                else {t.strip(): v for t, _, v in (p.partition("=") for p in text.split(";") if p.strip())}
+            )
+        except ValueError:
+            raise InvalidInput(f"{source}: {key}: not a valid JSON object") from None
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{source}: {key}: expected a mapping of tenant to a list of CIDRs or host names")
+    out: dict[str, tuple[str, ...]] = {}
+    for tenant, raw in value.items():
+        if not isinstance(tenant, str) or not _NAME.fullmatch(tenant):
+            raise InvalidInput(f"{source}: {key}: {tenant!r} is not a valid tenant name (or *)")
+        entries = tuple(str(e).strip() for e in _items(raw))
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry.strip("[]"), strict=False)
+            except ValueError:
+                if not _HOST_ENTRY.fullmatch(entry):
+                    raise InvalidInput(
+                        f"{source}: {key}: {tenant}: {entry!r} is not a CIDR, an address, a host name or *.domain"
+                    ) from None
+        out[tenant] = entries
+    return out
+
+
+def _items(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def env_values(env: Mapping[str, str] | None = None) -> dict[str, str]:

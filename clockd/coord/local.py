@@ -19,6 +19,7 @@ from pathlib import Path
 from clockd.coord import LEADER, CoordStatus, Lease, Member, shard_resource
 from clockd.errors import StoreLocked, StoreUnavailable
 from clockd.store import Store
+from clockd.store.sqlite import files
 
 FOREVER = float("inf")
 
@@ -36,13 +37,7 @@ class LocalCoordinator:
 
     def acquire_lock(self) -> None:
         """Take the file lock or raise ``StoreLocked`` naming the holder."""
-        try:
-            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o640)
-        except OSError as exc:
-            raise StoreUnavailable(
-                f"cannot open lock file {self.lock_path}: {exc.strerror}"
-            ) from exc
+        fd = files.open_lock(self.lock_path)  # 0600, O_NOFOLLOW | O_CLOEXEC, owned by us
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -55,8 +50,12 @@ class LocalCoordinator:
                 f"another clockd{who} already runs on {self.lock_path.with_suffix('')}; "
                 "stop it, or give this one its own --store"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreUnavailable(f"cannot write lock file {self.lock_path}: {exc.strerror}") from exc
         self._fd = fd
 
     async def start(self, *, lead: bool, materialize: bool, modes: Sequence[str]) -> None:

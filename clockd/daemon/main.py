@@ -25,6 +25,7 @@ from clockd.daemon.httpd import serve
 from clockd.daemon.reload import Reloader, concurrency_setter
 from clockd.errors import ClockdError, InvalidInput
 from clockd.obs import metrics
+from clockd.obs.health import STORE_WRITES
 from clockd.obs.logging import setup_logging
 
 log = logging.getLogger("clockd")
@@ -205,7 +206,7 @@ async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
     from clockd.wiring import make_store
 
     location = resolve_store(settings.store)
-    store = make_store(location)
+    store = make_store(location, daemon=True)
     try:
         if location.kind == "sqlite":
             # The embedded store applies its migrations when it opens (zero setup);
@@ -282,7 +283,12 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
             doc["store_reachable"] = True
         except ClockdError:
             doc["store_reachable"] = False
-        return bool(doc["store_reachable"] and status.reachable), doc
+        # Reads may work while every write fails (disk full): degraded, not healthy.
+        write_error = STORE_WRITES.failing()
+        doc["store_writable"] = write_error is None
+        if write_error is not None:
+            doc["store_error"] = write_error
+        return bool(doc["store_reachable"] and doc["store_writable"] and status.reachable), doc
 
     server = None
     if settings.metrics_addr and settings.metrics_addr != "off":

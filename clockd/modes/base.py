@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from clockd.errors import FencedOut, StoreError
 from clockd.obs import metrics
+from clockd.obs.health import STORE_WRITES
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ async def run_ticks(
             busy = False
         except StoreError as exc:
             metrics.store_errors.labels(mode=name).inc()
+            STORE_WRITES.failed(name, exc.message)
             delay = backoff.failed()
             if not failing:
                 log.error(
@@ -72,6 +74,7 @@ async def run_ticks(
         if failing:
             log.info("%s: store reachable again", name, extra={"action": "store_reachable", "mode": name})
             failing = False
+            STORE_WRITES.ok(name)
         backoff.ok()
         if busy:
             await asyncio.sleep(0)

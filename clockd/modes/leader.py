@@ -40,6 +40,7 @@ from clockd.modes.base import run_ticks
 from clockd.modes.clockwatch import ClockWatch
 from clockd.modes.sampler import Sampler, SamplerSettings
 from clockd.obs import metrics
+from clockd.obs.health import STORE_WRITES
 from clockd.runner.notify import Notifier, Outcome
 from clockd.store import Fence, Reaped, Store
 
@@ -59,7 +60,10 @@ class LeaderSettings:
     prune_batch: int = 10_000
     sweep_every: float = 5.0  # seconds between misfire sweeps (0: every tick)
     sweep_batch: int = 1000  # oldest waiting rows looked at per queue
-    sampler: SamplerSettings = field(default_factory=SamplerSettings)  # metrics read from the store, and the reconciler
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
+    # Seconds the reaper waits after the last store error before returning expired
+    # leases (the visibility timeout: see clockd.obs.health).
+    reap_hold: float = 30.0  # metrics read from the store, and the reconciler
 
 
 class Leader:
@@ -97,7 +101,11 @@ class Leader:
             return False
         fence = Fence(lease.resource, lease.token)
         try:
-            reaped = await self.store.reap_expired(fence, self.settings.reap_batch, now)
+            reaped = (
+                await self.store.reap_expired(fence, self.settings.reap_batch, now)
+                if STORE_WRITES.settled(self.settings.reap_hold)
+                else []
+            )
             if reaped:
                 metrics.leases_reaped.inc(len(reaped))
                 log.warning(

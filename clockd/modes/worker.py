@@ -14,7 +14,10 @@ newer attempt owns the occurrence.
 Completions are buffered and written in batches. A completion that cannot be
 written (database down, disk full) stays buffered and is retried with backoff;
 its lease keeps being extended meanwhile, so nothing is redelivered while the
-worker still knows the outcome.
+worker still knows the outcome. When the extension cannot be written either (the
+disk is full), the lease may lapse: the leader's reaper holds off until the store has
+written without error for one visibility timeout (``clockd.obs.health``), so the
+heartbeat extends the same lease and the outcome is recorded as what it was.
 
 Each run carries its schedule's tenant (looked up once per schedule version and
 cached; only for targets whose runner checks ``allowed_users``), so the runner
@@ -58,6 +61,7 @@ from clockd.errors import StoreError
 from clockd.modes.base import Backoff, wait_or_stop
 from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
+from clockd.obs.health import STORE_WRITES
 from clockd.runner import Runner, RunRequest, RunResult
 from clockd.runner.notify import Notifier, Outcome
 from clockd.store import Claim, Completion, Store
@@ -389,8 +393,11 @@ class Worker:
             try:
                 await self._flush_once()
                 backoff.ok()
+                if not self.pending:
+                    STORE_WRITES.ok("worker")
             except StoreError as exc:
                 metrics.store_errors.labels(mode="worker").inc()
+                STORE_WRITES.failed("worker", exc.message)
                 log.error(
                     "cannot record %d attempt(s), will retry: %s",
                     len(self.pending),
@@ -442,6 +449,7 @@ class Worker:
             try:
                 held = await self.store.extend_leases(tokens, self.settings.lease_for, self.clock.now())
             except StoreError as exc:
+                STORE_WRITES.failed("worker", exc.message)
                 log.warning("heartbeat failed: %s", exc.message, extra={"action": "heartbeat_failed"})
                 continue
             for token in tokens:

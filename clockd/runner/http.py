@@ -17,6 +17,9 @@ What a request carries and what its answer means:
   redirects are not followed), a malformed request, an unreadable secret.
 * The attempt's ``exit_code`` is the HTTP status; its output is the status line
   then the first ``output_limit`` bytes of the body.
+* **Egress**: every connection is checked against the tenant's egress policy after DNS
+  resolution (``clockd.runner.egress``); a refused one is a permanent ``ERROR``
+  ("egress refused: …"), so the occurrence goes DEAD with the reason.
 * The schedule's ``timeout`` bounds the whole exchange (default
   ``DEFAULT_TIMEOUT``); ``stop`` cancels it (``STOPPED``).
 
@@ -42,12 +45,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 
+import httpcore
 import httpx
 
 from clockd import __version__
 from clockd.core.model import RESERVED_HEADERS, AttemptOutcome, HttpTarget, redact_url
 from clockd.runner import RunRequest, RunResult, secrets
 from clockd.runner import identity as ids
+from clockd.runner.egress import EgressDenied, EgressPolicy, GuardedBackend
 
 log = logging.getLogger(__name__)
 
@@ -66,28 +71,38 @@ class HttpRunner:
         policy: ids.UserPolicy | None = None,
         environ: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._policy = policy or ids.UserPolicy()
         self._environ = environ
         self._transport = transport
-        self._clients: dict[bool, httpx.AsyncClient] = {}
+        # None: no egress checks (tests, embedding); the daemon always passes one (wiring).
+        self._egress = egress
+        self._clients: dict[tuple[bool, str], httpx.AsyncClient] = {}
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger(name).level))
 
-    def _client(self, insecure: bool) -> httpx.AsyncClient:
-        client = self._clients.get(insecure)
+    def _client(self, insecure: bool, tenant: str) -> httpx.AsyncClient:
+        # One client (one connection pool) per tenant when an egress policy applies: a
+        # connection is checked against the policy of the tenant that opened it.
+        key = (insecure, tenant if self._egress is not None else "")
+        client = self._clients.get(key)
         if client is None:
+            # The system trust store (and SSL_CERT_FILE / SSL_CERT_DIR, read by
+            # OpenSSL), where operators install their private CAs.
+            context = _insecure_context() if insecure else ssl.create_default_context()
+            transport = self._transport
+            if transport is None and self._egress is not None:
+                transport = _guarded_transport(context, GuardedBackend(self._egress, tenant))
             client = httpx.AsyncClient(
-                # The system trust store (and SSL_CERT_FILE / SSL_CERT_DIR, read by
-                # OpenSSL), where operators install their private CAs.
-                verify=_insecure_context() if insecure else ssl.create_default_context(),
+                verify=context,
                 follow_redirects=False,
                 trust_env=False,
                 cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-                transport=self._transport,
+                transport=transport,
                 headers={"User-Agent": f"clockd/{__version__}"},
             )
-            self._clients[insecure] = client
+            self._clients[key] = client
         return client
 
     async def aclose(self) -> None:
@@ -122,7 +137,7 @@ class HttpRunner:
             extra={"action": "http_request", "method": target.method, "url": url, **extra},
         )
         limit = request.timeout if request.timeout is not None else DEFAULT_TIMEOUT
-        exchange = asyncio.ensure_future(self._exchange(target, headers, request.output_limit, limit))
+        exchange = asyncio.ensure_future(self._exchange(target, request.tenant, headers, request.output_limit, limit))
         stop_wait = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait({exchange, stop_wait}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
@@ -174,9 +189,9 @@ class HttpRunner:
         )
 
     async def _exchange(
-        self, target: HttpTarget, headers: list[tuple[bytes, bytes]], limit: int, seconds: float
+        self, target: HttpTarget, tenant: str, headers: list[tuple[bytes, bytes]], limit: int, seconds: float
     ) -> tuple[int, str, bytes, bool, str | None]:
-        client = self._client(target.insecure)
+        client = self._client(target.insecure, tenant)
         content = target.body.encode() if target.body is not None else None
         req = client.build_request(
             target.method, target.url, headers=headers, content=content, timeout=httpx.Timeout(seconds)
@@ -195,6 +210,16 @@ class HttpRunner:
         finally:
             await response.aclose()
         return response.status_code, response.reason_phrase, bytes(body), truncated, response.headers.get("retry-after")
+
+
+def _guarded_transport(context: ssl.SSLContext, backend: GuardedBackend) -> httpx.AsyncHTTPTransport:
+    """httpx's own transport over a connection pool whose network backend is ``backend``.
+    httpx has no argument for the backend; its documented way to customize the pool is
+    to build the httpcore pool yourself (the "Custom transports" section of its docs),
+    which its transport then wraps (mapping httpcore's errors to httpx's)."""
+    transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False)
+    transport._pool = httpcore.AsyncConnectionPool(ssl_context=context, network_backend=backend)
+    return transport
 
 
 def _insecure_context() -> ssl.SSLContext:
@@ -251,6 +276,8 @@ def _transport_failure(
 ) -> RunResult:
     detail = secrets.scrub(str(exc).replace(target.url, redact_url(target.url)), values)
     kind = type(exc).__name__
+    if isinstance(exc, EgressDenied):
+        return RunResult(AttemptOutcome.ERROR, error=f"egress refused: {exc}", duration=duration, permanent=True)
     if isinstance(exc, httpx.TimeoutException):
         return RunResult(
             AttemptOutcome.TIMED_OUT, error=f"{kind}: {detail or f'no answer within {limit:g}s'}", duration=duration

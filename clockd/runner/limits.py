@@ -8,8 +8,10 @@
   as a dedicated unprivileged user. Root ignores it; for a job running as the
   worker's own user it counts the worker's threads too.
 
-These are per-process limits, not a cgroup: a job's children each get the same
-allowance. Hard limits are never raised above the worker's own.
+These are per-process limits: a job's children each get the same allowance. Where
+the host has cgroups (``clockd.runner.cgroups``), ``memory_limit`` and
+``nproc_limit`` are also set on the attempt's cgroup, which holds for the whole job
+and for root. Hard limits are never raised above the worker's own.
 
 Why a ``preexec_fn``: asyncio's ``subprocess_exec`` (``Popen`` underneath) has no
 other hook between ``fork`` and ``exec``, and limits set on the child after it

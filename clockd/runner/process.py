@@ -6,14 +6,14 @@ What a job gets, and why:
   ``shell=True`` runs ``/bin/sh -c argv[0]``; any further items become the shell's
   ``$0``, ``$1``, … (what ``subprocess`` does with ``shell=True`` and a sequence).
   Without a ``/``, ``argv[0]`` is looked up on the job's own ``PATH``.
-* **Environment**: the daemon's ``os.environ`` (read at each run), then the
-  ``env_from_file`` pairs, then the target's ``env`` (secret references resolved,
-  ``clockd.runner.secrets``) on top, then ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE``
-  (the schedule's name), ``CLOCKD_SCHEDULED_FOR`` (ISO 8601 in UTC, ending in
-  ``Z``) and ``CLOCKD_ATTEMPT`` (1-based) on top of that, so a schedule cannot
-  spoof them. Inheriting the daemon's environment is cron-like (``PATH``,
-  ``LANG``, ``TZ`` come from the unit file); the price is that anything secret in
-  the daemon's environment is visible to such jobs, so keep secrets in files.
+* **Environment**: a minimal one built from the daemon's (``clockd.runner.jobenv``:
+  ``PATH``, ``HOME``, ``LANG``, ``TZ`` and what ``job_env_passthrough`` lists, never
+  ``CLOCKD_STORE``/``CLOCKD_ETCD``/``PG*``), then the ``env_from_file`` pairs, then
+  the target's ``env`` (secret references resolved, ``clockd.runner.secrets``) on top, then
+  ``CLOCKD_OCCURRENCE_ID``, ``CLOCKD_SCHEDULE`` (the schedule's name),
+  ``CLOCKD_SCHEDULED_FOR`` (ISO 8601 in UTC, ending in ``Z``) and ``CLOCKD_ATTEMPT``
+  (1-based) on top of that, so a schedule cannot spoof them. The secrets a job
+  references are masked (``***``) in its stored output where they appear verbatim.
 * **Run as a user** (``user``, optionally ``group``; ``clockd.runner.identity``):
   the job gets that user's uid, gid (or ``group``'s), supplementary groups
   (``os.getgrouplist``) through ``Popen``'s ``user``/``group``/``extra_groups``, and
@@ -27,7 +27,8 @@ What a job gets, and why:
   daemon's user. A job without ``user`` runs as the worker's own user, which the
   tenant must be allowed too.
 * **Resource limits** (``memory_limit``, ``cpu_limit``, ``nproc_limit``): set with
-  ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``.
+  ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``, and
+  (memory, nproc) on the attempt's cgroup where there is one.
 * **stdin** is ``/dev/null``, or a pipe fed the target's ``stdin`` text (UTF-8) and
   then closed (a job that exits without reading it is not an error); stdout and
   stderr share one pipe (interleaved as written). The pipe is read by protocol
@@ -41,7 +42,9 @@ What a job gets, and why:
   die too. Termination is SIGTERM to the group, up to ``kill_grace`` for the main
   process *and* the rest of the group to go (zombies awaiting their reaper do not
   count), then SIGKILL to whatever is left. A process that leaves the group on
-  purpose (``setsid``) escapes; only a cgroup catches that. If ``stop`` is already
+  purpose (``setsid``) escapes it — but not the attempt's **cgroup**
+  (``clockd.runner.cgroups``, where the host has one): every member is signalled too,
+  killed with ``cgroup.kill``, and the run returns once the group is empty. If ``stop`` is already
   set when ``run()`` is called, nothing is started (``STOPPED``).
 * **The main process's exit ends the run.** Processes it leaves behind in the
   background are *not* killed (cron semantics); their output is read for at most
@@ -78,15 +81,16 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from subprocess import DEVNULL, PIPE, STDOUT, SubprocessError
 from typing import Any
 
 from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget
-from clockd.runner import RunRequest, RunResult, limits, secrets
+from clockd.runner import RunRequest, RunResult, cgroups, jobenv, limits, secrets
 from clockd.runner import identity as ids
+from clockd.runner.cgroups import Cgroups
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +112,7 @@ class _Prepared:
     env: dict[str, str]
     cwd: str | None
     spawn: dict[str, Any]  # extra Popen arguments: user, group, extra_groups, preexec_fn
+    secrets: tuple[str, ...] = ()  # resolved secret values, masked in the stored output
 
 
 class ProcessRunner:
@@ -124,10 +129,19 @@ class ProcessRunner:
         drain_timeout: float = 1.0,
         policy: ids.UserPolicy | None = None,
         environ: Mapping[str, str] | None = None,
+        env_passthrough: tuple[str, ...] = (),
+        cgroups: Cgroups | None = None,
     ) -> None:
         self._drain_timeout = drain_timeout
         self._policy = policy or ids.UserPolicy()
         self._environ = environ  # None: os.environ at each run
+        self._passthrough = env_passthrough  # daemon variables jobs inherit (jobenv)
+        self._cgroups = cgroups  # None: process groups only (see clockd.runner.cgroups)
+
+    async def aclose(self) -> None:
+        """At shutdown: remove the (empty) cgroups this runner made."""
+        if self._cgroups is not None:
+            self._cgroups.close()
 
     async def run(self, request: RunRequest, stop: asyncio.Event) -> RunResult:
         target = request.target
@@ -151,8 +165,33 @@ class ProcessRunner:
                 prepared = self._prepare(request, target)
         except (ids.Refused, secrets.SecretError) as exc:
             return _cannot_start(exc.message, started)
+        group = self._cgroups.create(target.memory_limit, target.nproc_limit) if self._cgroups else None
+        try:
+            return await self._spawn_and_wait(request, target, stop, argv, prepared, group, started)
+        finally:
+            if group is not None and self._cgroups is not None:
+                self._cgroups.release(group)
+
+    async def _spawn_and_wait(
+        self,
+        request: RunRequest,
+        target: CommandTarget,
+        stop: asyncio.Event,
+        argv: list[str],
+        prepared: _Prepared,
+        group: cgroups.JobGroup | None,
+        started: float,
+    ) -> RunResult:
         loop = asyncio.get_running_loop()
         capture = _Capture(loop, request.output_limit)
+        extra_spawn = dict(prepared.spawn)
+        # Join the cgroup in the child before exec (nothing can start outside it) —
+        # except in a daemon using etcd (gRPC threads): a forked child running Python
+        # there broke runs (drill 3), so the parent moves the child right after it
+        # starts instead (a job forking within that instant can leave a process out).
+        join_in_child = self._cgroups is not None and self._cgroups.join_in_child
+        if group is not None and join_in_child:
+            extra_spawn["preexec_fn"] = _joining(group.open_for_join(), extra_spawn.get("preexec_fn"))
         spawn = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: capture,
@@ -163,7 +202,7 @@ class ProcessRunner:
                 cwd=prepared.cwd,
                 env=prepared.env,
                 start_new_session=True,
-                **prepared.spawn,
+                **extra_spawn,
             )
         )
         try:
@@ -171,7 +210,7 @@ class ProcessRunner:
             # leave whatever it had already started running.
             transport, _ = await asyncio.shield(spawn)
         except asyncio.CancelledError:
-            await _abandon_start(spawn, capture)
+            await _abandon_start(spawn, capture, group)
             raise
         except OSError as exc:
             return _start_failed(exc, argv[0], prepared.cwd, started, target.memory_limit)
@@ -181,6 +220,8 @@ class ProcessRunner:
             return _cannot_start(f"cannot start {argv[0]}: resource limits could not be applied", started)
 
         pgid = transport.get_pid()  # leader of its own session: pgid == pid
+        if group is not None and not join_in_child:
+            group.adopt(pgid)
         _feed_stdin(transport, target.stdin)
         extra = {"occurrence_id": request.occurrence_id, "attempt": request.attempt}
         log.debug(
@@ -216,7 +257,7 @@ class ProcessRunner:
                     error,
                     extra={"action": "runner_terminate", "pid": pgid, **extra},
                 )
-                await _terminate(pgid, capture, request.kill_grace)
+                await _terminate(pgid, capture, request.kill_grace, group)
 
             await _wait_done(capture.eof, self._drain_timeout)
             if not capture.eof.done():
@@ -231,11 +272,15 @@ class ProcessRunner:
             # what it left behind while we were terminating it.
             if not capture.exited.done() or outcome is not None:
                 _killpg(pgid, signal.SIGKILL)
+                if group is not None:
+                    group.kill()
                 # Reaped before we give up: when the caller moves on, the job is over.
                 await _wait_done(capture.exited, _REAP_BOUND)
             raise
         finally:
             transport.close()
+            if group is not None:
+                group.close_fds()
 
         returncode = transport.get_returncode()
         exit_code, sig = _status(returncode)
@@ -265,7 +310,7 @@ class ProcessRunner:
             outcome,
             exit_code=exit_code,
             signal=sig,
-            output=capture.output(),
+            output=secrets.scrub(capture.output(), list(prepared.secrets)),
             error=error,
             duration=duration,
         )
@@ -300,7 +345,7 @@ class ProcessRunner:
             if who.switch:
                 spawn = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
         else:
-            env = dict(base)
+            env = jobenv.base_environment(base, self._passthrough)
         env.update(from_file)
         env.update(env_values)
         env["CLOCKD_OCCURRENCE_ID"] = request.occurrence_id
@@ -310,7 +355,7 @@ class ProcessRunner:
         hook = limits.preexec(limits.rlimits(target.memory_limit, target.cpu_limit, target.nproc_limit))
         if hook is not None:
             spawn["preexec_fn"] = hook
-        return _Prepared(env, cwd, spawn)
+        return _Prepared(env, cwd, spawn, tuple(resolver.values))
 
 
 def _feed_stdin(transport: asyncio.SubprocessTransport, text: str | None) -> None:
@@ -381,18 +426,25 @@ class _Capture(asyncio.SubprocessProtocol):
         return f"[clockd: {dropped} earlier bytes dropped]\n{text}"
 
 
-async def _terminate(pgid: int, capture: _Capture, grace: float) -> None:
-    """SIGTERM the group; after ``grace`` (or as soon as all of it is gone) SIGKILL it."""
+async def _terminate(pgid: int, capture: _Capture, grace: float, group: cgroups.JobGroup | None = None) -> None:
+    """SIGTERM the process group and every member of the job's cgroup; after ``grace``
+    (or as soon as all of it is gone) SIGKILL them; with a cgroup, return once it is empty."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
+
+    def alive() -> bool:
+        return _group_alive(pgid) or (group is not None and group.populated())
+
     _killpg(pgid, signal.SIGTERM)
+    if group is not None:
+        group.signal(signal.SIGTERM)
     await _wait_done(capture.exited, grace)
     # The main process may be gone while grandchildren still run (or ignore TERM).
     interval = _POLL_MIN
-    while _group_alive(pgid) and (remaining := deadline - loop.time()) > 0:
+    while alive() and (remaining := deadline - loop.time()) > 0:
         await asyncio.sleep(min(interval, remaining))
         interval = min(interval * 2, _POLL_MAX)
-    if _group_alive(pgid):
+    if alive():
         log.warning(
             "process group %d outlived SIGTERM by %gs: SIGKILL",
             pgid,
@@ -400,11 +452,43 @@ async def _terminate(pgid: int, capture: _Capture, grace: float) -> None:
             extra={"action": "runner_kill", "pid": pgid},
         )
         _killpg(pgid, signal.SIGKILL)
+        if group is not None:
+            group.kill()
     await _wait_done(capture.exited, _REAP_BOUND)
+    if group is not None:
+        await _until_empty(group, _REAP_BOUND)
+
+
+async def _until_empty(group: cgroups.JobGroup, bound: float) -> None:
+    """Wait (bounded) until no process of the cgroup runs: killed means gone."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound
+    interval = _POLL_MIN
+    while group.populated() and (remaining := deadline - loop.time()) > 0:
+        await asyncio.sleep(min(interval, remaining))
+        interval = min(interval * 2, _POLL_MAX)
+
+
+def _joining(join: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    """The child's hook between fork and exec: join the cgroups, then set the rlimits.
+    A failed join (an old kernel checking the job user's rights at write time) leaves
+    the job in its process group, as without cgroups."""
+
+    def hook() -> None:
+        try:
+            join()
+        except OSError:
+            pass
+        if then is not None:
+            then()
+
+    return hook
 
 
 async def _abandon_start(
-    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Capture]], capture: _Capture
+    spawn: asyncio.Future[tuple[asyncio.SubprocessTransport, _Capture]],
+    capture: _Capture,
+    group: cgroups.JobGroup | None = None,
 ) -> None:
     """The run was cancelled while starting: kill what was started, group and all."""
     try:
@@ -413,6 +497,8 @@ async def _abandon_start(
         return  # nothing was started
     try:
         _killpg(transport.get_pid(), signal.SIGKILL)
+        if group is not None:
+            group.kill()
         await _wait_done(capture.exited, _REAP_BOUND)
     finally:
         transport.close()

@@ -19,7 +19,10 @@ Guarantees (tests/e2e/test_trust.py greps every output for a planted secret):
   from any text (error strings, HTTP response bodies) the runner records or logs.
 
 Who may read what is the runner's decision (``clockd.runner.identity``): this
-module only reads with the permissions of the ``Reader`` it is given. Files are
+module only reads with the permissions of the ``Reader`` it is given. A restricted
+reader (a tenant not allowed the daemon's own user) is checked *before* the daemon
+opens the file, and every failure says the same "permission denied for user …", so
+its errors cannot tell which root-only paths exist. Files are
 opened non-blocking and must be regular files of at most ``MAX_FILE_BYTES``, so a
 FIFO or ``/dev/zero`` cannot hang or exhaust the worker.
 """
@@ -195,19 +198,35 @@ class Resolver:
         return cached
 
     def _read(self, path: str, what: str) -> str:
+        if self.reader.uid is not None:
+            # A restricted reader learns one thing only: readable or not. Its rights are
+            # checked before the daemon opens anything, and every failure until then says
+            # the same words, so a tenant cannot probe which root-only paths exist.
+            denied = SecretError(f"{what} cannot be read: permission denied for user {self.reader.name!r}")
+            try:
+                return self._read_checked(path, what, restricted=True)
+            except _Hidden:
+                raise denied from None
+        return self._read_checked(path, what, restricted=False)
+
+    def _read_checked(self, path: str, what: str, *, restricted: bool) -> str:
+        if restricted:
+            self._check_access(path)
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
         try:
             fd = os.open(path, flags)
         except OSError as exc:
+            if restricted:
+                raise _Hidden from None
             raise SecretError(f"{what} cannot be read: {exc.strerror}") from None
         try:
             st = os.fstat(fd)
+            if restricted:
+                self._check_same(path, st)
             if not stat.S_ISREG(st.st_mode):
                 raise SecretError(f"{what} cannot be read: not a regular file")
             if st.st_size > MAX_FILE_BYTES:
                 raise SecretError(f"{what} cannot be read: larger than {MAX_FILE_BYTES} bytes")
-            if self.reader.uid is not None:
-                self._check_access(path, st, what)
             chunks: list[bytes] = []
             size = 0
             while size <= MAX_FILE_BYTES:
@@ -227,26 +246,39 @@ class Resolver:
         except UnicodeDecodeError:
             raise SecretError(f"{what} cannot be read: not UTF-8 text") from None
 
-    def _check_access(self, path: str, st: os.stat_result, what: str) -> None:
+    def _check_access(self, path: str) -> None:
+        """May the reader open ``path``? Mode bits of the file and of every directory
+        above it (after resolving links). Raises ``_Hidden`` for any reason."""
         uid, gids = self.reader.uid, self.reader.gids
         assert uid is not None
-        denied = SecretError(f"{what} cannot be read: permission denied for user {self.reader.name!r}")
         real = os.path.realpath(path)
-        try:
-            again = os.stat(real)
-        except OSError as exc:
-            raise SecretError(f"{what} cannot be read: {exc.strerror}") from None
-        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
-            raise SecretError(f"{what} cannot be read: it changed while being read")
-        if not _allowed(st, uid, gids, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
-            raise denied
         for directory in _parents(real):
             try:
                 dst = os.stat(directory)
             except OSError:
-                raise denied from None
+                raise _Hidden from None
             if not _allowed(dst, uid, gids, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
-                raise denied
+                raise _Hidden
+        try:
+            st = os.stat(real)
+        except OSError:
+            raise _Hidden from None
+        if not _allowed(st, uid, gids, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
+            raise _Hidden
+
+    @staticmethod
+    def _check_same(path: str, st: os.stat_result) -> None:
+        """The file opened is the one checked (not swapped for another meanwhile)."""
+        try:
+            again = os.stat(os.path.realpath(path))
+        except OSError:
+            raise _Hidden from None
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+            raise _Hidden
+
+
+class _Hidden(Exception):
+    """A restricted reader's access failed; the reason is not told (see ``Resolver._read``)."""
 
 
 def _allowed(st: os.stat_result, uid: int, gids: frozenset[int], u: int, g: int, o: int) -> bool:

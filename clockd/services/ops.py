@@ -31,24 +31,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from clockd.core.clock import Clock
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
 from clockd.core.limits import check_name
 from clockd.core.model import (
     Attempt,
+    HttpTarget,
     Occurrence,
     Schedule,
     ScheduleDef,
     ScheduleState,
     TenantLimits,
     TenantUsage,
+    redact_url,
 )
 from clockd.core.planning import available_at
 from clockd.core.spec import Spec, compile_spec
 from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFires, NotFound, VersionMismatch
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
 from clockd.store import NewSchedule, RunSummary, ScheduleChange, Store
+
+if TYPE_CHECKING:
+    from clockd.runner.egress import EgressPolicy
 
 DEFAULT_SHARD_COUNT = 64
 DLQ_DROP_REASON = "dropped from the dead-letter queue"
@@ -230,8 +236,26 @@ class ApplyResult:
 
 
 class Ops:
-    def __init__(self, store: Store, clock: Clock, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        shard_count: int = DEFAULT_SHARD_COUNT,
+        egress: Callable[[], EgressPolicy] | None = None,
+    ) -> None:
         self.store, self.clock, self.shard_count = store, clock, shard_count
+        # The daemon config's HTTP egress policy, loaded when an HTTP target is written.
+        self._egress = egress
+
+    def _check_egress(self, definition: ScheduleDef) -> None:
+        """An HTTP target whose host the tenant's egress policy refuses (by name or literal
+        address; the workers check again after DNS): ``InvalidInput``."""
+        target = definition.target
+        if self._egress is None or not isinstance(target, HttpTarget):
+            return
+        reason = self._egress().check_url(definition.tenant, target.url)
+        if reason is not None:
+            raise InvalidInput(f"http: {redact_url(target.url)}: egress refused: {reason}")
 
     async def add(self, definition: ScheduleDef, idempotency_key: str | None = None) -> Schedule:
         return (await self.create(definition, idempotency_key)).schedule
@@ -242,6 +266,7 @@ class Ops:
         from the same definition, and ``Conflict`` names the key otherwise. The key is
         unique per tenant in the store, so two racing creates give one schedule."""
         definition = normalize(definition)
+        self._check_egress(definition)
         if idempotency_key is not None:
             idempotency_key = _check_key(idempotency_key)
             found = await self._by_key(definition, idempotency_key)
@@ -342,6 +367,7 @@ class Ops:
                 "read it again and retry with its current version"
             )
         definition = normalize(definition)
+        self._check_egress(definition)
         if definition == schedule.definition:
             return Change(schedule, 0)
         nxt = cursor_after_update(schedule, definition, self.clock.now())
@@ -475,6 +501,7 @@ class Ops:
                 if raw.tenant != tenant or raw.labels != labels:
                     marked = dataclasses.replace(raw, tenant=tenant, labels=labels)
                 definition = normalize(marked)
+                self._check_egress(definition)
                 current = stored.get(definition.name)
                 if current is None:
                     key = (definition.kind, definition.expr, definition.tz)

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from clockctl.commands.files import PROGRESS_THRESHOLD, _progress
 from clockd.formats.schedfile import FIELD_NAMES
+from tests.harness.home import existing_store
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,7 @@ EXAMPLES = ROOT / "config" / "schedules.d"
 def ctl(tmp_path: Path) -> Any:
     env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
     env.pop("CLOCKD_STORE", None)
+    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

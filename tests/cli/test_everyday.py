@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.harness.home import existing_store
+
 BIN = Path(sys.executable).parent
 
 
@@ -54,6 +56,7 @@ def ctl(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     (``--server`` by CLOCKD_SERVER / CLOCKD_TOKEN): the same output and exit codes."""
     env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
     env.pop("CLOCKD_STORE", None)
+    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
     if request.param == "api":
         env.update(serve_api(request))
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from clockd.formats.schedfile import load_text
+from tests.harness.home import existing_store
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ DATA = "tests/data/crontabs"
 def ctl(tmp_path: Path) -> Any:
     base = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
     base.pop("CLOCKD_STORE", None)
+    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
 
     def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

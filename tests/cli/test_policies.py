@@ -18,6 +18,7 @@ from clockd.core.ids import occurrence_id
 from clockd.core.model import AttemptOutcome, OccurrenceState
 from clockd.store import Completion, CursorAdvance, Fence, NewOccurrence
 from clockd.store.sqlite import SqliteStore
+from tests.harness.home import existing_store
 
 BIN = Path(sys.executable).parent
 
@@ -26,6 +27,7 @@ BIN = Path(sys.executable).parent
 def ctl(tmp_path: Path) -> Any:
     env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
     env.pop("CLOCKD_STORE", None)
+    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)

@@ -41,6 +41,9 @@ class Clockd:
             "CLOCKD_METRICS_ADDR": "off",
             "CLOCKD_API_ADDR": "127.0.0.1:0",
             "CLOCKD_LOG_FORMAT": "json",
+            # The tests' HTTP servers listen on loopback, which the egress policy denies
+            # by default (clockd's own PostgreSQL and etcd stay denied by address and port).
+            "CLOCKD_HTTP_ALLOW": "*=127.0.0.1",
             **(extra_env or {}),
         }
         self.env.pop("CLOCKD_STORE", None)

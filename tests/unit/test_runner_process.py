@@ -123,7 +123,9 @@ async def test_job_sees_clockd_variables_target_env_and_daemon_env(
         env=(("OVERRIDDEN", "target"), ("GREETING", "a b; c"), ("CLOCKD_ATTEMPT", "spoofed")),
     )
     paris = timezone(timedelta(hours=2))
-    result = await run(target, scheduled_for=datetime(2026, 3, 29, 3, 30, 15, tzinfo=paris))
+    # The daemon's variables reach a job only when job_env_passthrough lists them.
+    runner = ProcessRunner(env_passthrough=("FROM_DAEMON", "OVERRIDDEN"))
+    result = await run(target, runner=runner, scheduled_for=datetime(2026, 3, 29, 3, 30, 15, tzinfo=paris))
     env = json.loads(result.output)
     assert env["CLOCKD_OCCURRENCE_ID"] == "occ-1"
     assert env["CLOCKD_SCHEDULE"] == "nightly-backup"

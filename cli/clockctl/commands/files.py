@@ -239,7 +239,7 @@ def _apply_jobs(
             advance("writing in one transaction", None)
             return plan, await ops.apply_plan(plan)
 
-    plan, result = with_ops(go)
+    plan, result = with_ops(go, create=True)  # a dry run on a new machine shows every job as added
     if plan.problems:
         lines = [_problem(jobs[p.index], p.message) for p in plan.problems]
         for line in lines:

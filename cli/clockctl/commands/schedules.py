@@ -469,7 +469,7 @@ def register(app: typer.Typer) -> None:
             notify=notify_options(failure=on_failure, dead=on_dead, missed=on_missed, success=on_success),
         )
         try:
-            added = with_ops(lambda ops: ops.create(definition, idempotency_key))
+            added = with_ops(lambda ops: ops.create(definition, idempotency_key), create=True)
         except Conflict as exc:
             if name is not None or "already exists in tenant" not in exc.message:
                 raise

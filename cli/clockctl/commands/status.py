@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
 
 
 async def _status(settings: Settings, location: StoreLocation, output: OutputFormat, watch: bool) -> None:
-    store = make_store(location)
+    store = make_store(location, create=False)
     await store.open()
     cache = ReconcileCache()
     try:
@@ -101,7 +101,10 @@ async def gather(
     """The status document (``-o json``: a stable interface), with this host's view of the
     coordination (etcd, or the embedded store's lock)."""
     coordination = await _coordination(settings, location)
-    return await status_doc.gather(store, settings.horizon, location, coordination, cache)
+    doc = await status_doc.gather(store, settings.horizon, location, coordination, cache)
+    # What jobs started on this host run in (clockd.runner.cgroups), as a worker here finds it.
+    doc["job_containment"] = _containment()
+    return doc
 
 
 async def _coordination(settings: Settings, location: StoreLocation) -> dict[str, Any]:
@@ -124,7 +127,9 @@ async def _coordination(settings: Settings, location: StoreLocation) -> dict[str
                 else None
             ),
             "members": [
-                {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards), "standby": m.standby}
+                # "standby" (why it handed its roles over) only on a node that stands by.
+                {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)}
+                | ({"standby": m.standby} if m.standby else {})
                 for m in (found.members if found is not None else ())
             ],
         }
@@ -147,6 +152,12 @@ async def _coordination(settings: Settings, location: StoreLocation) -> dict[str
 # -- rendering ------------------------------------------------------------------------------------
 
 
+def _containment() -> str:
+    from clockd.runner.cgroups import detect
+
+    return detect().describe()
+
+
 def render(doc: dict[str, Any]) -> RenderableType:
     parts: list[RenderableType] = []
     coord = doc["coordination"]
@@ -166,6 +177,7 @@ def render(doc: dict[str, Any]) -> RenderableType:
         head.add_row("leader", f"{leader['node']} (term {leader['token']})" if leader else "none")
     else:
         head.add_row("coordination", coord["note"])
+    head.add_row("jobs", doc["job_containment"])
     backlog = doc["backlog"]
     head.add_row(
         "backlog",

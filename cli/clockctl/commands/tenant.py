@@ -64,7 +64,7 @@ def set_(
         raise InvalidInput(
             "nothing to set: give --max-schedules, --max-running, --max-triggers-per-minute or --catch-up-rate"
         )
-    limits = with_ops(lambda ops: ops.set_tenant(name, **changes))
+    limits = with_ops(lambda ops: ops.set_tenant(name, **changes), create=True)
     if output is OutputFormat.json:
         emit_json(_limits_doc(limits))
         return

@@ -44,6 +44,7 @@ from clockd.store.codec import dumps, from_us, opt_from_us, opt_to_us, to_us
 from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Step, drive_sync
 from clockd.store.engine import SqlStore
 from clockd.store.sql import Migration, check_versions, load_migrations, load_queries, trusted_sql
+from clockd.store.sqlite import files
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +83,15 @@ DRIVER_QUERIES: Final = frozenset(
 class SqliteDriver:
     """One SQLite file: its connection, its thread, its values. See the module docstring."""
 
-    def __init__(self, path: Path, readonly: bool, busy_timeout: float) -> None:
+    def __init__(self, path: Path, readonly: bool, busy_timeout: float, create: bool, owner_only: bool) -> None:
         self.path = path
         self.readonly = readonly
+        # clockd.store.sqlite.files: may a missing store be created; the daemon's owner rule.
+        self.create = create and not readonly
+        self.owner_only = owner_only
+        # clockd.store.sqlite.files: may a missing store be created; the daemon's owner rule.
+        self.create = create and not readonly
+        self.owner_only = owner_only
         self.busy_timeout = busy_timeout
         self.display = str(path)
         self._executor: ThreadPoolExecutor | None = None
@@ -206,11 +213,7 @@ class SqliteDriver:
                     isolation_level=None,
                 )
             else:
-                if not memory:
-                    try:
-                        self.path.parent.mkdir(parents=True, exist_ok=True)
-                    except OSError as exc:
-                        raise StoreUnavailable(f"cannot create the directory of {self.path}: {exc}") from exc
+                files.prepare(self.path, create=self.create, owner_only=self.owner_only)
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             self._conn = conn
             # Several processes opening a new file at once (clockd and clockctl) race for the
@@ -237,6 +240,8 @@ class SqliteDriver:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA temp_store = MEMORY")
+        if self.owner_only and not memory:
+            files.quick_check(conn, self.path)
         if self.readonly:
             self._check_schema(conn, apply=False)
         else:
@@ -440,8 +445,19 @@ class SqliteStore(SqlStore):
 
     driver: SqliteDriver
 
-    def __init__(self, path: str | Path, *, readonly: bool = False, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
-        super().__init__(SqliteDriver(Path(path), readonly, busy_timeout))
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        readonly: bool = False,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
+        owner_only: bool = False,
+    ) -> None:
+        """``create``: a missing store may be made (``clockd run``, writing verbs);
+        ``owner_only``: the daemon's rule — refuse files it does not own or others can
+        write, and check the database's integrity at open (``clockd.store.sqlite.files``)."""
+        super().__init__(SqliteDriver(Path(path), readonly, busy_timeout, create, owner_only))
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r}, readonly={self.readonly})"

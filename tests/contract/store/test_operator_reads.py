@@ -127,7 +127,9 @@ def _location(backend: Backend) -> StoreLocation:
 async def test_status_document_has_the_same_shape_on_every_store(store: Store, backend: Backend) -> None:
     await five_due(store)
     doc = await gather(store, Settings(), _location(backend))
-    assert set(doc) == {"now", "store", "coordination", "lag", "backlog", "queues", "dlq", "unaccounted"}
+    assert set(doc) == {
+        "now", "store", "coordination", "lag", "backlog", "queues", "dlq", "unaccounted", "job_containment",
+    }  # fmt: skip
     assert doc["store"]["kind"] == ("sqlite" if backend.kind == "sqlite" else "postgresql")
     assert abs(doc["store"]["clock_offset_seconds"]) < 5
     assert set(doc["lag"]) == {"5m", "60m"} and set(doc["lag"]["5m"]) == {"count", "p50", "p95", "p99"}

@@ -1,0 +1,324 @@
+"""Each attempt in its own cgroup: timeouts, stops and lease loss kill *every* descendant,
+and resource limits hold for the whole job, root jobs included.
+
+A process group is not a container: a job's ``setsid sleep &``, ``setsid -f …`` or a
+child calling ``setpgid(0, 0)`` leaves it and outlives ``killpg``. A cgroup cannot be
+left by an unprivileged process, and its children follow their parent, so:
+
+* **Detection** (once, :func:`detect`): the cgroup v2 hierarchy is found in
+  ``/proc/self/mountinfo`` (``cgroup2``: ``/sys/fs/cgroup`` on a pure-v2 host,
+  ``/sys/fs/cgroup/unified`` on a hybrid one), and the daemon's own group in
+  ``/proc/self/cgroup`` (``0::/…``). Containment needs a writable v2 tree (root, or a
+  delegated subtree: ``Delegate=yes`` in the unit); v1 ``pids``, ``memory`` and ``cpu``
+  hierarchies, where mounted and writable, carry limits the v2 tree cannot (a hybrid
+  host's v2 tree has no controllers). None of it: containment is ``process-group`` —
+  the old behaviour — and the daemon logs so at start (``clockctl status`` shows it).
+* **Per attempt** (:meth:`Cgroups.create`): a group ``clockd-<daemon pid>/<attempt>``
+  below the daemon's own, in v2 and in each v1 hierarchy a limit needs. The child
+  joins them between ``fork`` and ``exec`` by writing ``0`` to ``cgroup.procs``
+  descriptors the daemon opened beforehand (the kernel checks the opener's rights, so
+  this works after the switch to the job's user) — before the job's first instruction,
+  so nothing it starts can be outside. In a daemon using etcd (gRPC threads) the child
+  runs no Python between fork and exec (forking there broke runs in the failure
+  drills): the daemon moves the job's first process right after it starts, and a job
+  that forks within that instant may leave a process outside the group (still in its
+  process group and session, which are signalled too).
+* **Limits**: ``nproc_limit`` → ``pids.max``; ``memory_limit`` → ``memory.max`` /
+  ``memory.limit_in_bytes`` (v1), on top of the per-process ``setrlimit`` calls of
+  ``clockd.runner.limits`` (kept: they also apply where no controller is available).
+  ``cpu_limit`` stays ``RLIMIT_CPU`` (CPU seconds per process: a cgroup has no CPU-time
+  budget, only a rate).
+* **Kill** (:meth:`JobGroup.signal`, :meth:`JobGroup.kill`): SIGTERM every member;
+  after the grace, ``cgroup.kill`` (v2, Linux ≥ 5.14) or SIGKILL each member until the
+  group is empty. A job whose main process exits normally leaves its background
+  processes running (cron semantics); its group is removed once empty (checked again
+  at each later attempt and at shutdown).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+V1_LIMITS: Final = ("pids", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Support:
+    """What this host offers; ``describe()`` is what status and the log show."""
+
+    v2: Path | None = None  # the daemon's own v2 group (where job groups are made)
+    v1: dict[str, Path] = field(default_factory=dict)  # controller -> the daemon's own v1 group
+    v2_controllers: frozenset[str] = frozenset()
+    reason: str = ""  # why there is no containment (v2 is None)
+
+    @property
+    def contained(self) -> bool:
+        return self.v2 is not None
+
+    def describe(self) -> str:
+        if self.v2 is None:
+            return f"process-group (no cgroup: {self.reason}); a job that calls setsid can outlive its timeout"
+        limits = sorted(self.v2_controllers & {"pids", "memory"} | set(self.v1))
+        where = f"cgroup v2 at {self.v2}"
+        return where + (f", limits via {', '.join(limits)}" if limits else ", no limit controllers (setrlimit only)")
+
+
+def _mounts() -> list[tuple[str, str, str]]:
+    """(mount point, fstype, super options) of every cgroup mount."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
+            out.append((fields[4].replace("\\040", " "), tail[0], tail[2]))
+    return out
+
+
+def _own_groups() -> dict[str, str]:
+    """Controller (``""`` for v2) -> the daemon's group path, from /proc/self/cgroup."""
+    groups: dict[str, str] = {}
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return groups
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            groups[name] = path
+    return groups
+
+
+def detect() -> Support:
+    """Find the v2 tree and the v1 limit controllers this process may create groups in."""
+    mounts = _mounts()
+    own = _own_groups()
+    v2_mount = next((Path(m) for m, kind, _ in mounts if kind == "cgroup2"), None)
+    if v2_mount is None:
+        return Support(reason="no cgroup v2 hierarchy mounted")
+    base = v2_mount / own.get("", "/").lstrip("/")
+    if not os.access(base, os.W_OK) or not (base / "cgroup.procs").exists():
+        return Support(reason=f"{base} is not writable (run as root, or Delegate=yes in the unit)")
+    try:
+        controllers = frozenset((base / "cgroup.controllers").read_text().split())
+    except OSError:
+        controllers = frozenset()
+    v1: dict[str, Path] = {}
+    for mount, kind, options in mounts:
+        if kind != "cgroup":
+            continue
+        for name in V1_LIMITS:
+            if name in options.split(",") and name not in controllers:
+                group = Path(mount) / own.get(name, "/").lstrip("/")
+                if os.access(group, os.W_OK):
+                    v1[name] = group
+    return Support(v2=base, v1=v1, v2_controllers=controllers)
+
+
+class JobGroup:
+    """One attempt's groups. ``join`` runs in the child (see the module docstring)."""
+
+    def __init__(self, paths: list[Path], v2: Path) -> None:
+        self.paths = paths  # every group made for this attempt (v2 first)
+        self.v2 = v2
+        self._fds: list[int] = []
+
+    def open_for_join(self) -> Callable[[], None]:
+        """Open each group's ``cgroup.procs`` now (as the daemon); the returned function,
+        run between fork and exec, moves the child into all of them."""
+        for path in self.paths:
+            self._fds.append(os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        fds = tuple(self._fds)
+        write = os.write
+
+        def join() -> None:
+            for fd in fds:
+                write(fd, b"0")
+
+        return join
+
+    def adopt(self, pid: int) -> None:
+        """Move ``pid`` (the job's main process, just started) into every group."""
+        for path in self.paths:
+            try:
+                (path / "cgroup.procs").write_text(str(pid))
+            except OSError as exc:
+                log.warning("cannot move pid %d into %s: %s", pid, path, exc, extra={"action": "cgroup_join_failed"})
+
+    def close_fds(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def pids(self) -> list[int]:
+        try:
+            text = (self.v2 / "cgroup.procs").read_text()
+        except OSError:
+            return []
+        return [int(p) for p in text.split()]
+
+    def populated(self) -> bool:
+        """Does a live (non-zombie) process remain? Zombies awaiting a reaper do not count."""
+        return any(_running(pid) for pid in self.pids())
+
+    def signal(self, sig: int) -> None:
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL every member, the atomic way when the kernel has it."""
+        try:
+            (self.v2 / "cgroup.kill").write_text("1")
+        except OSError:
+            # No cgroup.kill (Linux < 5.14): members forking meanwhile are caught by the
+            # next pass; freezing first would stop them forking but is optional in v2.
+            for _ in range(100):
+                members = self.pids()
+                if not members:
+                    break
+                self.signal(signal.SIGKILL)
+
+    def remove(self) -> bool:
+        """Remove the groups if empty; False while processes remain (removed later)."""
+        self.close_fds()
+        done = True
+        for path in reversed(self.paths):
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                done = False
+        return done
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+
+
+class Cgroups:
+    """Makes a group per attempt below ``clockd-<pid>`` in the daemon's own groups."""
+
+    def __init__(self, support: Support, *, join_in_child: bool = True) -> None:
+        self.support = support
+        # False in a daemon with gRPC channels (etcd): see the module docstring.
+        self.join_in_child = join_in_child
+        self._lock = threading.Lock()
+        self._lingering: list[JobGroup] = []
+        self._counter = 0
+
+    def create(self, memory: int | None, nproc: int | None) -> JobGroup | None:
+        """The attempt's groups with its limits, or None (no containment here, or the
+        groups could not be made: logged; the job then runs as a process group)."""
+        support = self.support
+        if support.v2 is None:
+            return None
+        self.collect()
+        with self._lock:
+            self._counter += 1
+            name = f"job-{self._counter}"
+        parent = f"clockd-{os.getpid()}"
+        made: list[Path] = []
+        try:
+            v2 = self._mkdir(support.v2 / parent, name, made)
+        except OSError as exc:
+            log.warning(
+                "cannot make a cgroup for a job (%s): it runs as a process group only",
+                exc,
+                extra={"action": "cgroup_unavailable"},
+            )
+            JobGroup(made, support.v2).remove()
+            return None
+        for controller, value in (("pids", nproc), ("memory", memory)):
+            if value is None:
+                continue
+            try:
+                self._limit(support, parent, name, controller, value, v2, made)
+            except OSError as exc:
+                log.warning(
+                    "cannot set the job's %s limit in a cgroup (%s): setrlimit only",
+                    controller,
+                    exc,
+                    extra={"action": "cgroup_limit_unavailable", "controller": controller},
+                )
+        return JobGroup(made, v2)
+
+    def _limit(
+        self, support: Support, parent: str, name: str, controller: str, value: int, v2: Path, made: list[Path]
+    ) -> None:
+        if controller in support.v2_controllers and support.v2 is not None:
+            # Needs the controller enabled below the daemon's group (a delegated subtree).
+            self._enable(support.v2, controller)
+            self._enable(support.v2 / parent, controller)
+            (v2 / ("pids.max" if controller == "pids" else "memory.max")).write_text(str(value))
+            if controller == "memory":
+                with contextlib.suppress(OSError):
+                    (v2 / "memory.swap.max").write_text("0")
+            return
+        if controller in support.v1:
+            group = self._mkdir(support.v1[controller] / parent, name, made)
+            (group / ("pids.max" if controller == "pids" else "memory.limit_in_bytes")).write_text(str(value))
+            if controller == "memory":
+                with contextlib.suppress(OSError):
+                    (group / "memory.memsw.limit_in_bytes").write_text(str(value))
+            return
+        raise OSError(f"no {controller} controller available")
+
+    @staticmethod
+    def _mkdir(parent: Path, name: str, made: list[Path]) -> Path:
+        parent.mkdir(mode=0o755, exist_ok=True)
+        path = parent / name
+        path.mkdir(mode=0o755)
+        made.append(path)
+        return path
+
+    @staticmethod
+    def _enable(parent: Path, controller: str) -> None:
+        control = parent / "cgroup.subtree_control"
+        if controller not in control.read_text().split():
+            control.write_text(f"+{controller}")
+
+    def release(self, group: JobGroup) -> None:
+        """After the run: remove the groups, or keep them until their last process ends."""
+        if not group.remove():
+            with self._lock:
+                self._lingering.append(group)
+
+    def close(self) -> None:
+        """At shutdown: remove what is empty, the ``clockd-<pid>`` parents included."""
+        self.collect()
+        support = self.support
+        parents = [support.v2, *support.v1.values()] if support.v2 is not None else []
+        for base in parents:
+            with contextlib.suppress(OSError):
+                (base / f"clockd-{os.getpid()}").rmdir()
+
+    def collect(self) -> None:
+        """Remove groups whose leftover background processes have ended."""
+        with self._lock:
+            lingering, self._lingering = self._lingering, []
+        still = [g for g in lingering if not g.remove()]
+        if still:
+            with self._lock:
+                self._lingering.extend(still)

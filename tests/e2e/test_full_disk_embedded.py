@@ -1,0 +1,116 @@
+"""A full disk under the embedded store (issue "Trust boundaries" 6): a small real tmpfs
+(root only; unmounted in teardown), a real clockd, a real job.
+
+* ``clockd run`` on a full disk exits 4 with a message, no traceback;
+* a job that succeeded while no write could land is recorded SUCCEEDED once space
+  returns (not DEAD "lease expired"), and ``/healthz`` says the store is degraded meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import BIN, Clockd, wait_for
+from tests.harness import free_port
+
+pytestmark = pytest.mark.e2e
+PY = sys.executable
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs (CI runs as root)")
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mountpoint)], check=True)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk is full; return it (delete it to free the space)."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_clockd_on_a_full_disk_exits_4_with_a_message(small_disk: Path) -> None:
+    fill(small_disk)
+    env = {**os.environ, "CLOCKD_HOME": str(small_disk / "home"), "CLOCKD_METRICS_ADDR": "off"}
+    env.pop("CLOCKD_STORE", None)
+    result = subprocess.run([str(BIN / "clockd"), "run"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 4, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("clockd: error: ") and str(small_disk / "home") in result.stderr
+
+
+def health(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def degraded(port: int) -> tuple[int, dict[str, Any]] | None:
+    answer = health(port)
+    return answer if answer[0] == 503 else None
+
+
+def recorded(daemon: Clockd, name: str) -> dict[str, Any] | None:
+    runs = daemon.runs(name)
+    return runs[0] if runs and runs[0]["state"] in ("SUCCEEDED", "DEAD") else None
+
+
+def test_a_run_that_succeeded_while_the_disk_was_full_is_recorded_as_succeeded(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    daemon = Clockd(small_disk / "home", {"CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}"})
+    daemon.log_path = tmp_path / "clockd.log"  # not on the small disk
+    go = tmp_path / "go"
+    started = tmp_path / "started"
+    job = (
+        f"import os, time; open({str(started)!r}, 'w').close()\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
+    )
+    daemon.start("--visibility-timeout", "3s", "--heartbeat", "1s")
+    filler: Path | None = None
+    try:
+        daemon.ctl("add", "--at", "now+1s", "--name", "during", "--retries", "0", "--", PY, "-c", job)
+        wait_for("the job to start", started.exists, 30)
+        filler = fill(small_disk)
+        go.touch()  # the job succeeds now; its outcome cannot be written
+        _, doc = wait_for("healthz to report the store degraded", lambda: degraded(port), 30)
+        assert doc["store_writable"] is False and "disk full" in doc["store_error"]
+        # Well past the lease: the outcome is still held, and nothing was reaped.
+        wait_for("the worker to retry its write", lambda: daemon.log().count('"action": "record_failed"') >= 1, 30)
+        wait_for("the lease to lapse", lambda: daemon.log().count('"action": "heartbeat_failed"') >= 4, 30)
+        filler.unlink()
+        filler = None
+        run = wait_for("the run to be recorded", lambda: recorded(daemon, "during"), 60)
+        assert run["state"] == "SUCCEEDED", run
+        wait_for("healthz to recover", lambda: health(port)[0] == 200, 30)
+    finally:
+        if filler is not None:
+            filler.unlink()
+        daemon.stop()
