@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -43,6 +43,7 @@ from clockd.core.model import (
 )
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
 from clockd.services.ops import Added, Change, ResumeFrom, VersionRow
+from clockd.store import RunSummary
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -189,6 +190,11 @@ class RemoteOps:
         except httpx.HTTPError as exc:
             raise errors.StoreUnavailable(f"cannot reach the API at {self.client.http.base_url}: {exc}") from None
         return Added(schedule_from_view(response.json()), response.headers.get("idempotent-replayed") == "true")
+
+    async def summaries(self, schedules: Sequence[Schedule]) -> dict[str, RunSummary]:
+        """Not served by the API yet: over --server, NEXT RUN is the schedule's next planned
+        instant and LAST RUN / RESULT stay empty."""
+        return {}
 
     async def get(self, name: str, tenant: str = "default") -> Schedule:
         return schedule_from_view(await self._call("GET", self._path(name), params=self._tenant(tenant)))
