@@ -13,8 +13,10 @@ The client shares the machine's two cores with the server: the figures are a flo
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -101,6 +103,40 @@ async def _pages(url: str, token: str, n: int, count: int) -> list[float]:
     return latencies
 
 
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+_NEXT = re.compile(r'<a href="([^"]+)" rel="next">')
+
+
+async def _dashboard(url: str, token: str, count: int) -> tuple[list[float], list[float]]:
+    """Sign in to /ui as a browser would, then time list pages (walking the keyset) and
+    schedule pages: the dashboard's own render time on loopback."""
+    lists: list[float] = []
+    details: list[float] = []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        form = await http.get("/ui/login")
+        found = _CSRF.search(form.text)
+        if found is None:
+            raise RuntimeError("no sign-in form at /ui/login")
+        signed = await http.post("/ui/login", data={"token": token, "csrf": found.group(1), "next": "/ui/schedules"})
+        if signed.status_code != 303:
+            raise RuntimeError(f"dashboard sign-in answered {signed.status_code}")
+        path = "/ui/schedules"
+        for i in range(count):
+            t0 = time.perf_counter()
+            page = await http.get(path)
+            lists.append(time.perf_counter() - t0)
+            if page.status_code != 200:
+                raise RuntimeError(f"{path} answered {page.status_code}")
+            nxt = _NEXT.search(page.text)
+            path = html.unescape(nxt.group(1)) if nxt else "/ui/schedules"
+            t0 = time.perf_counter()
+            one = await http.get(f"/ui/schedules/page-{(i * 7919) % 1000:07d}")
+            details.append(time.perf_counter() - t0)
+            if one.status_code != 200:
+                raise RuntimeError(f"a schedule page answered {one.status_code}")
+    return lists, details
+
+
 def bench(n_pages: int, n_creates: int) -> list[dict[str, Any]]:
     from tests.harness.procs import free_port
 
@@ -136,12 +172,15 @@ def bench(n_pages: int, n_creates: int) -> list[dict[str, Any]]:
                 except httpx.HTTPError:
                     time.sleep(0.1)
             page_latencies = asyncio.run(_pages(url, token, n_pages, 300))
+            ui_lists, ui_details = asyncio.run(_dashboard(url, token, 100))
             rate, create_latencies = asyncio.run(_creates(url, token, n_creates))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
     create_p99 = percentile(create_latencies, 0.99) * 1000
     page_p99 = percentile(page_latencies, 0.99) * 1000
+    ui_list_p99 = percentile(ui_lists, 0.99) * 1000
+    ui_detail_p99 = percentile(ui_details, 0.99) * 1000
     return [
         {"name": f"API creates/s ({n_creates:,}, {IN_FLIGHT} in flight)", "value": rate, "unit": "/s",
          "target": "≥ 1,000/s", "ok": rate >= 1000},
@@ -149,6 +188,10 @@ def bench(n_pages: int, n_creates: int) -> list[dict[str, Any]]:
          "ok": create_p99 <= 50},
         {"name": f"API list page p99 ({n_pages:,} schedules)", "value": page_p99, "unit": "ms",
          "target": "≤ 50 ms", "ok": page_p99 <= 50},
+        {"name": f"dashboard schedules page p99 ({n_pages:,})", "value": ui_list_p99, "unit": "ms",
+         "target": "≤ 200 ms", "ok": ui_list_p99 <= 200},
+        {"name": f"dashboard schedule page p99 ({n_pages:,})", "value": ui_detail_p99, "unit": "ms",
+         "target": "≤ 200 ms", "ok": ui_detail_p99 <= 200},
     ]  # fmt: skip
 
 
