@@ -44,6 +44,17 @@ CLOCKD_COMMIT_FILE="$PWD/build/pyi/COMMIT" \
 rm -f dist/clockd-*-linux-x86_64
 cp build/pyi/dist/"$(basename "$ONEFILE")" "$ONEFILE"
 
+# The spec drops build-machine RUNPATHs from what it collects; PyInstaller adds a few
+# bootstrap extensions itself (_struct, zlib), so the one directory gets the same pass
+# here: only $ORIGIN entries may stay (lintian: custom-library-search-path).
+while IFS= read -r -d '' f; do
+  rpath=$(patchelf --print-rpath "$f" 2>/dev/null) || continue
+  [ -n "$rpath" ] || continue
+  keep=$(tr ':' '\n' <<<"$rpath" | grep '^\$ORIGIN' | paste -sd: - || true)
+  [ "$rpath" = "$keep" ] && continue
+  if [ -n "$keep" ]; then patchelf --set-rpath "$keep" "$f"; else patchelf --remove-rpath "$f"; fi
+done < <(find build/pyi/dist/clockd -type f \( -name '*.so' -o -name '*.so.*' \) -print0)
+
 # Smoke: both layouts start, report this release and find the bundled zone data.
 for exe in "$ONEFILE" build/pyi/dist/clockd/clockd; do
   out=$(env -i "$exe" version)
