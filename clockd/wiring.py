@@ -141,12 +141,6 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
     settings = settings or Settings()
     policy = UserPolicy(settings.allowed_users)
     support = detect()
-    logging.getLogger("clockd").log(
-        logging.INFO if support.contained else logging.WARNING,
-        "job containment: %s",
-        support.describe(),
-        extra={"action": "job_containment", "cgroup": str(support.v2) if support.v2 else None},
-    )
     return DispatchRunner(
         ProcessRunner(
             policy=policy,
@@ -154,6 +148,19 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
             cgroups=Cgroups(support, join_in_child=not settings.etcd),
         ),
         HttpRunner(policy=policy, egress=egress_policy(settings)),
+    )
+
+
+def log_containment() -> None:
+    """Say once, when the daemon has its store, what jobs started here run in."""
+    from clockd.runner.cgroups import detect
+
+    support = detect()
+    logging.getLogger("clockd").log(
+        logging.INFO if support.contained else logging.WARNING,
+        "job containment: %s",
+        support.describe(),
+        extra={"action": "job_containment", "cgroup": str(support.v2) if support.v2 else None},
     )
 
 
@@ -314,6 +321,7 @@ class Daemon:
         if isinstance(self.coord, LocalCoordinator):
             self.coord.acquire_lock()
         await self.store.open()
+        log_containment()
 
 
 def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clock | None = None) -> Daemon:

@@ -70,8 +70,8 @@ def is_loopback(host: str) -> bool:
 class ApiServer:
     """A service of the supervisor: ``run(stopping)`` serves until ``stopping`` is set."""
 
-    def __init__(self, sock: socket.socket, config: uvicorn.Config) -> None:
-        self.sock, self.config = sock, config
+    def __init__(self, sock: socket.socket, config: uvicorn.Config, scheme: str = "http") -> None:
+        self.sock, self.config, self.scheme = sock, config, scheme
 
     @property
     def address(self) -> tuple[str, int]:
@@ -79,6 +79,10 @@ class ApiServer:
         return str(host), int(port)
 
     async def run(self, stopping: asyncio.Event) -> None:
+        # Said when serving starts, not when the socket is bound while the daemon is composed
+        # (before its store lock: a clockd that cannot start says only why).
+        host, port = self.address
+        log.info("api listening on %s://%s:%d", self.scheme, host, port, extra={"action": "api_listening"})
         server = _EmbeddedServer(self.config)
         serving = asyncio.create_task(server.serve(sockets=[self.sock]), name="clockd-api-uvicorn")
         waiting = asyncio.create_task(stopping.wait())
@@ -181,12 +185,4 @@ def build_api_server(
         http="h11",
         loop="none",
     )
-    bound = sock.getsockname()
-    log.info(
-        "api listening on %s://%s:%d",
-        "https" if tls else "http",
-        bound[0],
-        bound[1],
-        extra={"action": "api_listening"},
-    )
-    return ApiServer(sock, config)
+    return ApiServer(sock, config, "https" if tls else "http")

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.harness.home import existing_store
+
 BIN = Path(os.environ.get("CLOCKCTL_BIN_DIR", Path(sys.executable).parent))
 
 
@@ -22,6 +24,7 @@ def ctl(tmp_path: Path) -> Any:
     env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
     env.pop("CLOCKD_STORE", None)
     env.pop("COLUMNS", None)
+    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)

@@ -44,11 +44,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """Write a file until the disk is full; return it (delete it to free the space)."""
     filler = disk / "filler"
-    with open(filler, "wb") as f:
+    # Unbuffered: the write that fails is the last one, and closing has nothing left to flush.
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return filler
