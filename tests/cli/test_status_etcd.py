@@ -12,6 +12,7 @@ from pathlib import Path
 
 from clockd.coord.etcd import EtcdCoordinator
 from tests.harness import EtcdServer, until
+from tests.harness.home import existing_store
 
 BIN = Path(sys.executable).parent
 
@@ -35,6 +36,7 @@ async def test_status_names_the_etcd_leader_and_its_shards(etcd_server: EtcdServ
             "CLOCKD_SHARD_COUNT": "4",
         }
         env.pop("CLOCKD_STORE", None)
+        await asyncio.to_thread(existing_store, tmp_path / "home")  # clockd ran here (status creates none)
         proc = await asyncio.create_subprocess_exec(
             str(BIN / "clockctl"), "status", "-o", "json",
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

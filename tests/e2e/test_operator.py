@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Clockd, wait_for
 from tests.harness import free_port
+from tests.harness.home import existing_store
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -113,6 +114,7 @@ def test_sighup_applies_schedules_dir_while_a_running_job_keeps_running(clockd: 
 
 
 def test_status_shows_the_clockd_holding_the_embedded_store(clockd: Clockd) -> None:
+    existing_store(clockd.home)  # clockd ran here once (status never creates a store)
     idle = clockd.ctl_json("status")
     assert idle["coordination"]["kind"] == "embedded" and idle["coordination"]["lock"]["held"] is False
     proc = clockd.start()
