@@ -61,7 +61,13 @@ class CoordBackend:
         return True
 
     async def close(self) -> None:
-        await asyncio.gather(*(c.stop() for c in self.made), return_exceptions=True)
+        # Bounded: an etcd client's stop() was seen to hang once under load (noted for the
+        # next session); the test is about what ran before, not about teardown.
+        stops = asyncio.gather(*(c.stop() for c in self.made), return_exceptions=True)
+        try:
+            await asyncio.wait_for(stops, timeout=20)
+        except TimeoutError:
+            pass
 
 
 async def _make_local(tmp_path: Path, request: pytest.FixtureRequest) -> Made:
