@@ -15,6 +15,7 @@ from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.planning import MAX_WINDOW
 from clockd.core.timeline import CronTimeline, Fire, Skip
+from clockd.core.upcoming import skip_notes
 from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput
 
@@ -136,26 +137,7 @@ def _doc(fire: Fire, skips: list[Skip]) -> dict[str, Any]:
 
 def _notes(fire: Fire, skips: list[Skip]) -> list[str]:
     """What the note column says of a fire: the gap skipped before it, then its own note."""
-    return [*_skip_notes(skips), *([fire.note] if fire.note else [])]
-
-
-def _skip_notes(skips: list[Skip]) -> list[str]:
-    """One note per gap: ``DST gap: 02:00-02:55 (12 times) do not exist on 2026-03-29, skipped``."""
-    groups: dict[tuple[str, str], list[Skip]] = {}
-    for skip in skips:
-        kind = skip.note.split(":", 1)[0]
-        groups.setdefault((kind, skip.wall.strftime("%Y-%m-%d")), []).append(skip)
-    notes = []
-    for (kind, day), items in groups.items():
-        if len(items) == 1:
-            notes.append(items[0].note)
-        else:
-            first, last = items[0].wall, items[-1].wall
-            notes.append(
-                f"{kind}: {first:%H:%M}-{last:%H:%M} ({len(items)} times) "
-                f"do not exist on {day}, skipped"
-            )
-    return notes
+    return [*skip_notes(skips), *([fire.note] if fire.note else [])]
 
 
 def _offset(local: datetime) -> str:
