@@ -81,6 +81,11 @@ POLL_INTERVAL = 1.0  # backstop re-read of P/ when the watch is quiet or broken
 MAX_BACKOFF = 2.0  # cap of the retry backoff while etcd is unreachable
 REVOKE_TIMEOUT = 1.0
 CONNECT_TIMEOUT = 5.0
+# stop() is bounded by the sum of these, whatever etcd does (answers, refuses, hangs):
+STOP_TASKS_TIMEOUT = 2.0  # the background tasks end (re-cancelled every RECANCEL_INTERVAL)
+RECANCEL_INTERVAL = 0.25
+CLOSE_TIMEOUT = 1.0  # the client's channel and watch stream close
+STOP_BOUND = STOP_TASKS_TIMEOUT + REVOKE_TIMEOUT + CLOSE_TIMEOUT
 
 # notes/etcd.md §4. keepalive_timeout alone does not fire with grpcio 1.85; the HTTP/2
 # ping timeout brings dead-peer detection down to ~6-7 s. Keepalive pings more often
@@ -263,11 +268,19 @@ class _Etcd:
         return CoordError(f"etcd error: {exc}")
 
     async def _call(self, aw: Awaitable[Any], budget: float) -> Any:
+        task = asyncio.current_task()
+        asked = task.cancelling() if task is not None else 0
         try:
             async with asyncio.timeout(max(budget, 0.05)):
                 result = await aw
         except (aetcd.ClientError, *_UNREACHABLE) as exc:
             raise self._translate(exc) from exc
+        if task is not None and task.cancelling() > asked:
+            # aetcd waits with asyncio.wait_for, which on Python 3.11 drops a cancellation
+            # that arrives as its future completes: the call returns although we were
+            # cancelled. Honour it here, or a loop cancelled by stop() runs on (the watch
+            # loop then waits for events forever, and stop() with it).
+            raise asyncio.CancelledError
         self._on_reachable(True, "")
         return result
 
@@ -337,9 +350,58 @@ class _Etcd:
         return _Watch(raw, self._translate)
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(REVOKE_TIMEOUT):
-                await self._client.close()
+        # Not asyncio.timeout: aetcd's watcher shutdown swallows the CancelledError a
+        # timeout would deliver (``except CancelledError: pass``), and what follows it
+        # would then run unbounded. A separate task is abandoned at the deadline instead.
+        await _bounded(self._client.close(), CLOSE_TIMEOUT, "close the etcd client")
+
+
+# -- bounded waits -----------------------------------------------------------------------
+
+# Tasks given up on at a deadline; referenced until they end so that they are not
+# collected while pending (asyncio holds only weak references to tasks).
+_abandoned: set[asyncio.Future[Any]] = set()
+
+
+def _abandon(task: asyncio.Future[Any], what: str, seconds: float) -> None:
+    task.cancel()
+    _abandoned.add(task)
+    task.add_done_callback(_abandoned.discard)
+    log.warning(
+        "gave up waiting after %.1fs to %s",
+        seconds,
+        what,
+        extra={"action": "etcd_stop_abandoned", "what": what},
+    )
+
+
+async def _bounded(aw: Awaitable[Any], seconds: float, what: str) -> None:
+    """Run ``aw`` for at most ``seconds`` and ignore its outcome. The bound does not rely
+    on ``aw`` honouring cancellation: at the deadline it is cancelled and left behind."""
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        _abandon(task, what, seconds)
+    elif not task.cancelled():
+        task.exception()  # retrieved: errors are ignored here on purpose (best effort)
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Task[None]], seconds: float) -> None:
+    """Cancel ``tasks`` and wait at most ``seconds`` for them to end. A cancellation a
+    library swallowed is delivered again every ``RECANCEL_INTERVAL``; tasks still running
+    at the deadline are left behind (cancelled, logged)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - loop.time()
+        if left <= 0:
+            for task in pending:
+                _abandon(task, f"end task {task.get_name()}", seconds)
+            return
+        _, pending = await asyncio.wait(pending, timeout=min(RECANCEL_INTERVAL, left))
 
 
 # -- the coordinator ---------------------------------------------------------------------
@@ -491,21 +553,26 @@ class EtcdCoordinator:
         ]
 
     async def stop(self) -> None:
+        """Release everything and close the client. Returns within ``STOP_BOUND`` seconds
+        (4 s) whatever etcd does — answering, refusing connections, or frozen — and at
+        once when called again: roles are dropped in-process first, so nothing is held
+        when it returns even if etcd never hears of it (the leases then expire by TTL)."""
         self._running = False
         # 1. drop every role in-process before any await
         self._drop_leader("stopping")
         self._drop_session("stopping")
         # 2. stop the background tasks (anything in flight is fenced by its token)
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _cancel_all(tasks, STOP_TASKS_TIMEOUT)
         # 3. revoke, so successors take over in milliseconds instead of a TTL
         if self._etcd is not None and self._orphans:
             orphans, self._orphans = list(self._orphans), {}
             etcd = self._etcd
-            await asyncio.gather(
-                *(etcd.revoke(lid, REVOKE_TIMEOUT) for lid in orphans), return_exceptions=True
+            await _bounded(
+                asyncio.gather(*(etcd.revoke(lid, REVOKE_TIMEOUT) for lid in orphans),
+                               return_exceptions=True),
+                REVOKE_TIMEOUT,
+                "revoke the leases",
             )
         await self._close_client()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from clockd.coord import Lease
-from clockd.coord.etcd import EtcdCoordinator, assign_shards, channel_target
+from clockd.coord.etcd import STOP_BOUND, EtcdCoordinator, assign_shards, channel_target
 from clockd.errors import CoordError
 from tests.harness import EtcdCluster, EtcdServer, free_port, require_binary
 
@@ -441,3 +441,65 @@ async def test_killed_etcd_member_leaves_no_leadership_gap_over_ttl(
         await eventually(lambda: balanced_exactly_once(coords), 10, "shards owned again")
     finally:
         await asyncio.gather(*(c.stop() for c in coords), return_exceptions=True)
+
+
+# -- stop() is bounded -----------------------------------------------------------------------
+
+STOP_SLACK = 2.0  # seconds over STOP_BOUND for a loaded 2-core box
+
+
+async def timed_stop(coord: EtcdCoordinator) -> float:
+    """``coord.stop()``'s duration; fails the test if it overruns its documented bound."""
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(STOP_BOUND + STOP_SLACK):
+            await coord.stop()
+    except TimeoutError:
+        pytest.fail(f"stop() of {coord.node_id} did not return within {STOP_BOUND + STOP_SLACK:.0f}s")
+    return time.monotonic() - start
+
+
+async def test_stop_returns_within_its_bound_wherever_it_lands_in_start_up(make_coord: MakeCoord) -> None:
+    # Regression: stop() hung for good when its cancellation reached the watch loop as
+    # aetcd's watch creation completed (aetcd's wait_for drops it on Python 3.11, and the
+    # loop then waited for events that never came). Five nodes per round, stopped at
+    # staggered points of their first milliseconds: about one stop in twenty hung.
+    for rnd in range(20):
+        coords = [make_coord(f"r{rnd}n{i}") for i in range(5)]
+        await asyncio.gather(*(c.start(lead=True, materialize=True, modes=["leader"]) for c in coords))
+
+        async def stop_after(coord: EtcdCoordinator, delay: float) -> float:
+            await asyncio.sleep(delay)  # where in the start-up the stop lands, not a wait for an event
+            return await timed_stop(coord)
+
+        took = await asyncio.gather(*(stop_after(c, i * 0.002 + rnd * 0.0005) for i, c in enumerate(coords)))
+        assert max(took) <= STOP_BOUND + STOP_SLACK
+        for c in coords:
+            assert c.leader_lease() is None and c.shard_leases() == []
+            assert await timed_stop(c) < 0.5  # a second stop is a no-op
+
+
+@pytest.mark.parametrize("fault", ["frozen", "killed"])
+async def test_stop_returns_within_its_bound_when_etcd_is_frozen_or_dead(
+    make_coord: MakeCoord, own_etcd: EtcdServer, fault: str
+) -> None:
+    # A leader holding every shard, and a follower mid-campaign (its leader loop polls the
+    # leader key every second), when etcd stops answering (SIGSTOP) or is gone (SIGKILL).
+    a = make_coord("a", endpoints=own_etcd.endpoints)
+    b = make_coord("b", endpoints=own_etcd.endpoints)
+    await a.start(lead=True, materialize=True, modes=["leader", "materializer"])
+    await eventually(lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS,
+                     10, "a leads and owns every shard")
+    await b.start(lead=True, materialize=True, modes=["leader", "materializer"])
+    if fault == "frozen":
+        own_etcd.freeze()
+    else:
+        own_etcd.kill()
+    try:
+        took = await asyncio.gather(timed_stop(a), timed_stop(b))
+        assert max(took) <= STOP_BOUND + STOP_SLACK
+        assert not leaders([a, b]) and not ownership([a, b])  # nothing held once stop returns
+        assert max(await asyncio.gather(timed_stop(a), timed_stop(b))) < 0.5
+    finally:
+        if fault == "frozen":
+            own_etcd.thaw()
