@@ -23,9 +23,10 @@ unless a drill sets them, and no setting, flag or config key exposes them:
   long between its lease check and its commit, as a GC pause or a VM migration would,
   so a drill can show the fence turning the zombie's transaction away
   (``tests/e2e/test_drills.py``).
-* ``CLOCKD_FAULT_HOLD_WHILE`` (a path): the materializer holds each batch there for as
-  long as the file exists, so a partition drill can make a cut-off node attempt its
-  write after its lease deadline (``tests/e2e/test_partitions.py``).
+* ``CLOCKD_FAULT_HOLD_WHILE`` (a path): the materializer holds each batch, and the
+  leader each tick, between its lease check and its write for as long as the file
+  exists, so a partition drill can make a cut-off node attempt its write after its
+  lease deadline (``tests/e2e/test_partitions.py``).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class Faults:
     """Fault injection for the failure drills; all zero (off) in production."""
 
     hold_before_commit: float = 0.0  # seconds the materializer holds a batch before commit
-    hold_while: str | None = None  # the materializer holds a batch while this file exists
+    hold_while: str | None = None  # the materializer (a batch) and leader (a tick) hold while it exists
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Faults:
@@ -223,6 +224,7 @@ def _leader(parts: Parts) -> Service:
         reap_hold=parts.settings.visibility_timeout.total_seconds(),
         # Two materializer horizons: by then every instant of the window was in reach.
         sampler=SamplerSettings(reconcile_margin=2 * parts.settings.horizon),
+        hold_while=parts.faults.hold_while,
     )
     return Leader(parts.store, parts.coord, parts.clock, settings, parts.clock_watch, parts.notifier)
 

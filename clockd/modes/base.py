@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 
 from clockd.errors import FencedOut, StoreError
@@ -23,6 +24,27 @@ async def wait_or_stop(stopping: asyncio.Event, seconds: float) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stopping.wait(), timeout=max(0.0, seconds))
     return stopping.is_set()
+
+
+async def fault_hold_while(path: str | None, what: str, **extra: object) -> None:
+    """Fault injection for the failure drills only (``CLOCKD_FAULT_HOLD_WHILE``, read by
+    clockd.wiring.Faults; None in production): wait for as long as ``path`` exists, as a
+    pause of the drill's choosing between a lease check and the write it guards."""
+    if not _exists(path):
+        return
+    log.warning(
+        "fault injection: holding %s while %s exists",
+        what,
+        path,
+        extra={"action": "fault_hold", **extra},
+    )
+    while _exists(path):  # noqa: ASYNC110  # polls a file the drill removes
+        await asyncio.sleep(0.05)
+
+
+def _exists(path: str | None) -> bool:
+    """For the drills' hold fault only (a stat of a local file, never in production)."""
+    return path is not None and os.path.exists(path)
 
 
 class Backoff:

@@ -36,7 +36,7 @@ from clockd.core.clock import Clock
 from clockd.core.model import AttemptOutcome, OccurrenceState
 from clockd.core.notify import NotifyEvent, for_event
 from clockd.errors import FencedOut
-from clockd.modes.base import run_ticks
+from clockd.modes.base import fault_hold_while, run_ticks
 from clockd.modes.clockwatch import ClockWatch
 from clockd.modes.sampler import Sampler, SamplerSettings
 from clockd.obs import metrics
@@ -64,6 +64,10 @@ class LeaderSettings:
     # Seconds the reaper waits after the last store error before returning expired
     # leases (the visibility timeout: see clockd.obs.health).
     reap_hold: float = 30.0  # metrics read from the store, and the reconciler
+    # CLOCKD_FAULT_HOLD_WHILE (read only by clockd.wiring.Faults): hold each tick between
+    # the lease check and its first write while this file exists, so a partition drill
+    # can make a cut-off leader write after its deadline. None in production.
+    hold_while: str | None = None
 
 
 class Leader:
@@ -100,6 +104,7 @@ class Leader:
         if lease is None:
             return False
         fence = Fence(lease.resource, lease.token)
+        await fault_hold_while(self.settings.hold_while, "a leader tick", token=lease.token)
         try:
             reaped = (
                 await self.store.reap_expired(fence, self.settings.reap_batch, now)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -36,7 +35,7 @@ from clockd.core.model import OccurrenceState, Schedule
 from clockd.core.planning import plan_schedule
 from clockd.core.spec import compile_spec
 from clockd.errors import ClockdError, FencedOut, StoreError
-from clockd.modes.base import run_ticks
+from clockd.modes.base import fault_hold_while, run_ticks
 from clockd.modes.clockwatch import ClockWatch
 from clockd.obs import metrics
 from clockd.runner.notify import Notifier
@@ -182,14 +181,7 @@ class Materializer:
                 extra={"action": "fault_hold", "shard": lease.shard},
             )
             await asyncio.sleep(self.settings.hold_before_commit)
-        if _exists(self.settings.hold_while):
-            log.warning(
-                "fault injection: holding a batch while %s exists",
-                self.settings.hold_while,
-                extra={"action": "fault_hold", "shard": lease.shard},
-            )
-            while _exists(self.settings.hold_while):  # noqa: ASYNC110  # polls a file the drill removes
-                await asyncio.sleep(0.05)
+        await fault_hold_while(self.settings.hold_while, "a batch", shard=lease.shard)
         try:
             result = await self.store.materialize(Fence(lease.resource, lease.token), occurrences, cursors, now)
         except FencedOut:
@@ -230,8 +222,3 @@ class Materializer:
                 continue
             for o in missed:
                 self.notifier.missed(schedule, o.id, o.version, o.scheduled_for, o.reason)
-
-
-def _exists(path: str | None) -> bool:
-    """For the drills' hold fault only (a stat of a local file, never in production)."""
-    return path is not None and os.path.exists(path)

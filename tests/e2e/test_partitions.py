@@ -200,21 +200,37 @@ def test_partition_leader_from_etcd_steps_down_and_rejoins(
     island: Island,
     tmp_path: Path,
 ) -> None:
-    log = tmp_path / "runs.log"
-    n1 = island.start(cluster, "n1", "leader,relay")
+    log, hold = tmp_path / "runs.log", tmp_path / "hold"
+    metrics_port = free_port()
+    n1 = island.start(
+        cluster, "n1", "leader,relay",
+        env={"CLOCKD_FAULT_HOLD_WHILE": str(hold), "CLOCKD_METRICS_ADDR": f"{island.ns.ns_ip}:{metrics_port}"},
+    )  # fmt: skip
     wait_for("n1 to lead", lambda: _leading(n1), 15)
     n2 = cluster.start("n2", "leader,relay")
     cluster.start("m1", "materializer,worker")
     names = add_logged_load(cluster, log)
     start_at = now() + timedelta(seconds=1)
     wait_for("runs", lambda: ran(log) >= 3, 20)
+
+    # Hold n1 between its lease check and its first write of a tick (a GC pause), then
+    # cut it off etcd.
+    held = len(n1.actions("fault_hold"))
+    hold.touch()
+    wait_for("n1 to hold a tick", lambda: len(n1.actions("fault_hold")) > held, 20)
     reached = len(n1.actions("etcd_reachable"))
     island.ns.blackhole(island.etcd.port)
     cut = time.monotonic()
     wait_for("n1 to step down by its own deadline", lambda: not _leading(n1), TTL + 3)
     assert time.monotonic() - cut <= TTL + 2
     wait_for("n2 to lead", lambda: _leading(n2), TTL + 10)
-    more_runs(log, 5, "runs under n2", 30)
+    more_runs(log, 5, "runs under n2", 30)  # n2's ticks meanwhile store its larger token in the fence
+
+    # The pause ends: n1 makes the write it held, with its old token; the fence turns it away.
+    fenced_before = len(n1.actions("fenced_out"))
+    hold.unlink()
+    wait_for("n1's late write to bounce off the fence", lambda: len(n1.actions("fenced_out")) > fenced_before, 15)
+    assert metric(island.ns.ns_ip, metrics_port, "clockd_fenced_writes_rejected_total") >= 1
     island.ns.heal(island.etcd.port)
     wait_for("n1 to reach etcd again", lambda: len(n1.actions("etcd_reachable")) > reached, 30)
     assert n1.alive()

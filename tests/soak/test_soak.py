@@ -1,7 +1,8 @@
 """The randomized soak as a pytest test, so CI counts it: a short run with a fixed seed.
 
-`make test` runs it for CLOCKD_SOAK_CI_MINUTES (default 1) with 200 schedules; the
-30-minute run with ~2,000 schedules is `make soak` (``python -m tests.soak.soak``).
+`make test` runs it for CLOCKD_SOAK_CI_MINUTES (default 3, as issue 19 asks; about 4 min
+of wall time) with 200 schedules; the 30-minute run with ~2,000 schedules is `make soak`
+(``python -m tests.soak.soak``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.drill]
 def test_randomized_soak_fixed_seed_ends_with_zero_unaccounted(tmp_path: Path) -> None:
     require_binary("etcd")
     require_binary("initdb")
-    minutes = float(os.environ.get("CLOCKD_SOAK_CI_MINUTES", "1"))
+    minutes = float(os.environ.get("CLOCKD_SOAK_CI_MINUTES", "3"))
     result = Soak(minutes, seed=19, schedules=200, workdir=tmp_path).run()
     print(result.summary())
     assert result.report is not None
