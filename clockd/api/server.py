@@ -128,6 +128,7 @@ async def _coordination(settings: Settings, coordinator: Coordinator | None) -> 
         "members": [
             {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)}
             | ({"standby": m.standby} if m.standby else {})
+            | ({"capabilities": list(m.capabilities)} if m.capabilities else {})
             for m in found.members
         ],
     }

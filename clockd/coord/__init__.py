@@ -59,6 +59,8 @@ class Member:
     modes: tuple[str, ...]
     shards: tuple[int, ...] = ()
     standby: str | None = None  # why the node stepped down from leader/materializer duties
+    # What its worker honours (clockd.core.capabilities); () from a release before them.
+    capabilities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

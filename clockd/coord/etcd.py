@@ -67,6 +67,7 @@ from urllib.parse import urlsplit
 import aetcd
 
 from clockd.coord import LEADER, CoordStatus, Lease, Member, shard_resource
+from clockd.core.capabilities import advertised
 from clockd.core.clock import Clock, SystemClock
 from clockd.errors import CoordError
 
@@ -617,9 +618,12 @@ class EtcdCoordinator:
 
     def _member_value(self) -> bytes:
         """The member key's value. Standing by, the node does not list the leader and
-        materializer modes, so no node assigns it shards, and says why."""
+        materializer modes, so no node assigns it shards, and says why. A worker lists
+        the capabilities it honours (clockd.core.capabilities)."""
         modes = [m for m in self._modes if self._standby is None or m not in (MATERIALIZER, "leader")]
         doc: dict[str, object] = {"node": self.node_id, "modes": modes}
+        if caps := advertised(self._modes):
+            doc["capabilities"] = list(caps)
         if self._standby is not None:
             doc["standby"] = self._standby
         return json.dumps(doc).encode()
@@ -633,6 +637,7 @@ class EtcdCoordinator:
         leader_token: int | None = None
         modes: dict[str, tuple[str, ...]] = {}
         standby: dict[str, str] = {}
+        caps: dict[str, tuple[str, ...]] = {}
         shards: dict[str, list[int]] = {}
         for kv in kvs:
             if kv.key == self._k_leader:
@@ -647,12 +652,20 @@ class EtcdCoordinator:
                 )
                 if isinstance(info.get("standby"), str):
                     standby[node] = str(info["standby"])
+                raw_caps = info.get("capabilities")
+                caps[node] = tuple(str(c) for c in raw_caps) if isinstance(raw_caps, list) else ()
             else:
                 shard = self._owner_shard(kv.key)
                 if shard is not None:
                     shards.setdefault(kv.value.decode("utf-8", "replace"), []).append(shard)
         members = tuple(
-            Member(node, modes.get(node, ()), tuple(sorted(shards.get(node, ()))), standby.get(node))
+            Member(
+                node,
+                modes.get(node, ()),
+                tuple(sorted(shards.get(node, ()))),
+                standby.get(node),
+                caps.get(node, ()),
+            )
             for node in sorted(set(modes) | set(shards))
         )
         return CoordStatus(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clockd.coord import LEADER, CoordStatus, Lease, Member, shard_resource
+from clockd.core.capabilities import advertised
 from clockd.errors import StoreLocked, StoreUnavailable
 from clockd.store import Store
 from clockd.store.sqlite import files
@@ -103,7 +104,7 @@ class LocalCoordinator:
             reachable=True,
             leader_node=self.node_id if self._leader else None,
             leader_token=self._leader.token if self._leader else None,
-            members=(Member(self.node_id, self._modes, shards),),
+            members=(Member(self.node_id, self._modes, shards, capabilities=advertised(self._modes)),),
         )
 
 

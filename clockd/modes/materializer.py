@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from clockd.coord import Coordinator, Lease
+from clockd.core import capabilities
 from clockd.core.clock import Clock
 from clockd.core.model import OccurrenceState, Schedule
 from clockd.core.planning import plan_schedule
@@ -58,6 +59,8 @@ class MaterializerSettings:
     # CLOCKD_FAULT_HOLD_WHILE: hold each batch there for as long as this file exists (a
     # pause of the drill's choosing, e.g. across a partition). None in production.
     hold_while: str | None = None
+    # Seconds between reads of what the live workers honour (clockd.core.capabilities).
+    capabilities_every: float = 2.0
 
 
 class Materializer:
@@ -77,6 +80,11 @@ class Materializer:
         self._rates: dict[str, int] = {}  # tenant -> catch-up occurrences per minute
         self._rates_read: float | None = None
         self._catch_up_next: dict[str, datetime] = {}  # tenant -> next free catch-up slot
+        # What every live worker honours (None: no worker, or not read yet), and the
+        # schedules held back meanwhile (logged once each).
+        self._offered: frozenset[str] | None = None
+        self._offered_read: float | None = None
+        self._held: set[str] = set()
 
     async def run(self, stopping: asyncio.Event) -> None:
         await run_ticks("materializer", self.tick, self.settings.interval, stopping)
@@ -100,6 +108,7 @@ class Materializer:
         if not shards:
             return False
         await self._read_rates()
+        await self._read_offered()
         more = False
         for shard in shards:
             lease = leases[shard]
@@ -122,6 +131,42 @@ class Materializer:
             log.warning("cannot read tenant limits: %s", exc.message, extra={"action": "tenant_limits_failed"})
             return
         self._rates = {t.tenant: t.catch_up_rate for t in limits if t.catch_up_rate}
+
+    async def _read_offered(self) -> None:
+        mono = self.clock.monotonic()
+        if self._offered_read is not None and mono - self._offered_read < self.settings.capabilities_every:
+            return
+        self._offered_read = mono
+        status = await self.coord.status()
+        if status.reachable:  # else keep what was last seen
+            self._offered = capabilities.offered([m.capabilities for m in status.members if "worker" in m.modes])
+
+    def _waits_for_workers(self, schedule: Schedule) -> bool:
+        """True when a live worker would not honour the schedule (an older release that
+        ignores a feature it uses): it is not planned until every worker does, so that
+        worker never claims it. Its instants then follow the misfire policy, recorded."""
+        offered = capabilities.WORKER_CAPABILITIES if self._offered is None else self._offered
+        missing = capabilities.required(schedule.definition) - offered
+        if not missing:
+            if schedule.id in self._held:
+                self._held.discard(schedule.id)
+                log.info(
+                    "schedule %s: every live worker honours it now",
+                    schedule.definition.name,
+                    extra={"action": "capability_ready", "schedule": schedule.definition.name},
+                )
+            return False
+        if schedule.id not in self._held:
+            self._held.add(schedule.id)
+            log.warning(
+                "schedule %s waits: a live worker does not honour %s (an older release); "
+                "it is planned once every worker does",
+                schedule.definition.name,
+                ", ".join(sorted(missing)),
+                extra={"action": "capability_wait", "schedule": schedule.definition.name,
+                       "missing": sorted(missing)},
+            )
+        return True
 
     def _paced(self, tenant: str, available: datetime, now: datetime) -> datetime:
         """A catch-up occurrence's ``available_at`` under its tenant's catch-up rate."""
@@ -150,6 +195,8 @@ class Materializer:
                     exc.message,
                     extra={"action": "schedule_invalid", "schedule": d.name},
                 )
+                continue
+            if self._waits_for_workers(schedule):
                 continue
             plan = plan_schedule(schedule, spec.next_after, until, now, self.settings.instants_per_schedule)
             for p in plan.occurrences:

@@ -75,8 +75,9 @@ class Cluster:
         env.pop("CLOCKD_CONFIG", None)
         return env
 
-    def migrate(self) -> None:
-        subprocess.run([str(BIN / "clockd"), "migrate"], env=self.env, check=True, capture_output=True, timeout=60)
+    def migrate(self, bin_dir: Path = BIN) -> None:
+        """``clockd migrate``, of this release or of the one in ``bin_dir``."""
+        subprocess.run([str(bin_dir / "clockd"), "migrate"], env=self.env, check=True, capture_output=True, timeout=60)
 
     def start(
         self,
@@ -86,15 +87,17 @@ class Cluster:
         env: dict[str, str] | None = None,
         prefix: list[str] | None = None,
         etcd: list[str] | None = None,
+        bin_dir: Path = BIN,
     ) -> Proc:
         """Start ``clockd run`` as node ``name``; ``prefix`` wraps the command (e.g. ``ip
         netns exec …``, which execs it: the PID is clockd's), ``etcd`` overrides the
-        endpoints (a namespaced process reaches etcd through a relay)."""
+        endpoints (a namespaced process reaches etcd through a relay), ``bin_dir`` runs
+        another release's ``clockd`` (``tests.harness.release``)."""
         log_path = self.workdir / f"{name}.log"
         popen = subprocess.Popen(
             [
                 *(prefix or []),
-                str(BIN / "clockd"),
+                str(bin_dir / "clockd"),
                 "run",
                 "--mode",
                 modes,

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.e2e
 EXIT_WITHIN = STOP_BOUND + 8.0  # the coordinator's bound, plus the rest of a shutdown on a loaded box
 
 
-@pytest.mark.parametrize("fault", ["frozen", "killed"])
+# A dead etcd refuses at once (the cheaper case): `make soak` only, for make test's time.
+@pytest.mark.parametrize("fault", ["frozen", pytest.param("killed", marks=pytest.mark.soak)])
 def test_sigterm_exits_within_its_bound_when_etcd_is_frozen_or_dead(
     pg_server: PostgresServer, tmp_path: Path, fault: str
 ) -> None:

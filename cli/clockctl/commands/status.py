@@ -130,6 +130,7 @@ async def _coordination(settings: Settings, location: StoreLocation) -> dict[str
                 # "standby" (why it handed its roles over) only on a node that stands by.
                 {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)}
                 | ({"standby": m.standby} if m.standby else {})
+                | ({"capabilities": list(m.capabilities)} if m.capabilities else {})
                 for m in (found.members if found is not None else ())
             ],
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -19,6 +20,7 @@ import pytest
 
 from clockd.coord import Lease
 from clockd.coord.etcd import STOP_BOUND, EtcdCoordinator, assign_shards, channel_target
+from clockd.core.capabilities import WORKER_CAPABILITIES, offered
 from clockd.errors import CoordError
 from tests.harness import EtcdCluster, EtcdServer, free_port, require_binary
 
@@ -308,6 +310,30 @@ async def test_status_names_leader_members_and_shards(make_coord: MakeCoord) -> 
     assert members["a"].shards == tuple(range(SHARDS))
     assert members["b"].modes == ("worker",) and members["b"].shards == ()
     assert a.etcd_up and b.etcd_up
+
+
+async def test_workers_advertise_capabilities_and_an_older_member_reads_as_none(
+    make_coord: MakeCoord, etcd_server: EtcdServer, cluster_name: str
+) -> None:
+    require_binary("etcdctl")
+    w, m = make_coord("w"), make_coord("m")
+    await w.start(lead=False, materialize=False, modes=["worker"])
+    await m.start(lead=False, materialize=True, modes=["materializer"])
+    # A member key as a release before capabilities wrote it (no "capabilities" field).
+    old = await asyncio.to_thread(
+        subprocess.run,
+        ["etcdctl", f"--endpoints={etcd_server.endpoints[0]}", "put",
+         f"/clockd/{cluster_name}/members/old", '{"node": "old", "modes": ["worker"]}'],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert old.returncode == 0, old.stderr
+    members = {x.node_id: x for x in (await m.status()).members}
+    assert members["w"].capabilities == tuple(sorted(WORKER_CAPABILITIES))
+    assert members["m"].capabilities == ()  # not a worker: nothing to advertise
+    assert members["old"].capabilities == ()
+    workers = [x.capabilities for x in members.values() if "worker" in x.modes]
+    assert offered(workers) == frozenset()  # the old worker honours none of them
+    assert offered([members["w"].capabilities]) == WORKER_CAPABILITIES and offered([]) is None
 
 
 async def test_stand_by_hands_leadership_and_shards_over_and_returns(make_coord: MakeCoord) -> None:
