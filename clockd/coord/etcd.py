@@ -4,6 +4,7 @@ Keys, under ``P = /clockd/<cluster>``::
 
     P/leader              {"node": id, "lease": hex}   bound to the leader lease L
     P/members/<node>      {"node": id, "modes": [...]} bound to the node's session lease S
+                          (+ "capabilities": [...] on a worker, "standby": why)
     P/shards/<s>/owner    node id                       bound to the same session lease S
 
 Terms and tokens (notes/etcd.md §4):

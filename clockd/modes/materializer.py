@@ -20,6 +20,14 @@ run are spaced out at the tenant's ``catch_up_rate`` per minute
 ``available_at`` becomes the tenant's next free catch-up slot. The slots are
 kept by this materializer, so with several materializers a tenant's rate is
 per materializer.
+
+Mixed versions (a rolling upgrade): a schedule whose definition needs a capability
+that some live worker does not advertise (``clockd.core.capabilities``; what the
+workers offer is re-read from the coordinator every ``capabilities_every`` seconds)
+is not planned: its cursor stays, so no worker can claim it, and once every worker
+offers it, its late instants are planned under its misfire policy like any others.
+Held schedules stay due, so a shard with more than ``batch`` of them would starve
+its others; an upgrade window is expected to be short.
 """
 
 from __future__ import annotations
