@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import clockd.store
-from clockd.store import engine
+from clockd.store import engine, sql
 from clockd.store.sql import load_migrations, load_queries, parse_queries
 
 STORE_DIR = Path(clockd.store.__file__).parent
@@ -34,23 +34,26 @@ def test_the_reference_adapter_is_found() -> None:
 def test_every_query_the_engine_runs_is_in_every_dialect(adapter: str) -> None:
     names = set(load_queries(f"clockd.store.{adapter}"))
     assert sorted(engine.ENGINE_QUERIES - names) == [], f"{adapter} lacks these queries"
+    assert sorted(sql.SCHEMA_QUERIES - names) == [], f"{adapter} lacks these schema queries"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_no_dialect_holds_a_query_nobody_runs(adapter: str) -> None:
     driver = importlib.import_module(f"clockd.store.{adapter}.store")
     names = set(load_queries(f"clockd.store.{adapter}"))
-    run = engine.ENGINE_QUERIES | driver.DRIVER_QUERIES
+    run = engine.ENGINE_QUERIES | sql.SCHEMA_QUERIES | driver.DRIVER_QUERIES
     assert sorted(names - run) == [], f"{adapter} holds queries nobody runs"
     assert sorted(driver.DRIVER_QUERIES - names) == [], f"{adapter}'s driver runs queries it lacks"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_the_declared_names_are_the_ones_the_code_names(adapter: str) -> None:
-    """ENGINE_QUERIES and each DRIVER_QUERIES list exactly the query names their module
-    spells out (no name is built at run time), so the two checks above mean something."""
+    """ENGINE_QUERIES, SCHEMA_QUERIES and each DRIVER_QUERIES list exactly the query names
+    their module spells out (no name is built at run time), so the two checks above mean
+    something."""
     names = set(load_queries(f"clockd.store.{adapter}"))
     driver = importlib.import_module(f"clockd.store.{adapter}.store")
+    assert _literals(Path(sql.__file__)) & names == set(sql.SCHEMA_QUERIES)
     engine_named = _literals(Path(engine.__file__)) & names
     driver_named = _literals(Path(driver.__file__)) & names
     assert engine_named == set(engine.ENGINE_QUERIES)
