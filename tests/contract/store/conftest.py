@@ -47,7 +47,6 @@ class SqliteBackend(Backend):
         finally:
             conn.close()
 
-
     async def execute(self, statement: str, *params: object) -> list[tuple[Any, ...]]:
         conn = sqlite3.connect(self.path)
         try:

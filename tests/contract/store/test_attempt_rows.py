@@ -79,7 +79,5 @@ async def test_a_running_attempt_row_an_older_clockd_wrote_is_completed_in_place
     assert await store.release([claims[2].lease_token], T0 + MIN) == 1
     reaped = await store.reap_expired(FENCE, 100, T0 + LEASE + SEC)
     assert [r.occurrence_id for r in reaped] == [claims[1].occurrence_id]
-    outcomes = [
-        [(a.number, a.outcome) for a in await store.list_attempts(claim.occurrence_id)] for claim in claims
-    ]
+    outcomes = [[(a.number, a.outcome) for a in await store.list_attempts(claim.occurrence_id)] for claim in claims]
     assert outcomes == [[(1, AttemptOutcome.SUCCEEDED)], [(1, AttemptOutcome.LOST)], []]
