@@ -148,7 +148,7 @@ WHERE schedule_id = :schedule_id AND schedule_version < :version
 -- name: occurrence_insert_manual
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
                          available_at, state, max_attempts, manual)
-VALUES (:id, :schedule_id, :version, :tenant, :queue, :now, :now, 'SCHEDULED', :max_attempts, 1);
+VALUES (:id, :schedule_id, :version, :tenant, :queue, :now, :now, :scheduled, :max_attempts, 1);
 
 -- name: occurrence_get
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
@@ -246,7 +246,7 @@ RETURNING id, state;
 -- name: outbox_insert
 INSERT INTO outbox (occurrence_id, queue, tenant, available_at)
 SELECT id, queue, tenant, available_at FROM occurrences
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'SCHEDULED'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :scheduled
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- ------------------------------------------------------------------ relay
@@ -325,12 +325,12 @@ FROM json_each(:rows) AS c WHERE true
 ON CONFLICT (occurrence_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = excluded.exit_code,
     signal = excluded.signal, output = excluded.output, error = excluded.error
-WHERE a.outcome = 'running';
+WHERE a.outcome = :attempt_running;
 
 -- name: finish_occurrences
 UPDATE occurrences
 SET state = json_extract(c.value, '$[7]'),
-    finished_at = CASE WHEN json_extract(c.value, '$[7]') = 'RETRY_WAIT' THEN NULL ELSE :now END,
+    finished_at = CASE WHEN json_extract(c.value, '$[7]') = :retry_wait THEN NULL ELSE :now END,
     exit_code = json_extract(c.value, '$[3]'),
     last_error = json_extract(c.value, '$[6]'),
     reason = json_extract(c.value, '$[8]')
@@ -362,7 +362,7 @@ DELETE FROM attempts WHERE (occurrence_id, attempt) IN (
 -- name: release_occurrences
 UPDATE occurrences
 SET attempts = attempts - 1,
-    state = CASE WHEN attempts - 1 = 0 THEN 'ENQUEUED' ELSE 'RETRY_WAIT' END,
+    state = CASE WHEN attempts - 1 = 0 THEN :fresh ELSE :again END,
     started_at = CASE WHEN attempts - 1 = 0 THEN NULL ELSE started_at END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :running;
 
@@ -382,11 +382,11 @@ INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, start
                            outcome, error)
 SELECT json_extract(k.value, '$[0]'), json_extract(k.value, '$[1]'), json_extract(k.value, '$[2]'),
        coalesce(json_extract(k.value, '$[3]'), ''), coalesce(json_extract(k.value, '$[4]'), :now),
-       :now, 'lost', :error
+       :now, :attempt_lost, :error
 FROM json_each(:keys) AS k WHERE true
 ON CONFLICT (occurrence_id, attempt) DO UPDATE
-SET outcome = 'lost', finished_at = excluded.finished_at, error = excluded.error
-WHERE a.outcome = 'running';
+SET outcome = :attempt_lost, finished_at = excluded.finished_at, error = excluded.error
+WHERE a.outcome = :attempt_running;
 
 -- name: reap_retry
 UPDATE occurrences SET state = :next
@@ -858,7 +858,7 @@ FROM dispatch GROUP BY queue ORDER BY queue;
 -- as PostgreSQL's percentile_cont does.
 WITH w AS MATERIALIZED (
     SELECT coalesce(started_at, :now) - available_at AS lag FROM occurrences
-    WHERE scheduled_for >= :since - 300000000 AND scheduled_for <= :now
+    WHERE scheduled_for >= :since - :window AND scheduled_for <= :now
       AND available_at >= :since AND available_at <= :now
       AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'))
 ), n AS (SELECT count(*) AS c FROM w)
@@ -893,7 +893,7 @@ GROUP BY state, kind;
 -- name: enqueue_lags
 -- Due minus staged (µs) of the occurrences due in [:since, :until), at most :limit.
 SELECT coalesce(enqueued_at, :until) - available_at FROM occurrences
-WHERE scheduled_for >= :since - 300000000 AND scheduled_for < :until
+WHERE scheduled_for >= :since - :window AND scheduled_for < :until
   AND available_at >= :since AND available_at < :until
   AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
 LIMIT :limit;

@@ -22,14 +22,13 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, LiteralString, TypeVar
 
 from clockd.core.model import OverlapPolicy
 from clockd.errors import StoreLocked, StoreUnavailable
-from clockd.store import LagStats
-from clockd.store.codec import dumps, from_us, opt_from_us, opt_to_us, to_us
+from clockd.store.codec import dumps, duration_to_us, from_us, neighbour_lag_stats, opt_from_us, opt_to_us, to_us
 from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Script, Step, drive_sync
 from clockd.store.engine import SqlStore
 from clockd.store.sql import apply_migration, check_schema, load_migrations, load_queries, log_applied, trusted_sql
@@ -45,17 +44,6 @@ KNOWN_VERSION: Final = MIGRATIONS[-1].version if MIGRATIONS else 0
 
 MIN_SQLITE: Final = (3, 35, 0)
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
-
-# Primary result codes (sqlite3.h); extended codes carry them in the low byte.
-_SQLITE_PERM = 3
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_READONLY = 8
-_SQLITE_IOERR = 10
-_SQLITE_CORRUPT = 11
-_SQLITE_FULL = 13
-_SQLITE_CANTOPEN = 14
-_SQLITE_NOTADB = 26
 
 # What SQLite's message names for each kind of constraint error the engine tells apart.
 _CONSTRAINTS: Final = (
@@ -157,28 +145,28 @@ class SqliteDriver:
     def _translate(self, exc: sqlite3.Error) -> Exception:
         """A driver error as a clockd error that says what happened and what to do."""
         code = getattr(exc, "sqlite_errorcode", None)
-        primary = code & 0xFF if isinstance(code, int) else None
+        primary = code & 0xFF if isinstance(code, int) else None  # extended codes: primary in the low byte
         where = str(self.path)
-        if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return StoreLocked(
                 f"database {where} is locked: another process held the write lock for more "
                 f"than {self.busy_timeout:g} s ({exc}); retry, or stop the other writer"
             )
-        if primary == _SQLITE_FULL:
+        if primary == sqlite3.SQLITE_FULL:
             return StoreUnavailable(f"disk full writing {where} ({exc}): nothing was written; free space and retry")
-        if primary == _SQLITE_IOERR:
+        if primary == sqlite3.SQLITE_IOERR:
             return StoreUnavailable(f"disk I/O error on {where} ({exc}): nothing was written; check the disk and retry")
-        if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
+        if primary in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
             return StoreUnavailable(
                 f"{where} is not a clockd SQLite database or is damaged ({exc}): point the "
                 "store at another path, or restore the file from a backup"
             )
-        if primary == _SQLITE_READONLY:
+        if primary == sqlite3.SQLITE_READONLY:
             return StoreUnavailable(
                 f"{where} is read-only ({exc}): "
                 + ("this store was opened read-only" if self.readonly else "check the permissions of the file")
             )
-        if primary in (_SQLITE_CANTOPEN, _SQLITE_PERM):
+        if primary in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
             return StoreUnavailable(
                 f"cannot open {where} ({exc}): check that the path is a file and that this user may "
                 "read and write it and its directory"
@@ -299,9 +287,7 @@ class SqliteDriver:
     opt_read = staticmethod(opt_from_us)
     array = staticmethod(dumps)
 
-    @staticmethod
-    def duration(value: timedelta) -> int:
-        return value // timedelta(microseconds=1)
+    duration = staticmethod(duration_to_us)
 
     @staticmethod
     def seconds(value: Any) -> float:
@@ -320,16 +306,7 @@ class SqliteDriver:
     def text(value: str) -> str:
         return value
 
-    @staticmethod
-    def lag_stats(row: Sequence[Any]) -> LagStats:
-        """Nearest ranks from SQL, interpolated here as ``percentile_cont``."""
-        count, *pairs = row
-        if not count:
-            return LagStats(0, None, None, None)
-        p50, p95, p99 = (
-            _interpolate(int(count), rank, pairs[2 * i], pairs[2 * i + 1]) for i, rank in enumerate((50, 95, 99))
-        )
-        return LagStats(int(count), p50, p95, p99)
+    lag_stats = staticmethod(neighbour_lag_stats)  # SQLite has no percentile_cont
 
     # -- steps of several statements -----------------------------------------------------------
 
@@ -396,7 +373,7 @@ class SqliteDriver:
         inserted = yield Run("materialize_insert", params)
         queued = [oid for oid, state in inserted if state == params["scheduled"]]
         if queued:
-            yield Run("outbox_insert", {"ids": dumps(queued)}, "none")
+            yield Run("outbox_insert", {"ids": dumps(queued), "scheduled": params["scheduled"]}, "none")
         return len(inserted)
 
     def release_slots(self, params: dict[str, Any]) -> Body[None]:
@@ -452,16 +429,6 @@ def _statements(script: LiteralString) -> list[LiteralString]:
     if rest:
         raise ValueError(f"unterminated statement at the end of a migration: {rest[:80]!r}")
     return statements
-
-
-def _interpolate(count: int, rank: int, low: int | None, high: int | None) -> float | None:
-    """``percentile_cont(rank/100)`` from the values at offsets floor((n-1)·p) and the next
-    one (µs in, seconds out)."""
-    if low is None:
-        return None
-    fraction = ((count - 1) * rank % 100) / 100
-    upper = low if high is None else high
-    return (low + (upper - low) * fraction) / 1e6
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
