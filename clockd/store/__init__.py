@@ -39,12 +39,11 @@ Tables (both adapters; names matter for the parity test):
 * ``dispatch``: the queue workers claim from (``visible_at``, lease columns).
 * ``attempts``: one row per try, keyed by ``(occurrence_id, attempt)``, complete
   (outcome, end, output) once the try ends. While a try runs, its record is its lease
-  (the ``dispatch`` row: token, worker); ``list_attempts`` shows it from the claim on,
-  outcome ``running``, in both stores. (Storage detail, not visible through the port:
-  PostgreSQL since schema 0005 writes the row when the try ends; SQLite, whose
-  ``dispatch`` row has no lease start, keeps a ``running`` row from the claim and the
-  finish completes it in place — the same upsert PostgreSQL uses for a ``running`` row
-  written before 0005.)
+  (the ``dispatch`` row: token, worker, ``leased_at``); ``list_attempts`` shows it from
+  the claim on, outcome ``running``. The claim writes no attempt row and ``release``
+  leaves none; the row is written once, when the try ends (finish, reap), in both stores
+  (PostgreSQL since schema 0005, SQLite since 0008). A ``running`` row written before
+  those (or by an older clockd) is completed in place by finish and reap.
 * ``fences``, ``counters``, ``schema_migrations``.
 * ``overlap_slots`` (schema 0002): per schedule whose overlap policy is not
   ``allow``, the occurrence holding it (running, or retrying) and the one

@@ -37,7 +37,7 @@ from clockd.core.model import (
     target_from_json,
 )
 from clockd.core.notify import notifications_from_json, notifications_to_json
-from clockd.store import ScheduleHistory, VersionRecord
+from clockd.store import LagStats, ScheduleHistory, VersionRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
@@ -325,3 +325,24 @@ def attempt_from_row(
         output=output,
         error=error,
     )
+
+
+def neighbour_lag_stats(row: Sequence[Any]) -> LagStats:
+    """``start_lag``'s row where SQL has no ``percentile_cont`` (SQLite): the count, then
+    for p50, p95 and p99 the values (µs) at offsets floor((n-1)·p) and the next one,
+    interpolated here as ``percentile_cont`` does (seconds out)."""
+    count, *pairs = row
+    if not count:
+        return LagStats(0, None, None, None)
+    p50, p95, p99 = (
+        _interpolate(int(count), rank, pairs[2 * i], pairs[2 * i + 1]) for i, rank in enumerate((50, 95, 99))
+    )
+    return LagStats(int(count), p50, p95, p99)
+
+
+def _interpolate(count: int, rank: int, low: int | None, high: int | None) -> float | None:
+    if low is None:
+        return None
+    fraction = ((count - 1) * rank % 100) / 100
+    upper = low if high is None else high
+    return (low + (upper - low) * fraction) / 1e6

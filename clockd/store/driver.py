@@ -15,6 +15,7 @@ Steps:
 * ``Pipeline(runs)``: statements whose results the next does not need; PostgreSQL sends
   them in one round trip (``conn.pipeline()``), SQLite runs them one after the other.
   Returns the list of their results.
+* ``Script(sql)``: several statements of the package's own SQL (migrations).
 
 A unique or foreign-key violation is thrown *into* the body as ``Integrity`` with a
 dialect-free ``kind`` (``schedule_name``, ``schedule_id``, ``idempotency``,
@@ -32,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Literal, LiteralString, Protocol, TypeAlias, TypeVar
 
 from clockd.store import LagStats
 
@@ -56,7 +57,15 @@ class Pipeline:
     runs: tuple[Run, ...]
 
 
-Step: TypeAlias = Run | Pipeline
+@dataclass(frozen=True, slots=True)
+class Script:
+    """Run a script of the package's own SQL, several statements with no parameters (a
+    migration; PostgreSQL's migration lock)."""
+
+    sql: LiteralString
+
+
+Step: TypeAlias = Run | Pipeline | Script
 # A transaction's body: yields steps, receives their results, returns the method's result.
 Body: TypeAlias = Generator[Step, Any, T]
 

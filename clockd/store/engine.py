@@ -51,7 +51,7 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
-from clockd.core.planning import missed_reason, sweep_verdict
+from clockd.core.planning import MAX_WINDOW, missed_reason, sweep_verdict
 from clockd.errors import ClockdError, Conflict, FencedOut, NotFound, QuotaExceeded
 from clockd.store import (
     SUMMARY_DEPTH,
@@ -110,6 +110,10 @@ _MISFIRE_FLOOR: Final = timedelta(seconds=1)
 _END_OF_TIME: Final = datetime.max.replace(tzinfo=UTC)
 _FINISH_STATES = states.targets("finish")
 _PLANNED_STATES = states.targets("materialize")
+# Names the SQL writes besides the conditional writes' expected/next (one source: core).
+_RELEASED: Final = {"fresh": S.ENQUEUED.value, "again": S.RETRY_WAIT.value}  # release: before / after attempt 1
+assert {S(v) for v in _RELEASED.values()} == states.targets("release") and S.SCHEDULED in _PLANNED_STATES
+_OUTCOMES: Final = {"attempt_running": AttemptOutcome.RUNNING.value, "attempt_lost": AttemptOutcome.LOST.value}
 
 # -- reasons users read (clockctl show / explain) -------------------------------------------
 
@@ -613,6 +617,7 @@ class SqlStore:
             "queue": schedule.definition.queue,
             "now": stamp,
             "max_attempts": max_attempts,
+            "scheduled": S.SCHEDULED.value,
         }
 
         def body() -> Body[None]:
@@ -624,7 +629,7 @@ class SqlStore:
                 if exc.kind == "occurrence_id":
                     raise Conflict(f"occurrence {occurrence_id} already exists") from None
                 raise
-            yield Run("outbox_insert", {"ids": d.array([occurrence_id])}, "none")
+            yield Run("outbox_insert", {"ids": d.array([occurrence_id]), "scheduled": S.SCHEDULED.value}, "none")
 
         await self._write(body())
         at = d.read(stamp)
@@ -915,7 +920,8 @@ class SqlStore:
                     ended.append(occ)
             columns = ("occurrence_ids", "attempts", "outcomes", "exit_codes", "signals", "outputs", "errors",
                        "next_states", "reasons", "lease_tokens", "worker_ids", "started_at")  # fmt: skip
-            finished = {**d.table("rows", columns, rows), "now": stamp, "running": S.RUNNING.value}
+            finished = {**d.table("rows", columns, rows), "now": stamp, "running": S.RUNNING.value, **_OUTCOMES}
+            finished["retry_wait"] = S.RETRY_WAIT.value
             runs = [Run("finish_attempts", finished, "none"), Run("finish_occurrences", finished, "none")]
             if done:
                 runs.append(Run("dispatch_delete", {"ids": d.array(done)}, "none"))
@@ -947,7 +953,7 @@ class SqlStore:
             yield Pipeline(
                 (
                     Run("release_attempts", keys, "none"),
-                    Run("release_occurrences", {"ids": ids, "running": S.RUNNING.value}, "none"),
+                    Run("release_occurrences", {"ids": ids, "running": S.RUNNING.value, **_RELEASED}, "none"),
                     Run("dispatch_unlease", {"ids": d.array([row[0] for row in held]), "visible_at": None}, "none"),
                     Run("tenant_running_release", {"tenants": d.array([row[4] for row in held])}, "none"),
                 )
@@ -972,7 +978,7 @@ class SqlStore:
             dead = [row for row in picked if row[2] >= row[3]]
             columns = ("occurrence_ids", "attempts", "lease_tokens", "worker_ids", "started_at")
             lost = d.table("keys", columns, [(row[1], row[2], row[5], row[6] or "", row[7]) for row in picked])
-            runs = [Run("reap_attempts", {**lost, "now": stamp, "error": LEASE_LOST}, "none")]
+            runs = [Run("reap_attempts", {**lost, "now": stamp, "error": LEASE_LOST, **_OUTCOMES}, "none")]
             if again:
                 runs.append(Run("dispatch_unlease", {"ids": d.array([row[0] for row in again]), "visible_at": stamp}))
                 runs.append(Run("reap_retry", {"ids": d.array([row[1] for row in again]), **self._reap("reap_retry")}))
@@ -1236,7 +1242,8 @@ class SqlStore:
         d = self.driver
 
         def body() -> Body[LagStats]:
-            row = yield Run("start_lag", {"since": d.instant(since), "now": d.instant(now)}, "one")
+            params = {"since": d.instant(since), "now": d.instant(now), "window": d.duration(MAX_WINDOW)}
+            row = yield Run("start_lag", params, "one")
             return d.lag_stats(row)
 
         result: LagStats = await self._read(body())
@@ -1269,6 +1276,7 @@ class SqlStore:
     async def enqueue_lags(self, since: datetime, until: datetime, limit: int) -> list[float]:
         d = self.driver
         params = {"since": d.instant(since), "until": d.instant(until), "limit": limit}
+        params["window"] = d.duration(MAX_WINDOW)
 
         def body() -> Body[list[float]]:
             rows = yield Run("enqueue_lags", params)

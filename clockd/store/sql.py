@@ -25,13 +25,22 @@ enforces PEP 675 flags any code that splices input into SQL.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import LiteralString
+from typing import Any, Final, LiteralString
 
 from clockd.errors import SchemaMismatch
+from clockd.store.driver import Body, Run, Script
+
+log = logging.getLogger(__name__)
+
+# The blocks of the schema bookkeeping below, in every dialect's queries.sql.
+SCHEMA_QUERIES: Final = frozenset(
+    {"schema_migrations_create", "schema_migrations_exists", "schema_migrations_list", "schema_migration_record"}
+)
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\S+)\s*$")
 _VALID_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -167,3 +176,49 @@ def check_versions(
     if not apply and any(m.version not in applied for m in migrations):
         raise SchemaMismatch(behind(newest, known))
     return applied
+
+
+# -- the schema bookkeeping every driver runs, as transaction bodies (clockd.store.driver) --
+
+
+def applied_versions() -> Body[set[int]]:
+    """The migrations ``schema_migrations`` records (none before the first one)."""
+    exists = yield Run("schema_migrations_exists", {}, "one")
+    if exists is None:
+        return set()
+    rows = yield Run("schema_migrations_list")
+    return {int(version) for version, _ in rows}
+
+
+def check_schema(migrations: Sequence[Migration], where: str, behind: Callable[[int, int], str]) -> Body[set[int]]:
+    """What opening a store without migrating checks (``check_versions``, ``apply`` false)."""
+    applied = yield from applied_versions()
+    return check_versions(applied, migrations, where, apply=False, behind=behind)
+
+
+def apply_migration(
+    migration: Migration, migrations: Sequence[Migration], where: str, applied_at: Any, lock: Script | None = None
+) -> Body[bool]:
+    """One migration's own transaction: ``lock`` first (PostgreSQL's advisory lock; SQLite's
+    ``BEGIN IMMEDIATE`` is one), then what is applied is re-read under it, so two
+    migrators at once apply each migration once; the script and its record commit
+    together. True if it was applied here."""
+    if lock is not None:
+        yield lock
+    yield Run("schema_migrations_create", {}, "none")
+    applied = yield from applied_versions()
+    if migration.version in check_versions(applied, migrations, where, apply=True, behind=_unused):
+        return False
+    yield Script(migration.sql)
+    record = {"version": migration.version, "name": migration.name, "applied_at": applied_at}
+    yield Run("schema_migration_record", record, "none")
+    return True
+
+
+def log_applied(done: Sequence[str], where: str) -> None:
+    for label in done:
+        log.info("applied migration %s to %s", label, where, extra={"action": "store_migrated", "migration": label})
+
+
+def _unused(newest: int, known: int) -> str:
+    return f"schema {newest:04d} of {known:04d}"  # check_versions asks only when not applying

@@ -56,7 +56,10 @@ def test_single_target_steps_and_unknown_steps() -> None:
         states.sources("teleport")
 
 
-@pytest.mark.parametrize(("source", "target"), itertools.product([None, *AttemptOutcome], AttemptOutcome), ids=str)
+ATTEMPT_PAIRS = list(itertools.product([None, *AttemptOutcome], AttemptOutcome))
+
+
+@pytest.mark.parametrize(("source", "target"), ATTEMPT_PAIRS, ids=str)
 def test_attempt_transitions(source: AttemptOutcome | None, target: AttemptOutcome) -> None:
     expected = (source is None and target is AttemptOutcome.RUNNING) or (
         source is AttemptOutcome.RUNNING and target is not AttemptOutcome.RUNNING

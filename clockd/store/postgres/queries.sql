@@ -190,7 +190,7 @@ WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
                          available_at, state, max_attempts, manual)
 VALUES (%(id)s, %(schedule_id)s, %(version)s, %(tenant)s, %(queue)s, %(now)s, %(now)s,
-        'SCHEDULED', %(max_attempts)s, true);
+        %(scheduled)s, %(max_attempts)s, true);
 
 -- name: occurrence_get
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
@@ -292,7 +292,7 @@ WITH inserted AS (
     RETURNING id, state, queue, tenant, available_at
 ), queued AS (
     INSERT INTO outbox (occurrence_id, queue, tenant, available_at)
-    SELECT id, queue, tenant, available_at FROM inserted WHERE state = 'SCHEDULED'
+    SELECT id, queue, tenant, available_at FROM inserted WHERE state = %(scheduled)s::text
     ORDER BY available_at
     ON CONFLICT (occurrence_id) DO NOTHING
 )
@@ -301,7 +301,7 @@ SELECT id, state FROM inserted;
 -- name: outbox_insert
 INSERT INTO outbox (occurrence_id, queue, tenant, available_at)
 SELECT id, queue, tenant, available_at FROM occurrences
-WHERE id = ANY(%(ids)b::text[]) AND state = 'SCHEDULED'
+WHERE id = ANY(%(ids)b::text[]) AND state = %(scheduled)s::text
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- ------------------------------------------------------------------ relay
@@ -331,7 +331,7 @@ ON CONFLICT (occurrence_id) DO NOTHING;
 -- name: claim_lease
 -- The claim, one statement chain. SQLite runs its steps as statements of their own
 -- (SqliteDriver.claim: claim_tenants, claim_pick_fair and claim_pick pick, claim_judge
--- decides, then claim_losers, dispatch_delete, claim_lease, claim_start, claim_attempts,
+-- decides, then claim_losers, dispatch_delete, claim_lease, claim_start,
 -- tenant_claims_count, overlap_slots_take write). The rules come in as parameters from
 -- core (clockd.store.engine): the claimable states, the default overlap policy, the
 -- reason templates. Here:
@@ -561,7 +561,7 @@ FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(lease_tokens)
 ON CONFLICT (occurrence_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = excluded.exit_code,
     signal = excluded.signal, output = excluded.output, error = excluded.error
-WHERE a.outcome = 'running';
+WHERE a.outcome = %(attempt_running)s::text;
 
 -- name: finish_occurrences
 -- Only occurrences leases_held just found RUNNING, under their dispatch row's lock: none
@@ -569,7 +569,7 @@ WHERE a.outcome = 'running';
 -- ones alone), so there is no state filter to mislead the planner (see leases_extend).
 UPDATE occurrences AS o
 SET state = c.next_state,
-    finished_at = CASE WHEN c.next_state = 'RETRY_WAIT' THEN NULL ELSE %(now)s::timestamptz END,
+    finished_at = CASE WHEN c.next_state = %(retry_wait)s::text THEN NULL ELSE %(now)s::timestamptz END,
     exit_code = c.exit_code, last_error = c.error, reason = c.reason
 FROM unnest(%(occurrence_ids)b::text[], %(exit_codes)b::integer[], %(errors)b::text[],
             %(next_states)b::text[], %(reasons)b::text[])
@@ -600,7 +600,7 @@ WHERE a.occurrence_id = k.occurrence_id AND a.attempt = k.attempt;
 -- name: release_occurrences
 UPDATE occurrences
 SET attempts = attempts - 1,
-    state = CASE WHEN attempts - 1 = 0 THEN 'ENQUEUED' ELSE 'RETRY_WAIT' END,
+    state = CASE WHEN attempts - 1 = 0 THEN %(fresh)s::text ELSE %(again)s::text END,
     started_at = CASE WHEN attempts - 1 = 0 THEN NULL ELSE started_at END
 WHERE id = ANY(%(ids)b::text[]) AND state = %(running)s::text;
 
@@ -620,13 +620,13 @@ FOR UPDATE OF d SKIP LOCKED;
 INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
                            outcome, error)
 SELECT k.occurrence_id, k.attempt, k.lease_token, coalesce(k.worker_id, ''), coalesce(k.started_at, %(now)s),
-       %(now)s, 'lost', %(error)s
+       %(now)s, %(attempt_lost)s::text, %(error)s
 FROM unnest(%(occurrence_ids)b::text[], %(attempts)b::integer[], %(lease_tokens)b::text[],
             %(worker_ids)b::text[], %(started_at)b::timestamptz[])
      AS k(occurrence_id, attempt, lease_token, worker_id, started_at)
 ON CONFLICT (occurrence_id, attempt) DO UPDATE
-SET outcome = 'lost', finished_at = excluded.finished_at, error = excluded.error
-WHERE a.outcome = 'running';
+SET outcome = %(attempt_lost)s::text, finished_at = excluded.finished_at, error = excluded.error
+WHERE a.outcome = %(attempt_running)s::text;
 
 -- name: reap_retry
 UPDATE occurrences SET state = %(next)s::text
@@ -976,7 +976,7 @@ SELECT count(*),
        percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (
            ORDER BY extract(epoch FROM coalesce(started_at, %(now)s) - available_at)::float8)
 FROM occurrences
-WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND scheduled_for <= %(now)s
+WHERE scheduled_for >= %(since)s::timestamptz - %(window)s::interval AND scheduled_for <= %(now)s
   AND available_at >= %(since)s AND available_at <= %(now)s
   AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'));
 
@@ -1005,7 +1005,7 @@ GROUP BY 1, 2;
 -- name: enqueue_lags
 -- Due minus staged (seconds) of the occurrences due in [:since, :until), at most :limit.
 SELECT extract(epoch FROM coalesce(enqueued_at, %(until)s) - available_at)::float8 FROM occurrences
-WHERE scheduled_for >= %(since)s::timestamptz - interval '5 minutes' AND scheduled_for < %(until)s
+WHERE scheduled_for >= %(since)s::timestamptz - %(window)s::interval AND scheduled_for < %(until)s
   AND available_at >= %(since)s AND available_at < %(until)s
   AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
 LIMIT %(limit)s;

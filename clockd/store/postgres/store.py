@@ -30,25 +30,8 @@ missing tables → ``SchemaMismatch``; unique violations reach the engine as
 ``Integrity`` (by constraint name), which says what they mean (``Conflict``). The
 DSN's password never appears in a message.
 
-Concurrency: the hot paths pick rows with ``FOR UPDATE SKIP LOCKED`` inside
-``id = ANY(ARRAY(SELECT …))``, so several relays and workers share the tables without
-waiting on each other; a finishing worker locks its dispatch rows (``leases_held``)
-and the reaper skips locked rows, so a finish and a reap of one lease never both
-apply. The claim and the relay are one statement each (a chain of data-modifying
-CTEs); the materializer is fence + cursor ``UPDATE … FROM unnest`` + one
-``INSERT … ON CONFLICT DO NOTHING`` that also writes the outbox rows.
-
-ANALYZE: the store never runs it, not even after a large relay batch. Every statement
-is planned with its real parameters (``force_custom_plan``), the planner scales row
-estimates by the table's current size between ANALYZEs, and the hot picks are
-ordered index scans that stop at a LIMIT (``dispatch_ready``, ``outbox_available``,
-``schedules_due`` end in the tie-breaking id), a plan that does not hinge on fresh
-statistics (``test_postgres_only`` checks the claim's plan right after a bulk load,
-before any ANALYZE). An ANALYZE in the relay would add tens of milliseconds to the
-very batch that must be fast; autovacuum's (after 10 % of a table changed) suffices.
-
-Round trips: a write is BEGIN, its statements, COMMIT. Statements whose results the
-next one does not need (finish, release, reap) go out together in one pipeline.
+Concurrency (``FOR UPDATE SKIP LOCKED``), why the store never runs ANALYZE, and the
+round trips of a write: docs/store.md, "The PostgreSQL driver".
 """
 
 from __future__ import annotations
@@ -68,9 +51,9 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from clockd.config import redact_dsn
 from clockd.errors import SchemaMismatch, StoreLocked, StorePermissionDenied, StoreUnavailable
 from clockd.store import LagStats
-from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Step, drive_async
+from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Script, Step, drive_async
 from clockd.store.engine import SqlStore
-from clockd.store.sql import check_versions, load_migrations, load_queries, trusted_sql
+from clockd.store.sql import apply_migration, check_schema, load_migrations, load_queries, log_applied, trusted_sql
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +72,7 @@ DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c TimeZone=UTC"
 
 # The queries this driver's own steps run (the engine's are in clockd.store.engine).
-DRIVER_QUERIES: Final = frozenset(
-    {
-        "schema_migrations_create", "schema_migrations_exists", "schema_migrations_list",
-        "schema_migration_record", "claim_lease", "relay_dispatch", "materialize_insert", "overlap_release",
-    }
-)  # fmt: skip
+DRIVER_QUERIES: Final = frozenset({"claim_lease", "relay_dispatch", "materialize_insert", "overlap_release"})
 _CONSTRAINTS: Final = {
     "schedules_live_name": "schedule_name",
     "schedules_pkey": "schedule_id",
@@ -115,6 +93,7 @@ class PostgresDriver:
         self.display = redact_dsn(dsn)
         self._where, self._password = _describe(dsn)
         self._pool: Pool | None = None
+        self.migrations = MIGRATIONS  # what migrate() applies (an upgrade test stops short)
 
     def _connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every connection: the session settings are appended to
@@ -139,11 +118,17 @@ class PostgresDriver:
         async def run(conn: Conn) -> T:
             if mode == "snapshot":
                 await conn.execute(PG["snapshot_read"])
-            return await drive_async(body, functools.partial(self._step, conn), _integrity)
+            return await drive_async(body, self._runner(conn), _integrity)
 
         return await self.call(run, write=mode != "read")
 
+    def _runner(self, conn: Conn) -> Callable[[Step], Awaitable[Any]]:
+        return functools.partial(self._step, conn)
+
     async def _step(self, conn: Conn, step: Step) -> Any:
+        if isinstance(step, Script):
+            await conn.execute(step.sql)  # several statements: no parameters
+            return None
         if isinstance(step, Pipeline):  # independent writes: one round trip
             async with conn.pipeline():
                 for run in step.runs:
@@ -231,7 +216,7 @@ class PostgresDriver:
             return
         conn = await self._connect()
         try:
-            await self._check_schema(conn, apply=False)
+            await drive_async(check_schema(self.migrations, self.display, self._behind), self._runner(conn), _integrity)
         except psycopg.Error as exc:
             raise self._translate(exc) from exc
         finally:
@@ -278,8 +263,6 @@ class PostgresDriver:
             raise self._translate(exc) from exc
 
     async def create_roles(self) -> None:
-        """Create (or refresh the grants of) the clockd_daemon, clockd_operator and
-        clockd_readonly group roles from ``roles.sql``. Run as the database owner."""
         script = trusted_sql((Path(__file__).parent / "roles.sql").read_text())
         try:
             conn = await self._connect()
@@ -291,50 +274,24 @@ class PostgresDriver:
         except psycopg.Error as exc:
             raise self._translate(exc) from exc
 
-    async def _check_schema(self, conn: Conn, *, apply: bool) -> set[int]:
-        """The applied versions. Raises ``SchemaMismatch`` on a schema newer than this
-        release, or (``apply`` false) on one older than it."""
-        exists = await (await conn.execute(Q["schema_migrations_exists"])).fetchone()
-        applied: set[int] = set()
-        if exists:
-            rows = await (await conn.execute(Q["schema_migrations_list"])).fetchall()
-            applied = {int(v) for v, _ in rows}
-        return check_versions(
-            applied,
-            MIGRATIONS,
-            self.display,
-            apply=apply,
-            behind=lambda newest, known: (
-                f"database schema is at {newest:04d}, this clockd needs {known:04d}: "
-                f"run `clockd migrate --store {self.display}`"
-            ),
+    def _behind(self, newest: int, known: int) -> str:
+        return (
+            f"database schema is at {newest:04d}, this clockd needs {known:04d}: "
+            f"run `clockd migrate --store {self.display}`"
         )
 
     async def _migrate(self, conn: Conn) -> list[str]:
-        """Apply pending migrations, each in its own transaction with its record, under
-        the migration lock; what is applied is re-read under the lock, so two migrators
-        at once apply each migration once."""
+        """Apply pending migrations, each in its own transaction with its record, under the
+        migration lock (``clockd.store.sql.apply_migration``)."""
         done: list[str] = []
-        for migration in MIGRATIONS:
+        for m in self.migrations:
             async with conn.transaction():
-                await conn.execute(PG["migration_lock"])
-                await conn.execute(Q["schema_migrations_create"])
-                applied = await self._check_schema(conn, apply=True)
-                if migration.version in applied:
-                    continue
-                await conn.execute(migration.sql)  # a script: several statements, no parameters
-                await conn.execute(
-                    Q["schema_migration_record"],
-                    {"version": migration.version, "name": migration.name, "applied_at": datetime.now(UTC)},
+                body = apply_migration(
+                    m, self.migrations, self.display, datetime.now(UTC), Script(PG["migration_lock"])
                 )
-                done.append(migration.label)
-        for label in done:
-            log.info(
-                "applied migration %s to %s",
-                label,
-                self.display,
-                extra={"action": "store_migrated", "migration": label},
-            )
+                if await drive_async(body, self._runner(conn), _integrity):
+                    done.append(m.label)
+        log_applied(done, self.display)
         return done
 
     async def server_time(self) -> datetime:

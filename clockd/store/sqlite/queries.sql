@@ -148,7 +148,7 @@ WHERE schedule_id = :schedule_id AND schedule_version < :version
 -- name: occurrence_insert_manual
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
                          available_at, state, max_attempts, manual)
-VALUES (:id, :schedule_id, :version, :tenant, :queue, :now, :now, 'SCHEDULED', :max_attempts, 1);
+VALUES (:id, :schedule_id, :version, :tenant, :queue, :now, :now, :scheduled, :max_attempts, 1);
 
 -- name: occurrence_get
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
@@ -183,9 +183,19 @@ WHERE o.schedule_id = :schedule_id AND o.scheduled_for <= :before
 ORDER BY o.scheduled_for DESC, o.id DESC LIMIT :limit;
 
 -- name: attempts_list
+-- The ended attempts, and the running one from its lease (schema 0008: its row is
+-- written when it ends; one written as 'running' before 0008 is shown as it is).
 SELECT occurrence_id, attempt, lease_token, worker_id, started_at, outcome, finished_at,
        exit_code, signal, output, error
-FROM attempts WHERE occurrence_id = :occurrence_id ORDER BY attempt;
+FROM attempts WHERE occurrence_id = :occurrence_id
+UNION ALL
+SELECT d.occurrence_id, o.attempts, d.lease_token, coalesce(d.worker_id, ''),
+       coalesce(d.leased_at, o.started_at), 'running', NULL, NULL, NULL, '', NULL
+FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
+WHERE d.occurrence_id = :occurrence_id AND d.lease_token IS NOT NULL AND o.state = 'RUNNING'
+  AND NOT EXISTS (SELECT 1 FROM attempts AS a
+                  WHERE a.occurrence_id = d.occurrence_id AND a.attempt = o.attempts)
+ORDER BY 2;
 
 -- ------------------------------------------------------------------ materializer
 
@@ -236,7 +246,7 @@ RETURNING id, state;
 -- name: outbox_insert
 INSERT INTO outbox (occurrence_id, queue, tenant, available_at)
 SELECT id, queue, tenant, available_at FROM occurrences
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'SCHEDULED'
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :scheduled
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- ------------------------------------------------------------------ relay
@@ -272,9 +282,10 @@ WHERE d.lease_token IS NULL AND d.queue = :queue AND d.visible_at <= :now
 ORDER BY d.visible_at, d.id LIMIT :limit;
 
 -- name: claim_lease
--- :leases = [[dispatch_id, lease_token], ...]
+-- :leases = [[dispatch_id, lease_token], ...]. The lease is the running attempt's
+-- record (leased_at its start; schema 0008): no attempt row until it ends.
 UPDATE dispatch SET lease_token = json_extract(l.value, '$[1]'), lease_until = :lease_until,
-                    worker_id = :worker_id
+                    worker_id = :worker_id, leased_at = :now
 FROM json_each(:leases) AS l
 WHERE dispatch.id = json_extract(l.value, '$[0]') AND dispatch.lease_token IS NULL;
 
@@ -284,12 +295,6 @@ UPDATE occurrences SET state = :running_state, attempts = attempts + 1,
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN (SELECT value FROM json_each(:claimable))
 RETURNING id, attempts, schedule_id, schedule_version, scheduled_for, max_attempts;
 
--- name: claim_attempts
-INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome)
-SELECT d.occurrence_id, o.attempts, d.lease_token, d.worker_id, :now, 'running'
-FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.id IN (SELECT value FROM json_each(:dispatch_ids));
-
 -- name: leases_extend
 UPDATE dispatch SET lease_until = :lease_until
 WHERE lease_token IN (SELECT value FROM json_each(:tokens))
@@ -297,18 +302,18 @@ RETURNING lease_token;
 
 -- name: leases_held
 -- The claims behind these tokens, if still held (finish, release), with their
--- occurrence's state (the engine keeps the RUNNING ones), worker and first start (the
--- attempt's own start is on its 'running' row, which finish_attempts completes).
+-- occurrence's state (the engine keeps the RUNNING ones), worker and the attempt's start
+-- (leased_at; a lease taken by a clockd before schema 0008 has none: the first start).
 SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state, d.worker_id,
-       o.started_at
+       coalesce(d.leased_at, o.started_at)
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IN (SELECT value FROM json_each(:tokens));
 
 -- name: finish_attempts
 -- :rows = [[occurrence_id, attempt, outcome, exit_code, signal, output, error,
 --           next_state, reason, lease_token, worker_id, started_at_us], ...]
--- The attempt's row as it ends: the claim's 'running' row is completed in place (as
--- PostgreSQL completes one written before its schema 0005); written if there is none.
+-- The attempt's one row, written as it ends (schema 0008); a 'running' row written
+-- before 0008 is completed in place.
 -- ("WHERE true" keeps the parser from reading ON CONFLICT as a join constraint.)
 INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
                            outcome, exit_code, signal, output, error)
@@ -320,12 +325,12 @@ FROM json_each(:rows) AS c WHERE true
 ON CONFLICT (occurrence_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = excluded.exit_code,
     signal = excluded.signal, output = excluded.output, error = excluded.error
-WHERE a.outcome = 'running';
+WHERE a.outcome = :attempt_running;
 
 -- name: finish_occurrences
 UPDATE occurrences
 SET state = json_extract(c.value, '$[7]'),
-    finished_at = CASE WHEN json_extract(c.value, '$[7]') = 'RETRY_WAIT' THEN NULL ELSE :now END,
+    finished_at = CASE WHEN json_extract(c.value, '$[7]') = :retry_wait THEN NULL ELSE :now END,
     exit_code = json_extract(c.value, '$[3]'),
     last_error = json_extract(c.value, '$[6]'),
     reason = json_extract(c.value, '$[8]')
@@ -337,44 +342,51 @@ DELETE FROM dispatch WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: dispatch_retry
 -- :rows = [[dispatch_id, visible_at_us], ...]
-UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL,
+UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL,
                     visible_at = json_extract(c.value, '$[1]')
 FROM json_each(:rows) AS c
 WHERE dispatch.id = json_extract(c.value, '$[0]');
 
 -- name: dispatch_unlease
 -- visible_at NULL keeps the row's visible_at.
-UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL,
+UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL,
                     visible_at = coalesce(:visible_at, visible_at)
 WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: release_attempts
--- :keys = [[occurrence_id, attempt], ...]
+-- :keys = [[occurrence_id, attempt], ...]. Only a 'running' row written before schema
+-- 0008 can be there.
 DELETE FROM attempts WHERE (occurrence_id, attempt) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
 
 -- name: release_occurrences
 UPDATE occurrences
 SET attempts = attempts - 1,
-    state = CASE WHEN attempts - 1 = 0 THEN 'ENQUEUED' ELSE 'RETRY_WAIT' END,
+    state = CASE WHEN attempts - 1 = 0 THEN :fresh ELSE :again END,
     started_at = CASE WHEN attempts - 1 = 0 THEN NULL ELSE started_at END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :running;
 
 -- ------------------------------------------------------------------ leader
 
 -- name: reap_pick
--- (The attempt's start is on its 'running' row: the last column is only a fallback.)
 SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant, d.lease_token, d.worker_id,
-       o.started_at
+       coalesce(d.leased_at, o.started_at)
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IS NOT NULL AND d.lease_until < :now
 ORDER BY d.lease_until, d.id LIMIT :limit;
 
 -- name: reap_attempts
-UPDATE attempts SET outcome = 'lost', finished_at = :now, error = :error
-WHERE (occurrence_id, attempt) IN (
-    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys))
-  AND outcome = 'running';
+-- :keys = [[occurrence_id, attempt, lease_token, worker_id, started_at_us], ...]: the
+-- lost attempt's one row (see finish_attempts).
+INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
+                           outcome, error)
+SELECT json_extract(k.value, '$[0]'), json_extract(k.value, '$[1]'), json_extract(k.value, '$[2]'),
+       coalesce(json_extract(k.value, '$[3]'), ''), coalesce(json_extract(k.value, '$[4]'), :now),
+       :now, :attempt_lost, :error
+FROM json_each(:keys) AS k WHERE true
+ON CONFLICT (occurrence_id, attempt) DO UPDATE
+SET outcome = :attempt_lost, finished_at = excluded.finished_at, error = excluded.error
+WHERE a.outcome = :attempt_running;
 
 -- name: reap_retry
 UPDATE occurrences SET state = :next
@@ -846,7 +858,7 @@ FROM dispatch GROUP BY queue ORDER BY queue;
 -- as PostgreSQL's percentile_cont does.
 WITH w AS MATERIALIZED (
     SELECT coalesce(started_at, :now) - available_at AS lag FROM occurrences
-    WHERE scheduled_for >= :since - 300000000 AND scheduled_for <= :now
+    WHERE scheduled_for >= :since - :window AND scheduled_for <= :now
       AND available_at >= :since AND available_at <= :now
       AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'))
 ), n AS (SELECT count(*) AS c FROM w)
@@ -881,7 +893,7 @@ GROUP BY state, kind;
 -- name: enqueue_lags
 -- Due minus staged (µs) of the occurrences due in [:since, :until), at most :limit.
 SELECT coalesce(enqueued_at, :until) - available_at FROM occurrences
-WHERE scheduled_for >= :since - 300000000 AND scheduled_for < :until
+WHERE scheduled_for >= :since - :window AND scheduled_for < :until
   AND available_at >= :since AND available_at < :until
   AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
 LIMIT :limit;

@@ -1,26 +1,15 @@
 """``SqliteStore``: the embedded store (stdlib ``sqlite3``, one file, zero setup).
 
 This module is the SQLite *driver* of the SQL store engine (``clockd.store.engine``
-implements the ``Store`` port; ``SqliteStore`` is the two composed). It owns the file,
-the one connection and its thread, the value encoding, the error translation, and the
-steps SQLite writes as several statements (the claim, the relay, the materializer's
-insert, the overlap-slot release) where PostgreSQL needs one.
-
-Threading: every transaction body runs on **one dedicated worker thread** that owns
-the one connection; the engine's async methods hand the whole body to that thread
-(``loop.run_in_executor``), so calls are serialized, the event loop never blocks, and a
-transaction of ten statements costs one thread hop, not ten. Each body is one
-transaction: ``BEGIN IMMEDIATE`` for writes (the write lock is taken up front, so a
-transaction never fails half-way on a lock upgrade), plain ``BEGIN`` for reads.
-
-Durability: WAL journal with ``synchronous=NORMAL``. A commit survives a crash of
-the process (clockd or clockctl); a power loss or kernel crash may lose the last
-commits, never corrupt the file. ``busy_timeout`` (5 s) lets ``clockctl`` write
-while ``clockd`` runs; a lock held longer raises ``StoreLocked``.
-
-Sets are passed to SQL as one JSON array parameter and read with ``json_each``,
-so each batch step is one statement (see ``queries.sql``). Requires SQLite ≥ 3.35
-(``RETURNING``, ``UPDATE … FROM``) with the JSON functions.
+implements the ``Store`` port; ``SqliteStore`` is the two composed; the package
+docstring states the invariants: one thread, WAL, ``busy_timeout``, migrations at
+open). It owns the file, the one connection and its thread, the value encoding
+(instants as integer µs, sets as one JSON array read with ``json_each``), the error
+translation, and the steps SQLite writes as several statements (the claim, the relay,
+the materializer's insert, the overlap-slot release) where PostgreSQL needs one.
+Every transaction body runs whole on the store's thread: one hop per transaction,
+``BEGIN IMMEDIATE`` for writes (the write lock up front: no failure half-way on a lock
+upgrade). Requires SQLite ≥ 3.35 (``RETURNING``, ``UPDATE … FROM``) with JSON.
 """
 
 from __future__ import annotations
@@ -33,17 +22,16 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, LiteralString, TypeVar
 
 from clockd.core.model import OverlapPolicy
 from clockd.errors import StoreLocked, StoreUnavailable
-from clockd.store import LagStats
-from clockd.store.codec import dumps, from_us, opt_from_us, opt_to_us, to_us
-from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Step, drive_sync
+from clockd.store.codec import dumps, duration_to_us, from_us, neighbour_lag_stats, opt_from_us, opt_to_us, to_us
+from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Script, Step, drive_sync
 from clockd.store.engine import SqlStore
-from clockd.store.sql import Migration, check_versions, load_migrations, load_queries, trusted_sql
+from clockd.store.sql import apply_migration, check_schema, load_migrations, load_queries, log_applied, trusted_sql
 from clockd.store.sqlite import files
 
 log = logging.getLogger(__name__)
@@ -57,24 +45,18 @@ KNOWN_VERSION: Final = MIGRATIONS[-1].version if MIGRATIONS else 0
 MIN_SQLITE: Final = (3, 35, 0)
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
 
-# Primary result codes (sqlite3.h); extended codes carry them in the low byte.
-_SQLITE_PERM = 3
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_READONLY = 8
-_SQLITE_IOERR = 10
-_SQLITE_CORRUPT = 11
-_SQLITE_FULL = 13
-_SQLITE_CANTOPEN = 14
-_SQLITE_NOTADB = 26
+# What SQLite's message names for each kind of constraint error the engine tells apart.
+_CONSTRAINTS: Final = (
+    ("idempotency", "idempotency"), ("schedules.name", "schedule_name"), ("schedules.id", "schedule_id"),
+    ("occurrences.id", "occurrence_id"), ("FOREIGN KEY", "foreign_key"),
+)  # fmt: skip
 
 # The queries this driver's own steps run (the engine's are in clockd.store.engine).
 DRIVER_QUERIES: Final = frozenset(
     {
-        "schema_migrations_create", "schema_migrations_exists", "schema_migrations_list",
-        "schema_migration_record", "claim_tenants", "claim_pick_fair", "claim_pick", "overlap_slots_ensure",
+        "claim_tenants", "claim_pick_fair", "claim_pick", "overlap_slots_ensure",
         "claim_judge", "claim_losers", "dispatch_delete", "overlap_slots_take", "claim_lease", "claim_start",
-        "claim_attempts", "tenant_claims_count", "relay_take", "relay_enqueue", "relay_dispatch",
+        "tenant_claims_count", "relay_take", "relay_enqueue", "relay_dispatch",
         "materialize_insert", "outbox_insert", "overlap_unpark", "overlap_release",
     }
 )  # fmt: skip
@@ -89,41 +71,49 @@ class SqliteDriver:
         # clockd.store.sqlite.files: may a missing store be created; the daemon's owner rule.
         self.create = create and not readonly
         self.owner_only = owner_only
-        # clockd.store.sqlite.files: may a missing store be created; the daemon's owner rule.
-        self.create = create and not readonly
-        self.owner_only = owner_only
         self.busy_timeout = busy_timeout
         self.display = str(path)
+        self.migrations = MIGRATIONS  # what open() applies (an upgrade test stops short)
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
 
     # -- transactions ------------------------------------------------------------------------
 
     async def transaction(self, body: Body[T], mode: Mode) -> T:
-        return await self.call(lambda _conn: drive_sync(body, self._step, _integrity), write=mode == "write")
+        return await self.call(functools.partial(self._drive, body), write=mode == "write")
+
+    def _drive(self, body: Body[T], _conn: sqlite3.Connection) -> T:
+        return drive_sync(body, self._step, _integrity)
 
     async def call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
         """Run ``fn`` as one transaction on the store's thread."""
+        return await self._on_thread(functools.partial(self._translated, functools.partial(self._atomic, fn, write)))
+
+    async def _on_thread(self, fn: Callable[[], T]) -> T:
         executor = self._executor
         if executor is None:
             raise StoreUnavailable(f"store {self.path} is not open")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, functools.partial(self._transaction, fn, write))
+        return await asyncio.get_running_loop().run_in_executor(executor, fn)
 
-    def _transaction(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
+    def _translated(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on the open connection, its driver errors as ``ClockdError``s."""
         conn = self._conn
         if conn is None:
             raise StoreUnavailable(f"store {self.path} is closed")
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback(conn)
-                raise
+            return fn(conn)
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
+
+    def _atomic(self, fn: Callable[[sqlite3.Connection], T], write: bool, conn: sqlite3.Connection) -> T:
+        """``fn`` between ``BEGIN [IMMEDIATE]`` and ``COMMIT``; rolled back if it raises."""
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback(conn)
+            raise
         return result
 
     def _step(self, step: Step) -> Any:
@@ -131,6 +121,10 @@ class SqliteDriver:
             return [self._step(run) for run in step.runs]
         conn = self._conn
         assert conn is not None
+        if isinstance(step, Script):
+            for statement in _statements(step.sql):
+                conn.execute(statement)
+            return None
         cur = conn.execute(Q[step.name], step.params)
         if step.fetch == "all":
             return cur.fetchall()
@@ -151,28 +145,28 @@ class SqliteDriver:
     def _translate(self, exc: sqlite3.Error) -> Exception:
         """A driver error as a clockd error that says what happened and what to do."""
         code = getattr(exc, "sqlite_errorcode", None)
-        primary = code & 0xFF if isinstance(code, int) else None
+        primary = code & 0xFF if isinstance(code, int) else None  # extended codes: primary in the low byte
         where = str(self.path)
-        if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return StoreLocked(
                 f"database {where} is locked: another process held the write lock for more "
                 f"than {self.busy_timeout:g} s ({exc}); retry, or stop the other writer"
             )
-        if primary == _SQLITE_FULL:
+        if primary == sqlite3.SQLITE_FULL:
             return StoreUnavailable(f"disk full writing {where} ({exc}): nothing was written; free space and retry")
-        if primary == _SQLITE_IOERR:
+        if primary == sqlite3.SQLITE_IOERR:
             return StoreUnavailable(f"disk I/O error on {where} ({exc}): nothing was written; check the disk and retry")
-        if primary in (_SQLITE_NOTADB, _SQLITE_CORRUPT):
+        if primary in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
             return StoreUnavailable(
                 f"{where} is not a clockd SQLite database or is damaged ({exc}): point the "
                 "store at another path, or restore the file from a backup"
             )
-        if primary == _SQLITE_READONLY:
+        if primary == sqlite3.SQLITE_READONLY:
             return StoreUnavailable(
                 f"{where} is read-only ({exc}): "
                 + ("this store was opened read-only" if self.readonly else "check the permissions of the file")
             )
-        if primary in (_SQLITE_CANTOPEN, _SQLITE_PERM):
+        if primary in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
             return StoreUnavailable(
                 f"cannot open {where} ({exc}): check that the path is a file and that this user may "
                 "read and write it and its directory"
@@ -205,16 +199,10 @@ class SqliteDriver:
             )
         try:
             memory = str(self.path) == ":memory:"
-            if self.readonly:
-                conn = sqlite3.connect(
-                    f"{self.path.resolve().as_uri()}?mode=ro",
-                    uri=True,
-                    timeout=self.busy_timeout,
-                    isolation_level=None,
-                )
-            else:
+            if not self.readonly:
                 files.prepare(self.path, create=self.create, owner_only=self.owner_only)
-                conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            target = f"{self.path.resolve().as_uri()}?mode=ro" if self.readonly else str(self.path)
+            conn = sqlite3.connect(target, uri=self.readonly, timeout=self.busy_timeout, isolation_level=None)
             self._conn = conn
             # Several processes opening a new file at once (clockd and clockctl) race for the
             # journal-mode switch and the migrations. SQLite answers some of those races with
@@ -243,7 +231,7 @@ class SqliteDriver:
         if self.owner_only and not memory:
             files.quick_check(conn, self.path)
         if self.readonly:
-            self._check_schema(conn, apply=False)
+            drive_sync(check_schema(self.migrations, self.display, self._behind), self._step, _integrity)
         else:
             self._migrate(conn)
 
@@ -267,58 +255,24 @@ class SqliteDriver:
                 pass  # best effort on the way out
             conn.close()
 
-    async def migrate(self) -> list[str]:
-        executor = self._executor
-        if executor is None:
-            raise StoreUnavailable(f"store {self.path} is not open")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, self._migrate_translated)
-
-    def _migrate_translated(self) -> list[str]:
-        conn = self._conn
-        if conn is None:
-            raise StoreUnavailable(f"store {self.path} is closed")
-        try:
-            return self._migrate(conn)
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from exc
-
-    def _check_schema(self, conn: sqlite3.Connection, *, apply: bool) -> set[int]:
-        """The applied versions. Raises ``SchemaMismatch`` on a schema newer than this
-        release, or (``apply`` false) on one older than it."""
-        exists = conn.execute(Q["schema_migrations_exists"]).fetchone()
-        applied = {int(v) for v, _ in conn.execute(Q["schema_migrations_list"]).fetchall()} if exists else set()
-        return check_versions(
-            applied,
-            MIGRATIONS,
-            str(self.path),
-            apply=apply,
-            behind=lambda newest, known: (
-                f"database schema {newest:04d} of {self.path} is older than this clockd "
-                f"(knows {known:04d}): open it read-write once to migrate it"
-            ),
+    def _behind(self, newest: int, known: int) -> str:
+        return (
+            f"database schema {newest:04d} of {self.path} is older than this clockd "
+            f"(knows {known:04d}): open it read-write once to migrate it"
         )
 
+    async def migrate(self) -> list[str]:
+        return await self._on_thread(functools.partial(self._translated, self._migrate))
+
     def _migrate(self, conn: sqlite3.Connection) -> list[str]:
-        """Apply pending migrations, each in its own transaction with its record. The
-        write lock is taken before re-reading what is applied, so two processes
-        migrating at once apply each migration once."""
-        conn.execute(Q["schema_migrations_create"])
-        done: list[str] = []
-        for migration in MIGRATIONS:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if migration.version not in self._check_schema(conn, apply=True):
-                    _apply(conn, migration)
-                    done.append(migration.label)
-                conn.execute("COMMIT")
-            except BaseException:
-                self._rollback(conn)
-                raise
-        for label in done:
-            log.info(
-                "applied migration %s to %s", label, self.path, extra={"action": "store_migrated", "migration": label}
-            )
+        """Apply pending migrations, each in its own ``BEGIN IMMEDIATE`` transaction with its
+        record (``clockd.store.sql.apply_migration``)."""
+        stamp, done = to_us(datetime.now(UTC)), []
+        for m in self.migrations:
+            body = apply_migration(m, self.migrations, self.display, stamp)
+            if self._atomic(functools.partial(self._drive, body), True, conn):
+                done.append(m.label)
+        log_applied(done, self.display)
         return done
 
     async def server_time(self) -> datetime:
@@ -333,9 +287,7 @@ class SqliteDriver:
     opt_read = staticmethod(opt_from_us)
     array = staticmethod(dumps)
 
-    @staticmethod
-    def duration(value: timedelta) -> int:
-        return value // timedelta(microseconds=1)
+    duration = staticmethod(duration_to_us)
 
     @staticmethod
     def seconds(value: Any) -> float:
@@ -354,16 +306,7 @@ class SqliteDriver:
     def text(value: str) -> str:
         return value
 
-    @staticmethod
-    def lag_stats(row: Sequence[Any]) -> LagStats:
-        """Nearest ranks from SQL, interpolated here as ``percentile_cont``."""
-        count, *pairs = row
-        if not count:
-            return LagStats(0, None, None, None)
-        p50, p95, p99 = (
-            _interpolate(int(count), rank, pairs[2 * i], pairs[2 * i + 1]) for i, rank in enumerate((50, 95, 99))
-        )
-        return LagStats(int(count), p50, p95, p99)
+    lag_stats = staticmethod(neighbour_lag_stats)  # SQLite has no percentile_cont
 
     # -- steps of several statements -----------------------------------------------------------
 
@@ -402,12 +345,10 @@ class SqliteDriver:
             return []
         tokens = {row[2]: token for row, token in zip(starts, r.tokens, strict=False)}
         leases = dumps([[row[1], tokens[row[2]]] for row in starts])
-        yield Run("claim_lease", {"leases": leases, "lease_until": r.lease_until, "worker_id": r.worker_id}, "none")
+        lease = {"leases": leases, "lease_until": r.lease_until, "worker_id": r.worker_id, "now": r.now}
+        yield Run("claim_lease", lease, "none")
         start = {"ids": dumps(list(tokens)), "now": r.now, "claimable": r.claimable, **r.rules}
         started = {row[0]: row for row in (yield Run("claim_start", start))}
-        # SQLite's dispatch row has no lease start (leased_at): a 'running' attempt row
-        # keeps it until the attempt ends (finish_attempts completes it in place).
-        yield Run("claim_attempts", {"dispatch_ids": dumps([row[1] for row in starts]), "now": r.now}, "none")
         per_tenant: dict[str, int] = {}
         for row in starts:
             per_tenant[row[3]] = per_tenant.get(row[3], 0) + 1
@@ -432,7 +373,7 @@ class SqliteDriver:
         inserted = yield Run("materialize_insert", params)
         queued = [oid for oid, state in inserted if state == params["scheduled"]]
         if queued:
-            yield Run("outbox_insert", {"ids": dumps(queued)}, "none")
+            yield Run("outbox_insert", {"ids": dumps(queued), "scheduled": params["scheduled"]}, "none")
         return len(inserted)
 
     def release_slots(self, params: dict[str, Any]) -> Body[None]:
@@ -458,21 +399,10 @@ class SqliteStore(SqlStore):
         ``owner_only``: the daemon's rule — refuse files it does not own or others can
         write, and check the database's integrity at open (``clockd.store.sqlite.files``)."""
         super().__init__(SqliteDriver(Path(path), readonly, busy_timeout, create, owner_only))
+        self.path, self.readonly, self.busy_timeout = self.driver.path, readonly, busy_timeout
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r}, readonly={self.readonly})"
-
-    @property
-    def path(self) -> Path:
-        return self.driver.path
-
-    @property
-    def readonly(self) -> bool:
-        return self.driver.readonly
-
-    @property
-    def busy_timeout(self) -> float:
-        return self.driver.busy_timeout
 
 
 def _integrity(exc: Exception) -> Integrity | None:
@@ -480,26 +410,7 @@ def _integrity(exc: Exception) -> Integrity | None:
     SQLite names the columns of the unique index, or says FOREIGN KEY)."""
     if not isinstance(exc, sqlite3.IntegrityError):
         return None
-    text = str(exc)
-    for needle, kind in (
-        ("idempotency", "idempotency"),
-        ("schedules.name", "schedule_name"),
-        ("schedules.id", "schedule_id"),
-        ("occurrences.id", "occurrence_id"),
-        ("FOREIGN KEY", "foreign_key"),
-    ):
-        if needle in text:
-            return Integrity(kind, exc)
-    return Integrity("other", exc)
-
-
-def _apply(conn: sqlite3.Connection, migration: Migration) -> None:
-    # executescript() would COMMIT first; run statement by statement instead so the
-    # migration and its schema_migrations row commit together.
-    for statement in _statements(migration.sql):
-        conn.execute(statement)
-    record = {"version": migration.version, "name": migration.name, "applied_at": to_us(datetime.now(UTC))}
-    conn.execute(Q["schema_migration_record"], record)
+    return Integrity(next((kind for needle, kind in _CONSTRAINTS if needle in str(exc)), "other"), exc)
 
 
 def _statements(script: LiteralString) -> list[LiteralString]:
@@ -518,16 +429,6 @@ def _statements(script: LiteralString) -> list[LiteralString]:
     if rest:
         raise ValueError(f"unterminated statement at the end of a migration: {rest[:80]!r}")
     return statements
-
-
-def _interpolate(count: int, rank: int, low: int | None, high: int | None) -> float | None:
-    """``percentile_cont(rank/100)`` from the values at offsets floor((n-1)·p) and the next
-    one (µs in, seconds out)."""
-    if low is None:
-        return None
-    fraction = ((count - 1) * rank % 100) / 100
-    upper = low if high is None else high
-    return (low + (upper - low) * fraction) / 1e6
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

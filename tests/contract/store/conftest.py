@@ -16,6 +16,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import psycopg
 import pytest
 
 from clockd.store import Store
+from clockd.store.codec import to_us
 from clockd.store.postgres import PostgresStore
 from clockd.store.sqlite import SqliteStore
 
@@ -45,6 +47,18 @@ class SqliteBackend(Backend):
         finally:
             conn.close()
 
+    async def execute(self, statement: str, *params: object) -> list[tuple[Any, ...]]:
+        conn = sqlite3.connect(self.path)
+        try:
+            with conn:
+                return conn.execute(statement, [_sqlite_value(p) for p in params]).fetchall()
+        finally:
+            conn.close()
+
+
+def _sqlite_value(value: object) -> object:
+    return to_us(value) if isinstance(value, datetime) else value
+
 
 class PostgresBackend(Backend):
     def __init__(self, dsn: str) -> None:
@@ -57,6 +71,11 @@ class PostgresBackend(Backend):
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, now())",
                 (version, name),
             )
+
+    async def execute(self, statement: str, *params: object) -> list[tuple[Any, ...]]:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            cur = await conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]  # test SQL, trusted
+            return await cur.fetchall() if cur.description else []
 
 
 async def _make_sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:

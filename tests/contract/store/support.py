@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from clockd.core.ids import new_schedule_id, occurrence_id
 from clockd.core.model import (
@@ -48,6 +49,11 @@ class Backend:
 
     async def fake_migration(self, version: int, name: str) -> None:
         """Record migration ``version`` as applied, as a newer release would."""
+        raise NotImplementedError
+
+    async def execute(self, statement: str, *params: object) -> list[tuple[Any, ...]]:
+        """Run one SQL statement on the database itself, ``?`` placeholders, instants
+        as ``datetime`` (what a test checks about storage, or an older clockd wrote)."""
         raise NotImplementedError
 
     async def aclose(self) -> None:

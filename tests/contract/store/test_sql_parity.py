@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 import clockd.store
-from clockd.store import engine
+from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind
+from clockd.core.planning import MAX_WINDOW
+from clockd.store import engine, sql
 from clockd.store.sql import load_migrations, load_queries, parse_queries
 
 STORE_DIR = Path(clockd.store.__file__).parent
@@ -34,23 +38,26 @@ def test_the_reference_adapter_is_found() -> None:
 def test_every_query_the_engine_runs_is_in_every_dialect(adapter: str) -> None:
     names = set(load_queries(f"clockd.store.{adapter}"))
     assert sorted(engine.ENGINE_QUERIES - names) == [], f"{adapter} lacks these queries"
+    assert sorted(sql.SCHEMA_QUERIES - names) == [], f"{adapter} lacks these schema queries"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_no_dialect_holds_a_query_nobody_runs(adapter: str) -> None:
     driver = importlib.import_module(f"clockd.store.{adapter}.store")
     names = set(load_queries(f"clockd.store.{adapter}"))
-    run = engine.ENGINE_QUERIES | driver.DRIVER_QUERIES
+    run = engine.ENGINE_QUERIES | sql.SCHEMA_QUERIES | driver.DRIVER_QUERIES
     assert sorted(names - run) == [], f"{adapter} holds queries nobody runs"
     assert sorted(driver.DRIVER_QUERIES - names) == [], f"{adapter}'s driver runs queries it lacks"
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
 def test_the_declared_names_are_the_ones_the_code_names(adapter: str) -> None:
-    """ENGINE_QUERIES and each DRIVER_QUERIES list exactly the query names their module
-    spells out (no name is built at run time), so the two checks above mean something."""
+    """ENGINE_QUERIES, SCHEMA_QUERIES and each DRIVER_QUERIES list exactly the query names
+    their module spells out (no name is built at run time), so the two checks above mean
+    something."""
     names = set(load_queries(f"clockd.store.{adapter}"))
     driver = importlib.import_module(f"clockd.store.{adapter}.store")
+    assert _literals(Path(sql.__file__)) & names == set(sql.SCHEMA_QUERIES)
     engine_named = _literals(Path(engine.__file__)) & names
     driver_named = _literals(Path(driver.__file__)) & names
     assert engine_named == set(engine.ENGINE_QUERIES)
@@ -94,3 +101,59 @@ def test_loader_splits_named_blocks() -> None:
 def test_loader_rejects_malformed_files(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_queries(text)
+
+
+# -- the rules come from core (issue #13): no SQL block repeats a default, a reason, a state --
+
+# Blocks where a state name may stand as a literal: reads, and the filters that ask "has it
+# ended?" / "is it still queued?" (the overlap slots, retention, the misfire scan). Kept as
+# literals so the planner can match partial-index predicates; none of them writes a state.
+STATE_LITERALS_ALLOWED = frozenset(
+    {
+        "attempts_list", "prune", "claim_judge", "claim_lease", "overlap_unpark", "overlap_release",
+        "misfire_pick", "overlap_stale", "occurrences_running", "dlq_list", "dlq_list_by_schedule",
+        "start_lag", "dead_count", "not_run_counts", "enqueue_lags",
+    }
+)  # fmt: skip
+_STATE_NAMES = "|".join([s.value for s in OccurrenceState] + [o.value for o in AttemptOutcome])
+
+
+def _code(statement: str) -> str:
+    """A block without its comments (they may name anything)."""
+    return "\n".join(line.split("--")[0] for line in statement.splitlines())
+
+
+def _core_literals() -> list[str]:
+    """How core's policy defaults, the planning window and the reason texts would look
+    if a block spelled them out instead of taking them as parameters."""
+    default = ScheduleDef(name="", kind=ScheduleKind.ONCE, expr="", tz="UTC", target=NoopTarget())
+    literals = [f"'{default.misfire.value}'", f", '{default.overlap.value}')"]  # a coalesce's fallback
+    for span in (default.max_lateness, MAX_WINDOW):
+        literals += [str(span // timedelta(microseconds=1)), f"'{int(span.total_seconds() // 60)} minutes'"]
+    literals.append(f", {default.catch_up_limit})")
+    reasons = (engine.LEASE_LOST, engine.LEASE_LOST_DEAD, engine.OVERLAP_PARKED, engine.OVERLAP_QUEUE_FULL,
+               engine.OVERLAP_SKIPPED, "no worker reached it")  # fmt: skip
+    return literals + [reason.split("{")[0][:18] for reason in reasons]
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_no_block_repeats_a_core_default_or_a_reason_text(adapter: str) -> None:
+    found = {
+        (name, literal)
+        for name, statement in load_queries(f"clockd.store.{adapter}").items()
+        for literal in _core_literals()
+        if literal in _code(statement)
+    }
+    assert sorted(found) == []
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_state_names_are_written_from_parameters(adapter: str) -> None:
+    """Every state (and attempt outcome) a statement writes comes in as a parameter from
+    clockd.core.states / the model; a literal name stands only in the reads and filters
+    listed above."""
+    queries = load_queries(f"clockd.store.{adapter}")
+    literal = {name for name, sql in queries.items() if re.search(rf"'({_STATE_NAMES})'", _code(sql))}
+    assert sorted(literal - STATE_LITERALS_ALLOWED) == []
+    written = re.compile(rf"(SET\s+(state|outcome)\s*=|THEN|ELSE|VALUES\s*\([^)]*)\s*'({_STATE_NAMES})'", re.I)
+    assert sorted(name for name, sql in queries.items() if written.search(_code(sql))) == []

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from clockd.core.ids import new_schedule_id
+from clockd.core.model import AttemptOutcome, OccurrenceState
 from clockd.errors import SchemaMismatch, StoreLocked, StoreUnavailable
-from clockd.store import CursorAdvance, NewOccurrence
+from clockd.store import Completion, CursorAdvance, NewOccurrence
+from clockd.store.codec import to_us
 from clockd.store.sqlite import SqliteStore
 from clockd.store.sqlite.store import KNOWN_VERSION
 
-from .support import FENCE, MIN, T0, add_schedule, definition
+from .support import FENCE, LEASE, MIN, T0, add_schedule, definition, enqueue
 
 
 @pytest.fixture
@@ -174,3 +176,49 @@ async def test_concurrent_openers_migrate_once(tmp_path: Path) -> None:
     conn.close()
     for s in stores:
         await s.close()
+
+
+async def test_a_0007_store_upgrades_and_its_running_claim_ends_in_place(tmp_path: Path) -> None:
+    """Schema 0008 moves the running attempt's start to its lease (dispatch.leased_at): a
+    claim a 0007 clockd made (lease, RUNNING, a 'running' attempt row) keeps its start,
+    is listed once while it runs and is completed in place by the finish."""
+    path = tmp_path / "clockd.db"
+    old = SqliteStore(path)
+    old.driver.migrations = [m for m in old.driver.migrations if m.version <= 7]
+    await old.open()
+    try:
+        schedule, oid = await enqueue(old, await add_schedule(old))
+    finally:
+        await old.close()
+    conn = raw(path)
+    with conn:  # what a 0007 clockd's claim wrote
+        conn.execute("BEGIN")
+        lease = (to_us(T0 + LEASE),)
+        conn.execute("UPDATE dispatch SET lease_token = 'tok', lease_until = ?, worker_id = 'old'", lease)
+        conn.execute("UPDATE occurrences SET state = 'RUNNING', attempts = 1, started_at = ?", (to_us(T0),))
+        conn.execute(
+            "INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, outcome) "
+            "VALUES (?, 1, 'tok', 'old', ?, 'running')",
+            (oid, to_us(T0)),
+        )
+    conn.close()
+
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        conn = raw(path)
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == KNOWN_VERSION
+        assert conn.execute("SELECT leased_at FROM dispatch").fetchall() == [(to_us(T0),)]
+        conn.close()
+        (shown,) = await store.list_attempts(oid)
+        assert (shown.outcome, shown.worker_id, shown.started_at) == (AttemptOutcome.RUNNING, "old", T0)
+        done = Completion("tok", AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0)
+        assert await store.finish([done], T0 + MIN) == {"tok"}
+        (ended,) = await store.list_attempts(oid)
+        assert (ended.outcome, ended.worker_id, ended.started_at, ended.finished_at) == (
+            AttemptOutcome.SUCCEEDED, "old", T0, T0 + MIN)  # fmt: skip
+        occurrence = await store.get_occurrence(oid)
+        assert occurrence is not None and occurrence.schedule_id == schedule.id
+        assert occurrence.state is OccurrenceState.SUCCEEDED
+    finally:
+        await store.close()
