@@ -5,13 +5,22 @@ Errors map to exit codes in one place (``clockctl.output.handle_errors``):
 1 not found or conflict, 2 bad input, 4 store unavailable or locked, 5 etcd.
 With ``--server`` (or ``CLOCKD_SERVER``, or a context) the verbs go through the HTTP
 API (``clockctl.remote``) with the same output and exit codes.
+
+Start-up (``clockctl list`` within 0.5 s through the frozen executable, issue 20): the
+command modules import what a verb needs inside the verb, and :func:`main` hands typer
+only the verb the arguments name (:func:`for_verb`), so one call builds one command's
+parameters instead of every command's. ``tests/cli/test_startup.py`` guards both.
 """
 
 from __future__ import annotations
 
+import copy
+import sys
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
+from typer.main import get_command_name, solve_typer_info_defaults
 
 from clockctl import context
 from clockctl.commands import register_all
@@ -81,6 +90,55 @@ def _print_version(value: bool) -> None:
 
 register_all(app)
 
+# The global options that take a value (``--store URL``): what may stand between
+# ``clockctl`` and its verb. A test checks this against ``_global``'s options.
+VALUED_OPTIONS = frozenset({"--store", "--server", "--token", "--context"})
 
-def main() -> None:
-    app()
+
+def verb_of(args: Sequence[str]) -> str | None:
+    """The verb ``args`` name, if only global options with their values come before it
+    (anything else before it — ``--help``, a typo — and the whole app answers)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-"):
+            return arg
+        name = arg.split("=", 1)[0]
+        if name not in VALUED_OPTIONS:
+            return None
+        i += 1 if "=" in arg else 2
+    return None
+
+
+def for_verb(args: Sequence[str]) -> typer.Typer:
+    """``app`` with only the command or group ``args`` name, else ``app`` itself.
+
+    typer builds the click parameters of every registered command on each call (their
+    signatures, type hints and help); the one being run is all a call needs. The copy
+    keeps the global options, and the verb's own help, errors and subcommands are the
+    same as in the whole app; a name ``app`` does not know gets the whole app (its
+    "No such command" and suggestions)."""
+    verb = verb_of(args)
+    if verb is None:
+        return app
+    commands = [c for c in app.registered_commands if _command_name(c) == verb]
+    groups = [g for g in app.registered_groups if solve_typer_info_defaults(g).name == verb]
+    if not commands and not groups:
+        return app
+    pruned = copy.copy(app)
+    pruned.registered_commands = commands
+    pruned.registered_groups = groups
+    return pruned
+
+
+def _command_name(info: typer.models.CommandInfo) -> str | None:
+    # As typer names a command (typer.main.get_command_from_info).
+    if info.name:
+        return info.name
+    return None if info.callback is None else get_command_name(info.callback.__name__)
+
+
+def main(args: list[str] | None = None) -> None:
+    """The ``clockctl`` program (the console script, and ``clockd ctl``)."""
+    argv = sys.argv[1:] if args is None else args
+    for_verb(argv)(args=argv, prog_name="clockctl")

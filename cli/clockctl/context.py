@@ -1,4 +1,10 @@
-"""How a clockctl command reaches the store: one asyncio run per command."""
+"""How a clockctl command reaches the store: one asyncio run per command.
+
+Start-up is part of the CLI's contract (``clockctl list`` within 0.5 s through the
+frozen executable, issue 20): this module is imported by every command, so it imports
+the store, the use cases and the HTTP client only inside :func:`with_ops`, and the HTTP
+client only when a server is configured. ``tests/cli/test_startup.py`` keeps it so.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,11 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from clockctl.remote import RemoteOps, resolve
-from clockd.client import AsyncClient
-from clockd.config import load_settings, resolve_store
-from clockd.core.clock import SystemClock
-from clockd.services.ops import Ops
-from clockd.wiring import egress_policy, make_store
+from clockctl.contexts import resolve
 
 if TYPE_CHECKING:
     from clockd.runner.egress import EgressPolicy
+    from clockd.services.ops import Ops
 
 T = TypeVar("T")
 
@@ -27,6 +29,9 @@ state: dict[str, str | None] = {"store": None, "server": None, "token": None, "c
 def _egress() -> EgressPolicy:
     """The daemon config's egress policy (CLOCKD_CONFIG or /etc/clockd/clockd.yaml and
     CLOCKD_* variables), read only when an HTTP target is written."""
+    from clockd.config import load_settings
+    from clockd.wiring import egress_policy
+
     return egress_policy(load_settings())
 
 
@@ -45,14 +50,22 @@ def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False, create: 
     remote = resolve(state["server"], state["token"], state["context"]) if via_api else None
 
     async def over_api(server: str, token: str | None) -> None:
+        from clockctl.remote import RemoteOps
+        from clockd.client import AsyncClient
+
         async with AsyncClient(server, token) as client:
             # RemoteOps answers the Ops methods the commands call (clockctl.remote), with
             # the same models; the cast says so to the type checker.
-            result.append(await fn(cast(Ops, RemoteOps(client))))
+            result.append(await fn(cast("Ops", RemoteOps(client))))
 
     if remote is not None:
         asyncio.run(over_api(*remote))
         return result[0]
+
+    from clockd.config import resolve_store
+    from clockd.core.clock import SystemClock
+    from clockd.services.ops import Ops
+    from clockd.wiring import make_store
 
     async def go() -> None:
         store = make_store(resolve_store(state["store"]), create=create)

@@ -27,9 +27,9 @@ def program(argv: list[str]) -> tuple[str, list[str]]:
 def main() -> None:
     which, args = program(sys.argv)
     if which == "clockctl":
-        from clockctl.app import app
+        from clockctl.app import main as clockctl_main
 
-        app(args=args, prog_name="clockctl")
+        clockctl_main(args)
         return
     from clockd.daemon.main import main as clockd_main
 

@@ -3,7 +3,7 @@
 Where the server and token come from, first found wins: ``--server``/``--token``,
 ``CLOCKD_SERVER``/``CLOCKD_TOKEN``, then the current context of
 ``~/.config/clockd/client.yaml`` (``$XDG_CONFIG_HOME``), kept the way kubectl keeps
-its contexts::
+its contexts (read by ``clockctl.contexts``)::
 
     current-context: prod
     contexts:
@@ -20,15 +20,13 @@ and 5xx → a store error, exit 4).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, NoReturn
 
 import httpx
-import yaml
 
+from clockctl.contexts import config_path, resolve
 from clockd import errors
 from clockd.client import AsyncClient
 from clockd.client import errors as api_errors
@@ -44,35 +42,6 @@ from clockd.core.model import (
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
 from clockd.services.ops import Added, Change, ResumeFrom, VersionRow
 from clockd.store import RunSummary
-
-
-def config_path(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
-    return Path(base) / "clockd" / "client.yaml"
-
-
-def resolve(server: str | None, token: str | None, context: str | None) -> tuple[str, str | None] | None:
-    """(server, token) to use, or None to use the store."""
-    server = server or os.environ.get("CLOCKD_SERVER") or None
-    token = token or os.environ.get("CLOCKD_TOKEN") or None
-    path = config_path()
-    if (server is None or token is None) and (context or path.exists()):
-        try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise errors.InvalidInput(f"{path}: cannot read the client contexts ({exc})") from None
-        name = context or doc.get("current-context")
-        contexts = doc.get("contexts") or {}
-        if name is not None:
-            chosen = contexts.get(name)
-            if not isinstance(chosen, dict):
-                raise errors.InvalidInput(f"{path}: no context {name!r} (contexts: {', '.join(contexts) or 'none'})")
-            server = server or chosen.get("server")
-            token = token or chosen.get("token")
-    if server is None:
-        return None
-    return str(server), None if token is None else str(token)
 
 
 def _raise(exc: api_errors.ApiError) -> NoReturn:

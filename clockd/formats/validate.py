@@ -23,7 +23,6 @@ from clockd.core.model import ScheduleDef
 from clockd.core.planning import MAX_WINDOW, MIN_LATENESS
 from clockd.core.spec import validate_definition
 from clockd.errors import InvalidInput
-from clockd.runner.targets import check_strings, validate_target
 
 MAX_CATCH_UP_LIMIT: Final = 10_000
 
@@ -35,6 +34,11 @@ MANAGED_BY_APPLY = "apply"
 
 def normalize(definition: ScheduleDef) -> ScheduleDef:
     """Validate a definition and return it with its expression in canonical form."""
+    # The target checks (users and groups, HTTP, secret references) load when a definition
+    # is validated: the use cases import this module, and a read such as ``clockctl list``
+    # validates nothing (start-up, issue 20).
+    from clockd.runner.targets import check_strings, validate_target
+
     check_strings(definition)  # NUL anywhere: refused with the field's name
     # The limits every front end shares (clockd.core.limits): the CLI, files and the API.
     check_name(definition.name, "name")

@@ -6,15 +6,17 @@ The answers and the order they are tried in are in ``clockd.services.explain``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockctl.render import attempt_doc, iso, local, occurrence_doc, stamp
-from clockd.services.explain import Explanation, explain_at
-from clockd.services.ops import Ops
+
+if TYPE_CHECKING:
+    from clockd.services.explain import Explanation
+    from clockd.services.ops import Ops
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 
@@ -43,6 +45,7 @@ def register(app: typer.Typer) -> None:
         instant of the expression, DST gap, repeated hour), the version history (paused,
         updated, deleted), and the occurrence with its attempts (succeeded, running, queued,
         dead, missed, skipped by overlap, canceled)."""
+        from clockd.services.explain import explain_at
 
         async def go(ops: Ops) -> Explanation:
             schedule = await ops.get(name, tenant)

@@ -15,30 +15,22 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
 from clockctl.render import iso, local, stamp
 from clockd.errors import InvalidInput
-from clockd.formats.crontab import parse_crontab
-from clockd.formats.schedfile import (
-    FIELD_NAMES,
-    FileError,
-    Job,
-    Location,
-    changed_fields,
-    dump_jobs,
-    exportable,
-    job_document,
-    load_paths,
-    read_limited,
-)
 from clockd.services.ops import ApplyPlan, ApplyResult, Ops, PlanAction, PlanItem, is_managed
+
+# The schedule-file and crontab formats (yaml, the validator) and rich's progress bar are
+# imported by the verbs that use them: every clockctl command imports this module (start-up).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from clockd.formats.schedfile import FileError, Job
 
 Tenant = Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant the schedules belong to")]
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
@@ -83,6 +75,8 @@ def register(app: typer.Typer) -> None:
         transaction. Applying the same files again changes nothing. Schedules added by hand
         (clockctl add) are never updated or pruned: a file entry with such a name is refused.
         """
+        from clockd.formats.schedfile import load_paths
+
         loaded = load_paths(files)
         if loaded.errors:
             raise _refuse(loaded.errors)
@@ -106,6 +100,8 @@ def register(app: typer.Typer) -> None:
         output changes nothing. Definitions only: a paused schedule stays paused. Values
         are written as stored: secret references such as ${file:/path} stay references.
         """
+        from clockd.formats.schedfile import dump_jobs, exportable, job_document
+
         schedules = with_ops(lambda ops: ops.list_schedules(tenant))
         chosen = []
         by_hand = 0
@@ -164,6 +160,9 @@ def register(app: typer.Typer) -> None:
         file:line with the reason; unparsable lines exit 2 and nothing is written. Without
         --dry-run the jobs are applied like `clockctl apply` (names: <program>-<line>).
         """
+        from clockd.formats.crontab import parse_crontab
+        from clockd.formats.schedfile import Location, dump_jobs, job_document, read_limited
+
         zone, zone_note = _zone(tz)
         try:
             text = read_limited(file).decode("utf-8")
@@ -260,6 +259,8 @@ def _apply_jobs(
 
 
 def _print_plan(plan: ApplyPlan, jobs: Sequence[Job], dry_run: bool, command: str) -> None:
+    from clockd.formats.schedfile import changed_fields
+
     changes = plan.changes
     for item in changes:
         where = f"  ({jobs[item.index].where})" if item.index is not None else ""
@@ -306,6 +307,8 @@ def _show(value: Any) -> str:
 
 def _problem(job: Job, message: str) -> str:
     """``file:line: field: message`` for a problem found while planning."""
+    from clockd.formats.schedfile import FIELD_NAMES
+
     named = message.split(":", 1)[0]
     if named in FIELD_NAMES:
         return f"{job.at(named)}: {message}"
@@ -315,6 +318,8 @@ def _problem(job: Job, message: str) -> str:
 
 
 def _plan_doc(plan: ApplyPlan, jobs: Sequence[Job], dry_run: bool, result: ApplyResult | None) -> dict[str, Any]:
+    from clockd.formats.schedfile import changed_fields
+
     changes = []
     for item in plan.changes:
         fields = []
@@ -382,6 +387,8 @@ def _progress(count: int, stream: Console | None = None) -> Iterator[Advance]:
     if count <= PROGRESS_THRESHOLD or not target.is_terminal:
         yield lambda description, total: lambda n: None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),

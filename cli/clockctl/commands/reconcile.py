@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from clockctl.context import with_ops
@@ -157,6 +156,9 @@ def _progress(span: timedelta) -> Iterator[tuple[Callable[[int], None], Callable
     if not sys.stderr.isatty():
         yield (lambda _total: None), (lambda _n: None)
         return
+    # Imported here, not with the module: every clockctl command imports it (start-up).
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (
         TextColumn("reconciling"),
         BarColumn(),

@@ -43,7 +43,6 @@ from clockd.core.model import (
 from clockd.core.notify import Notification, NotifyEvent, parse_notification
 from clockd.core.spec import compile_spec, validate_definition
 from clockd.errors import Conflict, InvalidInput
-from clockd.formats.schedfile import notification_document, validate_job
 from clockd.services.ops import Change, Ops, ResumeFrom, VersionRow, next_run, next_runs, spec_of, starts_of
 from clockd.store import RunSummary
 
@@ -174,6 +173,10 @@ def build_definition(
     if timeout:
         job["timeout"] = timeout
     job.update(policies or {})
+    # The schedule-file format (yaml, the validator) is imported by the verbs that write
+    # schedules, not with this module: every clockctl command imports it (start-up).
+    from clockd.formats.schedfile import notification_document
+
     job.update((n.event.field, notification_document(n)) for n in notify)
     return validated(job, tenant)
 
@@ -207,6 +210,8 @@ def whole_second_now() -> datetime:
 
 def validated(job: Mapping[str, Any], tenant: str) -> ScheduleDef:
     """``job`` (schedule-file fields) through the one validator; every problem on one line."""
+    from clockd.formats.schedfile import validate_job
+
     result = validate_job(job, tenant=tenant)
     if isinstance(result, list):
         raise InvalidInput("; ".join(str(problem) for problem in result))

@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group, RenderableType
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -31,10 +30,13 @@ from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockd.config import Settings, StoreLocation, load_settings, resolve_store
 from clockd.core.durations import format_duration
 from clockd.errors import ClockdError
-from clockd.services import status as status_doc
-from clockd.services.status import ReconcileCache, shard_ranges
 from clockd.store import Store
 from clockd.wiring import lock_holder, make_observer, make_store
+
+# The status document's module (and the reconciler behind it) and rich's live display are
+# imported when the verb runs: every clockctl command imports this module (start-up).
+if TYPE_CHECKING:
+    from clockd.services.status import ReconcileCache
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 WATCH_EVERY = 2.0
@@ -70,6 +72,10 @@ def register(app: typer.Typer) -> None:
 
 
 async def _status(settings: Settings, location: StoreLocation, output: OutputFormat, watch: bool) -> None:
+    from rich.live import Live
+
+    from clockd.services.status import ReconcileCache
+
     store = make_store(location, create=False)
     await store.open()
     cache = ReconcileCache()
@@ -100,6 +106,8 @@ async def gather(
 ) -> dict[str, Any]:
     """The status document (``-o json``: a stable interface), with this host's view of the
     coordination (etcd, or the embedded store's lock)."""
+    from clockd.services import status as status_doc
+
     coordination = await _coordination(settings, location)
     doc = await status_doc.gather(store, settings.horizon, location, coordination, cache)
     # What jobs started on this host run in (clockd.runner.cgroups), as a worker here finds it.
@@ -160,6 +168,8 @@ def _containment() -> str:
 
 
 def render(doc: dict[str, Any]) -> RenderableType:
+    from clockd.services.status import shard_ranges
+
     parts: list[RenderableType] = []
     coord = doc["coordination"]
     head = Table.grid(padding=(0, 2))

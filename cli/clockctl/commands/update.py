@@ -24,7 +24,6 @@ from clockctl.render import iso, local, occurrence_doc, schedule_doc, stamp
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef
 from clockd.errors import InvalidInput
-from clockd.formats.schedfile import job_document
 from clockd.services.ops import Change, Ops, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
@@ -149,6 +148,8 @@ class _Edits:
             raise InvalidInput("give one of --cron, --every or --at")
         if self.command is not None and self.args:
             raise InvalidInput("give the new command either with --command or after --, not both")
+        from clockd.formats.schedfile import job_document  # with the verb, not the module (start-up)
+
         job = job_document(current)
         tz = self.tz if self.tz is not None else current.tz
         if self.tz is not None:
