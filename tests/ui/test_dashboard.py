@@ -57,6 +57,7 @@ class Served:
     loop: asyncio.AbstractEventLoop
     dead_id: str
     other_tenant_run: str
+    health: dict[str, Any]  # what the health page shows (a test may change it)
 
     def call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
@@ -99,14 +100,16 @@ def served(tmp_path: Path) -> Iterator[Served]:
     async def authenticate(token: str) -> Viewer | None:
         return TOKENS.get(token)
 
+    doc: dict[str, Any] = {
+        "store": {"kind": "sqlite", "clock_offset_seconds": 0.001},
+        "coordination": {"kind": "embedded", "leader": {"node": "pid 1", "token": None}, "members": []},
+        "backlog": {"due_schedules": 0, "outbox": 0, "queued": 0, "running": 0},
+        "dlq": 1,
+        "unaccounted": {"count": 0, "problems": []},
+    }
+
     async def health() -> dict[str, Any]:
-        return {
-            "store": {"kind": "sqlite", "clock_offset_seconds": 0.001},
-            "coordination": {"kind": "embedded", "leader": {"node": "pid 1", "token": None}, "members": []},
-            "backlog": {"due_schedules": 0, "outbox": 0, "queued": 0, "running": 0},
-            "dlq": 1,
-            "unaccounted": {"count": 0, "problems": []},
-        }
+        return doc
 
     async def main() -> None:
         store = SqliteStore(tmp_path / "clockd.db")
@@ -133,7 +136,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     thread.start()
     assert ready.wait(20), "the dashboard server did not start"
     try:
-        yield Served(box["url"], box["store"], box["ops"], box["loop"], box["dead"], box["other"])
+        yield Served(box["url"], box["store"], box["ops"], box["loop"], box["dead"], box["other"], doc)
     finally:
         box["server"].should_exit = True
         thread.join(20)
@@ -266,6 +269,42 @@ def test_health_page_draws_the_lag_plot(browser: Any, served: Served) -> None:
     _shot(page, "health")
 
 
+def _clock(offset: float, **extra: Any) -> dict[str, Any]:
+    return {"offset_seconds": offset, "limit_seconds": 2.0, "within_limit": abs(offset) <= 2.0,
+            "measured_at": "2026-03-27T11:59:55Z", "age_seconds": 5.0, "stale": False} | extra  # fmt: skip
+
+
+# What status reads from etcd for a cluster of three (clockd.services.status.member_doc).
+CLUSTER = {
+    "kind": "etcd",
+    "cluster": "prod",
+    "reachable": True,
+    "leader": {"node": "n1", "token": 7},
+    "members": [
+        {"node": "api1", "modes": ["api"], "shards": []},
+        {"node": "n1", "modes": ["leader", "materializer"], "shards": list(range(32)), "clock": _clock(0.004)},
+        {"node": "s1", "modes": ["worker"], "shards": [], "standby": "clock offset from the database is +30.0s",
+         "clock": _clock(30.0)},
+        {"node": "w2", "modes": ["worker"], "shards": [], "clock": _clock(-0.2, age_seconds=95.0, stale=True)},
+    ],
+}  # fmt: skip
+
+
+def test_health_shows_each_members_clock_offset_and_flags_the_one_beyond_its_limit(
+    browser: Any, served: Served
+) -> None:
+    served.health["coordination"] = CLUSTER
+    page = _sign_in(browser, served, "tok-a-reader")
+    page.goto(served.url + "/ui/health")
+    table = page.get_by_role("table", name="Members, their modes, the shards they own and their clock offset")
+    rows = {r.split("\t")[0].split()[0]: r for r in table.inner_text().splitlines()[1:]}
+    assert "+0.004s" in rows["n1"] and "over the" not in rows["n1"]
+    assert "+30.000s — over the 2.00s limit" in rows["s1"]
+    assert "-0.200s" in rows["w2"] and "stale: measured 1m35s ago" in rows["w2"]
+    assert "not measured" in rows["api1"]  # an api-only process runs no clock watch
+    _shot(page, "health-cluster")
+
+
 def test_every_control_has_a_label_and_keyboard_reaches_the_actions(browser: Any, served: Served) -> None:
     page = _sign_in(browser, served, "tok-a-operator")
     for path in ("/ui/schedules", "/ui/schedules/nightly-report", "/ui/dlq", "/ui/health"):
@@ -310,10 +349,13 @@ def test_pages_are_valid_html(browser: Any, served: Served, tmp_path: Path) -> N
         "/ui/dlq",
         f"/ui/dlq/{served.dead_id}/confirm/drop",
         "/ui/health",
+        "/ui/health?cluster",
         "/ui/schedules/no-such-schedule",
     ]
     files = []
     for i, path in enumerate(paths):
+        if path == "/ui/health?cluster":
+            served.health["coordination"] = CLUSTER  # the members table with clock offsets
         response = page.request.get(served.url + path)
         out = tmp_path / f"page{i}.html"
         out.write_bytes(response.body())
