@@ -294,8 +294,10 @@ def test_health_shows_each_members_clock_offset_and_flags_the_one_beyond_its_lim
     browser: Any, served: Served
 ) -> None:
     served.health["coordination"] = CLUSTER
+    served.call(_dead_run(served.store, "team-a", "hourly-sync", NOW))  # due at the top of the hour
     page = _sign_in(browser, served, "tok-a-reader")
     page.goto(served.url + "/ui/health")
+    assert "(runs due: 1, every one counted; bins of 1.00s)" in page.inner_text("main")  # the burst's histogram
     table = page.get_by_role("table", name="Members, their modes, the shards they own and their clock offset")
     rows = {r.split("\t")[0].split()[0]: r for r in table.inner_text().splitlines()[1:]}
     assert "+0.004s" in rows["n1"] and "over the" not in rows["n1"]
