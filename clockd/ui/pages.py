@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import secrets as token_bytes
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from clockd.core.clock import Clock
 from clockd.core.durations import format_duration
-from clockd.core.model import Occurrence, OccurrenceState, Schedule, ScheduleKind, ScheduleState
+from clockd.core.model import HttpTarget, Occurrence, OccurrenceState, Schedule, ScheduleKind, ScheduleState
 from clockd.core.upcoming import Upcoming, upcoming
 from clockd.errors import ClockdError, NotFound
 from clockd.services.ops import Ops, next_run, spec_of
@@ -42,6 +42,7 @@ PAGE_SIZE = 50
 # How much of a run's stored output a page shows before "load all".
 OUTPUT_TAIL = 4096
 BURST_BINS = 12  # bars of the top-of-hour burst's histogram
+AUDIT_SCAN = 500  # the tenant's newest audit entries searched for who changed a schedule, and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,7 @@ class Row:
     next_runs: list[Upcoming]
     last: RunSummary | None  # its latest run that started (state, exit code), if any
     last_lag: float | None
+    pause_reason: str | None = None  # why it is paused, when the audit log says
 
 
 @dataclass(slots=True)
@@ -286,7 +288,7 @@ class Dashboard:
         cursor = query.get("cursor") or None
         items, next_cursor = await self._schedule_page(viewer.tenant, state, label, name, cursor)
         now = self.clock.now()
-        rows = await self._rows(items, now)
+        rows = await self._with_pause_reasons(viewer.tenant, await self._rows(items, now))
         if sort == "next":
             far = datetime.max.replace(tzinfo=UTC)
             rows.sort(key=lambda r: r.next_runs[0].fire.utc if r.next_runs else far)
@@ -341,6 +343,18 @@ class Dashboard:
             rows.append(Row(schedule, describe(schedule), nxt, summary, lag))
         return rows
 
+    async def _with_pause_reasons(self, tenant: str, rows: list[Row]) -> list[Row]:
+        """The paused rows with their reason, from the tenant's recent audit entries (one
+        read, and only when the page has a paused schedule)."""
+        if not any(r.schedule.state is ScheduleState.PAUSED for r in rows):
+            return rows
+        entries = await self.store.audit_page(tenant, None, AUDIT_SCAN)
+        out = []
+        for row in rows:
+            reason = _pause_reason(row.schedule, [e for e in entries if e.target == row.schedule.name])
+            out.append(replace(row, pause_reason=reason) if reason else row)
+        return out
+
     async def schedule(self, request: Request) -> Response:
         found = await self._signed_in(request)
         if isinstance(found, Response):
@@ -354,7 +368,7 @@ class Dashboard:
         versions = await self.store.schedule_versions(schedule.id)
         runs = await self.store.list_occurrences(schedule.id, 25, now)
         # Who changed what: the tenant's recent audit entries about this schedule.
-        changes = [e for e in await self.store.audit_page(viewer.tenant, None, 500) if e.target == schedule.name]
+        changes = [e for e in await self.store.audit_page(viewer.tenant, None, AUDIT_SCAN) if e.target == schedule.name]
         explanation = None
         at = request.query_params.get("at", "").strip()
         explain_error = None
@@ -376,6 +390,7 @@ class Dashboard:
                 "versions": versions,
                 "runs": runs,
                 "lag": start_lag,
+                "http": isinstance(schedule.definition.target, HttpTarget),
                 "at": at,
                 "explanation": explanation,
                 "explain_error": explain_error,
@@ -492,7 +507,14 @@ class Dashboard:
             f"Run of {schedule.name}",
             viewer,
             csrf_for(token),
-            {"o": occ, "s": schedule, "outputs": outputs, "full": full, "lag": start_lag(occ)},
+            {
+                "o": occ,
+                "s": schedule,
+                "outputs": outputs,
+                "full": full,
+                "lag": start_lag(occ),
+                "http": isinstance(schedule.definition.target, HttpTarget),
+            },
         )
         return self._render("run.html", page)
 

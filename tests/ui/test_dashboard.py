@@ -211,6 +211,12 @@ def test_pause_with_reason_then_the_store_says_paused(browser: Any, served: Serv
     assert "paused" in page.locator("p.lead").inner_text()
     schedule = served.call(served.store.get_schedule("team-a", "nightly-report"))
     assert schedule.state.value == "paused"  # what clockctl show reads
+    page.goto(served.url + "/ui/schedules")
+    row = page.get_by_role("table", name="Schedules of tenant team-a").get_by_role("row").filter(
+        has_text="nightly-report"
+    )
+    assert "paused" in row.inner_text() and "maintenance window" in row.inner_text()  # the list says why
+    page.get_by_role("link", name="nightly-report").click()
     page.get_by_role("link", name="Resume…").click()
     page.get_by_role("button", name="Resume").click()
     assert served.call(served.store.get_schedule("team-a", "nightly-report")).state.value == "active"
