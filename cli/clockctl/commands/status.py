@@ -229,7 +229,7 @@ def render(doc: dict[str, Any]) -> RenderableType:
 
 
 def clock_text(member: dict[str, Any]) -> Text:
-    """A member's clock offset: red with its limit when beyond it, dim when stale."""
+    """A member's clock offset: red with its limit when beyond it, yellow when stale."""
     clock = member.get("clock")
     if not clock:
         return Text("-")  # no clock watch in this process (api-only), or not measured yet
