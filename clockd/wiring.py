@@ -344,7 +344,10 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
         runner=runner,
         clock=clock,
         # A node whose clock is off hands its leadership and shards over (stand_by).
-        clock_watch=ClockWatch(store, clock, settings.max_clock_skew, on_change=coord.stand_by),
+        # Every measurement shows in the member record (clockctl status, the dashboard).
+        clock_watch=ClockWatch(
+            store, clock, settings.max_clock_skew, on_change=coord.stand_by, on_measure=coord.publish_clock
+        ),
         notifier=(notifier := Notifier(runner, store.get_schedule_by_id)),
         faults=faults or Faults(),
     )

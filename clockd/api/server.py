@@ -125,12 +125,7 @@ async def _coordination(settings: Settings, coordinator: Coordinator | None) -> 
         "cluster": settings.cluster,
         "reachable": found.reachable,
         "leader": {"node": found.leader_node, "token": found.leader_token} if found.leader_node else None,
-        "members": [
-            {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)}
-            | ({"standby": m.standby} if m.standby else {})
-            | ({"capabilities": list(m.capabilities)} if m.capabilities else {})
-            for m in found.members
-        ],
+        "members": [status_doc.member_doc(m) for m in found.members],
     }
 
 

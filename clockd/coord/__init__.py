@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 LEADER = "leader"
@@ -54,6 +55,22 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class ClockReading:
+    """A node's last measured clock offset (its clock watch, ``clockd.modes.clockwatch``).
+
+    ``measured_at`` is the *database's* clock at the measurement, so anyone can tell its
+    age by the same clock, whatever their own clock says."""
+
+    offset: float  # seconds, the node's wall clock minus the database's
+    limit: float  # the node's max_clock_skew (seconds): beyond it the node stands by
+    measured_at: datetime
+
+    @property
+    def within_limit(self) -> bool:
+        return abs(self.offset) <= self.limit
+
+
+@dataclass(frozen=True, slots=True)
 class Member:
     node_id: str
     modes: tuple[str, ...]
@@ -61,6 +78,7 @@ class Member:
     standby: str | None = None  # why the node stepped down from leader/materializer duties
     # What its worker honours (clockd.core.capabilities); () from a release before them.
     capabilities: tuple[str, ...] = ()
+    clock: ClockReading | None = None  # None: the node runs no clock watch, or has not measured yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +120,12 @@ class Coordinator(Protocol):
         """Step down from leadership and shard ownership (and do not take them) while
         ``reason`` holds — e.g. this node's clock is off — so other nodes take over;
         ``None`` to return. Synchronous, like ``lost()``."""
+        ...
+
+    def publish_clock(self, reading: ClockReading) -> None:
+        """Show ``reading`` (this node's latest clock offset) in this node's member record,
+        where every ``status()`` reads it. Synchronous and best effort: the record is
+        rewritten in the background, and the next reading replaces a lost one."""
         ...
 
     async def status(self) -> CoordStatus: ...

@@ -3,8 +3,8 @@
 Keys, under ``P = /clockd/<cluster>``::
 
     P/leader              {"node": id, "lease": hex}   bound to the leader lease L
-    P/members/<node>      {"node": id, "modes": [...]} bound to the node's session lease S
-                          (+ "capabilities": [...] on a worker, "standby": why)
+    P/members/<node>      {"node": id, "modes": [...], "standby"?: why, "clock"?: {...},
+                           "capabilities"?: [...] on a worker}  bound to the node's session lease S
     P/shards/<s>/owner    node id                       bound to the same session lease S
 
 Terms and tokens (notes/etcd.md §4):
@@ -34,6 +34,12 @@ compare-and-delete by token) and claims what it should own only once the previou
 owner's key is gone (``create == 0``). So two nodes never both hold a valid lease on a
 shard; the fence in PostgreSQL remains the final guard.
 
+The member record also carries the node's latest clock offset from the database
+(``publish_clock``: ``{"offset": s, "limit": s, "at": ISO of the database's clock}``),
+rewritten after each measurement of its clock watch (every 10 s), so ``clockctl status``
+and the dashboard show every node's offset; it lives and dies with the session, so a
+dead node's stale reading disappears with it.
+
 Followers learn of changes through one watch on ``P/`` and, as a backstop for a
 broken watch, re-read ``P/`` every second.
 
@@ -62,12 +68,13 @@ import math
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import aetcd
 
-from clockd.coord import LEADER, CoordStatus, Lease, Member, shard_resource
+from clockd.coord import LEADER, ClockReading, CoordStatus, Lease, Member, shard_resource
 from clockd.core.capabilities import advertised
 from clockd.core.clock import Clock, SystemClock
 from clockd.errors import CoordError
@@ -501,7 +508,8 @@ class EtcdCoordinator:
         self._owned: dict[int, int] = {}  # shard -> token
         # stand_by(): while set, hold no role and advertise no leader/materializer mode
         self._standby: str | None = None
-        self._member_stale = False  # the member key does not show _standby yet
+        self._member_stale = False  # the member key does not show _standby / _clock_reading yet
+        self._clock_reading: ClockReading | None = None  # publish_clock(): shown in the member key
 
         # leases dropped in-process whose server side we still want to revoke
         self._orphans: dict[int, float] = {}  # lease id -> give up at (monotonic)
@@ -617,6 +625,11 @@ class EtcdCoordinator:
         self._shard_wake.set()
         self._leader_wake.set()
 
+    def publish_clock(self, reading: ClockReading) -> None:
+        self._clock_reading = reading
+        self._member_stale = True
+        self._session_wake.set()  # the session loop rewrites the member key
+
     def _member_value(self) -> bytes:
         """The member key's value. Standing by, the node does not list the leader and
         materializer modes, so no node assigns it shards, and says why. A worker lists
@@ -627,7 +640,20 @@ class EtcdCoordinator:
             doc["capabilities"] = list(caps)
         if self._standby is not None:
             doc["standby"] = self._standby
+        if (clock := self._clock_reading) is not None:
+            doc["clock"] = {"offset": clock.offset, "limit": clock.limit, "at": clock.measured_at.isoformat()}
         return json.dumps(doc).encode()
+
+    async def _put_member(self, session: int) -> None:
+        """Rewrite the member key if it is stale (a stand-by or a clock reading since)."""
+        if not self._member_stale:
+            return
+        self._member_stale = False
+        try:
+            await self._client().put(self._members_prefix + self.node_id, self._member_value(), session, RPC_TIMEOUT)
+        except CoordError:
+            self._member_stale = True
+            raise
 
     async def status(self) -> CoordStatus:
         try:
@@ -639,6 +665,7 @@ class EtcdCoordinator:
         modes: dict[str, tuple[str, ...]] = {}
         standby: dict[str, str] = {}
         caps: dict[str, tuple[str, ...]] = {}
+        clocks: dict[str, ClockReading] = {}
         shards: dict[str, list[int]] = {}
         for kv in kvs:
             if kv.key == self._k_leader:
@@ -655,6 +682,8 @@ class EtcdCoordinator:
                     standby[node] = str(info["standby"])
                 raw_caps = info.get("capabilities")
                 caps[node] = tuple(str(c) for c in raw_caps) if isinstance(raw_caps, list) else ()
+                if (reading := _clock_reading(info.get("clock"))) is not None:
+                    clocks[node] = reading
             else:
                 shard = self._owner_shard(kv.key)
                 if shard is not None:
@@ -666,6 +695,7 @@ class EtcdCoordinator:
                 tuple(sorted(shards.get(node, ()))),
                 standby.get(node),
                 caps.get(node, ()),
+                clocks.get(node),
             )
             for node in sorted(set(modes) | set(shards))
         )
@@ -868,6 +898,9 @@ class EtcdCoordinator:
             next_refresh = self._now() + interval
             while holding():
                 await _wait(self._session_wake, next_refresh - self._now())
+                if holding() and self._member_stale:
+                    with contextlib.suppress(CoordError):  # retried on the next wake
+                        await self._put_member(lease_id)
                 if not holding() or self._now() < next_refresh:
                     continue
                 result = await self._refresh(lease_id, lambda: self._session_deadline, holding)
@@ -940,13 +973,7 @@ class EtcdCoordinator:
         if session is None or self._now() >= self._session_deadline:
             return
         etcd = self._client()
-        if self._member_stale:
-            self._member_stale = False
-            try:
-                await etcd.put(self._members_prefix + self.node_id, self._member_value(), session, RPC_TIMEOUT)
-            except CoordError:
-                self._member_stale = True
-                raise
+        await self._put_member(session)
         revision, kvs = await etcd.get_prefix(self._prefix, RPC_TIMEOUT)
         if self._session_id != session:
             return
@@ -1050,6 +1077,20 @@ class EtcdCoordinator:
             return None
         middle = key[len(self._shards_prefix) : -len("/owner")]
         return int(middle) if middle.isdigit() else None
+
+
+def _clock_reading(value: object) -> ClockReading | None:
+    """A member record's ``clock`` (see the module docstring); None when absent or malformed."""
+    if not isinstance(value, dict):
+        return None
+    offset, limit, at = value.get("offset"), value.get("limit"), value.get("at")
+    if not isinstance(offset, int | float) or not isinstance(limit, int | float) or not isinstance(at, str):
+        return None
+    try:
+        measured_at = datetime.fromisoformat(at)
+    except ValueError:
+        return None
+    return ClockReading(float(offset), float(limit), measured_at)
 
 
 def _json(value: bytes) -> dict[str, object]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from clockd.coord import LEADER, CoordStatus, Lease, Member, shard_resource
+from clockd.coord import LEADER, ClockReading, CoordStatus, Lease, Member, shard_resource
 from clockd.core.capabilities import advertised
 from clockd.errors import StoreLocked, StoreUnavailable
 from clockd.store import Store
@@ -35,6 +35,7 @@ class LocalCoordinator:
         self._leader: Lease | None = None
         self._shards: dict[int, Lease] = {}
         self._modes: tuple[str, ...] = ()
+        self._clock: ClockReading | None = None
 
     def acquire_lock(self) -> None:
         """Take the file lock or raise ``StoreLocked`` naming the holder."""
@@ -89,6 +90,9 @@ class LocalCoordinator:
         """One node: nobody to hand over to. The leader and materializer check the clock
         watch themselves and do not act while it is off."""
 
+    def publish_clock(self, reading: ClockReading) -> None:
+        self._clock = reading  # one process: its status() is the only reader
+
     def lost(self, lease: Lease) -> None:
         # Only a second process on the same file could have fenced us; that cannot
         # happen while we hold the lock, so a bounce means our lock is gone: stop acting.
@@ -104,7 +108,7 @@ class LocalCoordinator:
             reachable=True,
             leader_node=self.node_id if self._leader else None,
             leader_token=self._leader.token if self._leader else None,
-            members=(Member(self.node_id, self._modes, shards, capabilities=advertised(self._modes)),),
+            members=(Member(self.node_id, self._modes, shards, capabilities=advertised(self._modes), clock=self._clock),),
         )
 
 

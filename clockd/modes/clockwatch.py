@@ -4,7 +4,9 @@ A leader or materializer decides what is due by its own wall clock; if that
 clock is off by more than ``max_skew`` it would fire early or late without
 anyone noticing (clock failure is silent). So the offset is measured every
 ``interval`` (midpoint of the round trip, so network latency cancels out),
-exported as ``clockd_clock_offset_seconds``, and while it exceeds
+exported as ``clockd_clock_offset_seconds``, published with every measurement
+(``on_measure``: the coordinator's member record, so ``clockctl status`` and the
+dashboard show every node's offset), and while it exceeds
 ``max_skew`` the leader and materializer step down — they check ``ok`` before
 each tick — and say why in the log (``reason`` holds the why for status);
 a worker does not claim meanwhile (a claim takes what is due by its clock).
@@ -29,6 +31,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
+from clockd.coord import ClockReading
 from clockd.core.clock import Clock
 from clockd.errors import StoreError
 from clockd.obs import metrics
@@ -45,11 +48,13 @@ class ClockWatch:
         max_skew: timedelta = timedelta(seconds=2),
         interval: float = 10.0,
         on_change: Callable[[str | None], None] | None = None,
+        on_measure: Callable[[ClockReading], None] | None = None,
     ) -> None:
         """``on_change(reason)`` is called when the node steps down, ``on_change(None)``
-        when it resumes (the supervisor hands it ``Coordinator.stand_by``)."""
+        when it resumes (the supervisor hands it ``Coordinator.stand_by``);
+        ``on_measure(reading)`` after every measurement (``Coordinator.publish_clock``)."""
         self.store, self.clock = store, clock
-        self.on_change = on_change
+        self.on_change, self.on_measure = on_change, on_measure
         self.max_skew = max_skew.total_seconds()
         self.interval = interval
         self.offset: float | None = None
@@ -95,6 +100,8 @@ class ClockWatch:
         self.offset = offset
         self._base = self._wall_minus_mono()
         metrics.clock_offset.set(offset)
+        if self.on_measure is not None:
+            self.on_measure(ClockReading(offset, self.max_skew, server))
         healthy = abs(offset) <= self.max_skew
         if healthy and not self._healthy:
             self._healthy = True

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from clockd.config import StoreLocation
+from clockd.coord import Member
 from clockd.services.reconcile import Report, run_reconcile
 from clockd.store import LagStats, Store
 
@@ -19,6 +20,9 @@ RECONCILE_EVERY = timedelta(seconds=30)
 RECONCILE_WINDOW = timedelta(hours=1)
 LAG_WINDOWS = (("5m", timedelta(minutes=5)), ("60m", timedelta(minutes=60)))
 PROBLEMS_SHOWN = 10
+# A member's clock reading older than this (by the database's clock) is flagged stale: its
+# clock watch measures every 10 s, so it has missed several (its store is unreachable).
+CLOCK_STALE_AFTER = 60.0
 
 
 def iso(dt: datetime | None) -> str | None:
@@ -31,6 +35,38 @@ def iso(dt: datetime | None) -> str | None:
         + (f".{dt.microsecond:06d}".rstrip("0") if dt.microsecond else "")
         + "Z"
     )
+
+
+def member_doc(member: Member) -> dict[str, Any]:
+    """One member as ``coordination.members`` shows it (clockctl status, the dashboard):
+    ``standby`` only on a node that stands by; ``capabilities`` only on a worker of a
+    release that advertises them; ``clock`` only on a node that measured its
+    offset (its clock watch runs with the leader, materializer and worker modes)."""
+    doc: dict[str, Any] = {"node": member.node_id, "modes": list(member.modes), "shards": list(member.shards)}
+    if member.standby:
+        doc["standby"] = member.standby
+    if member.capabilities:
+        doc["capabilities"] = list(member.capabilities)
+    if (clock := member.clock) is not None:
+        doc["clock"] = {
+            "offset_seconds": round(clock.offset, 6),
+            "limit_seconds": clock.limit,
+            "within_limit": clock.within_limit,
+            "measured_at": iso(clock.measured_at),
+        }
+    return doc
+
+
+def _age_clock_readings(coordination: dict[str, Any], server_now: datetime) -> None:
+    """Add each reading's age (by the database's clock, as it was measured) and ``stale``."""
+    for member in coordination.get("members") or []:
+        clock = member.get("clock")
+        if not isinstance(clock, dict) or not clock.get("measured_at"):
+            continue
+        measured = datetime.fromisoformat(str(clock["measured_at"]))
+        age = max(0.0, (server_now - measured).total_seconds())
+        clock["age_seconds"] = round(age, 3)
+        clock["stale"] = age > CLOCK_STALE_AFTER
 
 
 def reconcile_range(now: datetime, horizon: timedelta) -> tuple[datetime, datetime]:
@@ -61,6 +97,7 @@ async def gather(
     server = await store.server_time()
     now = datetime.now(UTC)
     offset = ((before + (now - before) / 2) - server).total_seconds()
+    _age_clock_readings(coordination, server)
     backlog = await store.backlog(now)
     queues = await store.queue_stats(now)
     lags = {label: await store.start_lag(now - span, now) for label, span in LAG_WINDOWS}

@@ -571,6 +571,15 @@ class Store(Protocol):
         interpolation, from the two neighbouring rows of each rank (ORDER BY … OFFSET)."""
         ...
 
+    async def start_lag_histogram(self, at: datetime, now: datetime, bins: int) -> LagHistogram:
+        """Exact histogram of the start lags of EVERY occurrence due at ``at`` (its
+        ``scheduled_for``; the dashboard's top-of-hour burst), counted by the store however
+        many there are (nothing is sampled or capped). A lag is as in :meth:`start_lag`
+        (``now - available_at`` for one still waiting; never-starting ones do not count);
+        ``bins`` equal bins from ``min(0, lowest lag)`` to the highest, bin ``i`` holding
+        ``low + i·width <= lag < low + (i+1)·width`` (the last bin includes ``high``)."""
+        ...
+
     async def live_schedules_count(self) -> int:
         """Schedules not deleted (active and paused)."""
         ...
@@ -702,6 +711,22 @@ class LagStats:
     p50: float | None
     p95: float | None
     p99: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class LagHistogram:
+    """Start lags (seconds) in ``len(counts)`` equal bins from ``low`` to ``high``;
+    ``count`` is their sum (0: nothing was due, and ``low == high == 0``)."""
+
+    count: int
+    low: float
+    high: float
+    counts: tuple[int, ...]
+
+    @property
+    def width(self) -> float:
+        """A bin's width; 1 s when every lag is the same (the bins need some width)."""
+        return (self.high - self.low) / len(self.counts) or 1.0
 
 
 @dataclass(frozen=True, slots=True)

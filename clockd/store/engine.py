@@ -63,6 +63,7 @@ from clockd.store import (
     Completion,
     CursorAdvance,
     Fence,
+    LagHistogram,
     LagStats,
     LateRow,
     MaterializeResult,
@@ -1249,6 +1250,24 @@ class SqlStore:
         result: LagStats = await self._read(body())
         return result
 
+    async def start_lag_histogram(self, at: datetime, now: datetime, bins: int) -> LagHistogram:
+        d = self.driver
+        params = {"at": d.instant(at), "now": d.instant(now), "bins": bins}
+
+        def body() -> Body[LagHistogram]:
+            # One row per non-empty bin, each carrying the totals (count, low, high).
+            rows = yield Run("start_lag_histogram", params)
+            counts = [0] * bins
+            total, low, high = 0, 0.0, 0.0
+            for n, lo, hi, index, in_bin in rows:
+                total, low, high = int(n or 0), d.seconds(lo or 0), d.seconds(hi or 0)
+                if index is not None:
+                    counts[int(index)] = int(in_bin)
+            return LagHistogram(total, low, high, tuple(counts))
+
+        result: LagHistogram = await self._read(body())
+        return result
+
     async def _count(self, name: str) -> int:
         def body() -> Body[int]:
             row = yield Run(name, {}, "one")
@@ -1390,6 +1409,7 @@ ENGINE_QUERIES: Final = frozenset(
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
         "schedules_page", "occurrences_page", "run_summaries",
+        "start_lag_histogram",
     }
 )  # fmt: skip
 

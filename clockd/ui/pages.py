@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import secrets as token_bytes
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,12 +27,12 @@ from starlette.staticfiles import StaticFiles
 
 from clockd.core.clock import Clock
 from clockd.core.durations import format_duration
-from clockd.core.model import Occurrence, OccurrenceState, Schedule, ScheduleKind, ScheduleState
+from clockd.core.model import HttpTarget, Occurrence, OccurrenceState, Schedule, ScheduleKind, ScheduleState
 from clockd.core.upcoming import Upcoming, upcoming
 from clockd.errors import ClockdError, NotFound
 from clockd.services.ops import Ops, next_run, spec_of
 from clockd.services.status import shard_ranges
-from clockd.store import AuditEntry, RunSummary, SchedulePage, Store
+from clockd.store import AuditEntry, LagHistogram, RunSummary, SchedulePage, Store
 from clockd.ui.svg import LagPoint, histogram, lag_plot
 
 _HERE = Path(__file__).parent
@@ -41,6 +41,8 @@ LOGIN_COOKIE = "clockd_login"
 PAGE_SIZE = 50
 # How much of a run's stored output a page shows before "load all".
 OUTPUT_TAIL = 4096
+BURST_BINS = 12  # bars of the top-of-hour burst's histogram
+AUDIT_SCAN = 500  # the tenant's newest audit entries searched for who changed a schedule, and why
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,7 @@ class Row:
     next_runs: list[Upcoming]
     last: RunSummary | None  # its latest run that started (state, exit code), if any
     last_lag: float | None
+    pause_reason: str | None = None  # why it is paused, when the audit log says
 
 
 @dataclass(slots=True)
@@ -285,7 +288,7 @@ class Dashboard:
         cursor = query.get("cursor") or None
         items, next_cursor = await self._schedule_page(viewer.tenant, state, label, name, cursor)
         now = self.clock.now()
-        rows = await self._rows(items, now)
+        rows = await self._with_pause_reasons(viewer.tenant, await self._rows(items, now))
         if sort == "next":
             far = datetime.max.replace(tzinfo=UTC)
             rows.sort(key=lambda r: r.next_runs[0].fire.utc if r.next_runs else far)
@@ -340,6 +343,18 @@ class Dashboard:
             rows.append(Row(schedule, describe(schedule), nxt, summary, lag))
         return rows
 
+    async def _with_pause_reasons(self, tenant: str, rows: list[Row]) -> list[Row]:
+        """The paused rows with their reason, from the tenant's recent audit entries (one
+        read, and only when the page has a paused schedule)."""
+        if not any(r.schedule.state is ScheduleState.PAUSED for r in rows):
+            return rows
+        entries = await self.store.audit_page(tenant, None, AUDIT_SCAN)
+        out = []
+        for row in rows:
+            reason = _pause_reason(row.schedule, [e for e in entries if e.target == row.schedule.name])
+            out.append(replace(row, pause_reason=reason) if reason else row)
+        return out
+
     async def schedule(self, request: Request) -> Response:
         found = await self._signed_in(request)
         if isinstance(found, Response):
@@ -353,7 +368,7 @@ class Dashboard:
         versions = await self.store.schedule_versions(schedule.id)
         runs = await self.store.list_occurrences(schedule.id, 25, now)
         # Who changed what: the tenant's recent audit entries about this schedule.
-        changes = [e for e in await self.store.audit_page(viewer.tenant, None, 500) if e.target == schedule.name]
+        changes = [e for e in await self.store.audit_page(viewer.tenant, None, AUDIT_SCAN) if e.target == schedule.name]
         explanation = None
         at = request.query_params.get("at", "").strip()
         explain_error = None
@@ -375,6 +390,7 @@ class Dashboard:
                 "versions": versions,
                 "runs": runs,
                 "lag": start_lag,
+                "http": isinstance(schedule.definition.target, HttpTarget),
                 "at": at,
                 "explanation": explanation,
                 "explain_error": explain_error,
@@ -491,7 +507,14 @@ class Dashboard:
             f"Run of {schedule.name}",
             viewer,
             csrf_for(token),
-            {"o": occ, "s": schedule, "outputs": outputs, "full": full, "lag": start_lag(occ)},
+            {
+                "o": occ,
+                "s": schedule,
+                "outputs": outputs,
+                "full": full,
+                "lag": start_lag(occ),
+                "http": isinstance(schedule.definition.target, HttpTarget),
+            },
         )
         return self._render("run.html", page)
 
@@ -563,7 +586,7 @@ class Dashboard:
         now = self.clock.now()
         doc = await self.health_source()
         points = await self._lag_points(now)
-        burst_at, burst_lags = await self._burst(now)
+        burst_at, burst = await self._burst(now)
         page = _Page(
             "Health",
             viewer,
@@ -572,9 +595,10 @@ class Dashboard:
                 "doc": doc,
                 "lag_svg": lag_plot(points, "Start lag p50, p95 and p99 over the last hour, per 5 minutes"),
                 "burst_svg": histogram(
-                    burst_lags, f"Start lag of the runs due at {utc_text(burst_at)} (the last top of the hour)"
+                    burst, f"Start lag of the runs due at {utc_text(burst_at)} (the last top of the hour)"
                 ),
                 "burst_at": burst_at,
+                "burst": burst,
                 "points": points,
             },
         )
@@ -592,12 +616,12 @@ class Dashboard:
             points.append(LagPoint(since.strftime("%H:%M"), stats.p50, stats.p95, stats.p99))
         return points
 
-    async def _burst(self, now: datetime) -> tuple[datetime, list[float]]:
-        """The last top of the hour and the start lags of the runs due then (≤ 10,000)."""
+    async def _burst(self, now: datetime) -> tuple[datetime, LagHistogram]:
+        """The last top of the hour and the histogram of the start lags of EVERY run due
+        then, counted by the store (a 500,000-run burst costs one statement, not a page
+        of rows, and none is left out)."""
         top = now.replace(minute=0, second=0, microsecond=0)
-        recent = await self.store.list_occurrences(None, 10_000, top)
-        lags = [lag for o in recent if o.scheduled_for == top and (lag := start_lag(o)) is not None]
-        return top, lags
+        return top, await self.store.start_lag_histogram(top, now, BURST_BINS)
 
 
 def _pause_reason(schedule: Schedule, changes: Sequence[AuditEntry]) -> str | None:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
+from clockd.store import LagHistogram
+
 WIDTH = 640
 HEIGHT = 220
 _PAD_LEFT, _PAD_RIGHT, _PAD_TOP, _PAD_BOTTOM = 56, 16, 16, 40
@@ -127,8 +129,9 @@ def lag_plot(points: Sequence[LagPoint], title: str) -> str:
     return "".join(parts)
 
 
-def histogram(lags: Sequence[float], title: str, bins: int = 12) -> str:
-    """Bars: how many runs started after each lag (seconds), in ``bins`` equal bins."""
+def histogram(hist: LagHistogram, title: str) -> str:
+    """Bars: how many runs started after each lag (seconds), one per bin of ``hist``
+    (counted by the store: ``Store.start_lag_histogram``)."""
     plot_w = WIDTH - _PAD_LEFT - _PAD_RIGHT
     plot_h = HEIGHT - _PAD_TOP - _PAD_BOTTOM
     parts = [
@@ -136,18 +139,14 @@ def histogram(lags: Sequence[float], title: str, bins: int = 12) -> str:
         f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
         f'<rect x="{_PAD_LEFT}" y="{_PAD_TOP}" width="{plot_w}" height="{plot_h}" fill="#fff" stroke="#666"/>',
     ]
-    if not lags:
+    if not hist.count:
         parts.append(
             f'<text x="{_PAD_LEFT + plot_w / 2}" y="{_PAD_TOP + plot_h / 2}" text-anchor="middle" '
             'font-size="14">no top-of-hour runs yet</text></svg>'
         )
         return "".join(parts)
-    low = min(0.0, min(lags))
-    high = max(lags)
-    width = (high - low) / bins or 1.0
-    counts = [0] * bins
-    for lag in lags:
-        counts[min(bins - 1, int((lag - low) / width))] += 1
+    low, width, counts = hist.low, hist.width, hist.counts
+    bins = len(counts)
     most = max(counts)
     bar_w = plot_w / bins
     for i, count in enumerate(counts):

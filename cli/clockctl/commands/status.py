@@ -8,7 +8,8 @@
   queue depth and oldest age per queue, the dead-letter queue's size;
 * unaccounted occurrences: the reconciler over the last hour, ending two horizons
   before now (what the leader exports as ``clockd_occurrences_unaccounted``);
-* the clock offset of this host to the store's clock.
+* the clock offset of this host to the store's clock, and (etcd) each member's own, as
+  its clock watch last measured it, flagged when beyond its ``max_clock_skew``.
 
 ``--watch`` redraws every 2 seconds until Ctrl-C (the reconciliation every 30 s).
 """
@@ -134,13 +135,7 @@ async def _coordination(settings: Settings, location: StoreLocation) -> dict[str
                 if found is not None and found.leader_node is not None
                 else None
             ),
-            "members": [
-                # "standby" (why it handed its roles over) only on a node that stands by.
-                {"node": m.node_id, "modes": list(m.modes), "shards": list(m.shards)}
-                | ({"standby": m.standby} if m.standby else {})
-                | ({"capabilities": list(m.capabilities)} if m.capabilities else {})
-                for m in (found.members if found is not None else ())
-            ],
+            "members": [status_doc.member_doc(m) for m in (found.members if found is not None else ())],
         }
     if location.kind == "sqlite":
         holder = lock_holder(location)
@@ -206,14 +201,14 @@ def render(doc: dict[str, Any]) -> RenderableType:
 
     if coord.get("members"):
         members = Table(title="members", title_justify="left", box=None, header_style="bold")
-        for column in ("NODE", "MODES", "SHARDS"):
+        for column in ("NODE", "MODES", "SHARDS", "CLOCK OFFSET"):
             members.add_column(column)
         for m in coord["members"]:
             leads = " (leader)" if coord["leader"] and coord["leader"]["node"] == m["node"] else ""
-            members.add_row(m["node"] + leads, ",".join(m["modes"]), shard_ranges(m["shards"]))
+            members.add_row(m["node"] + leads, ",".join(m["modes"]), shard_ranges(m["shards"]), clock_text(m))
             if m.get("standby"):
                 # A node that stepped down (e.g. its clock is off) says why, under its row.
-                members.add_row("", f"[yellow]standing by: {m['standby']}[/yellow]", "")
+                members.add_row("", f"[yellow]standing by: {m['standby']}[/yellow]", "", "")
         parts.append(members)
 
     lag = Table(title="lag from due to start", title_justify="left", box=None, header_style="bold")
@@ -241,6 +236,19 @@ def render(doc: dict[str, Any]) -> RenderableType:
         parts.append(problems)
     parts.append(Text(f"as of {doc['now']}", style="dim"))
     return Group(*parts)
+
+
+def clock_text(member: dict[str, Any]) -> Text:
+    """A member's clock offset: red with its limit when beyond it, yellow when stale."""
+    clock = member.get("clock")
+    if not clock:
+        return Text("-")  # no clock watch in this process (api-only), or not measured yet
+    text = f"{clock['offset_seconds']:+.3f}s"
+    if not clock["within_limit"]:
+        return Text(f"{text} OVER LIMIT {clock['limit_seconds']:g}s", style="bold red")
+    if clock.get("stale"):
+        return Text(f"{text} (stale: {clock['age_seconds']:.0f}s old)", style="yellow")
+    return Text(text, style="green")
 
 
 def _secs(value: float | None) -> str:

@@ -1085,3 +1085,20 @@ LEFT JOIN LATERAL (
     SELECT o.scheduled_for, o.started_at, o.state, o.exit_code FROM occurrences AS o
     WHERE o.schedule_id = ids.id AND o.started_at IS NOT NULL
     ORDER BY o.scheduled_for DESC LIMIT 1) AS l ON true;
+
+-- ------------------------------------------------------------------ dashboard reads (issue 17)
+
+-- name: start_lag_histogram
+-- The start lags (seconds) of every occurrence due at :at (occurrences_recent), as
+-- start_lag counts them, in :bins equal bins from min(0, lowest) to the highest: one row
+-- per non-empty bin (bin, count), each with the totals; one row of totals when none.
+WITH w AS MATERIALIZED (
+    SELECT extract(epoch FROM coalesce(started_at, %(now)s) - available_at)::float8 AS lag FROM occurrences
+    WHERE scheduled_for = %(at)s AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'))
+), r AS (SELECT count(*) AS n, least(0, min(lag)) AS low, coalesce(max(lag), 0) AS high FROM w)
+SELECT r.n, r.low, r.high, b.bin, b.c
+FROM r LEFT JOIN (
+    SELECT least(%(bins)s - 1, floor((w.lag - r.low) * %(bins)s / greatest(r.high - r.low, 1e-6)))::int AS bin,
+           count(*) AS c
+    FROM w, r GROUP BY 1) AS b ON true
+ORDER BY b.bin;

@@ -973,3 +973,19 @@ LEFT JOIN occurrences AS l ON l.id = (
     SELECT o.id FROM occurrences AS o
     WHERE o.schedule_id = j.value AND o.started_at IS NOT NULL
     ORDER BY o.scheduled_for DESC LIMIT 1);
+
+-- ------------------------------------------------------------------ dashboard reads (issue 17)
+
+-- name: start_lag_histogram
+-- The start lags (µs) of every occurrence due at :at (occurrences_recent), as
+-- start_lag counts them, in :bins equal bins from min(0, lowest) to the highest: one row
+-- per non-empty bin (bin, count), each with the totals; one row of totals when none.
+WITH w AS MATERIALIZED (
+    SELECT coalesce(started_at, :now) - available_at AS lag FROM occurrences
+    WHERE scheduled_for = :at AND (started_at IS NOT NULL OR state IN ('SCHEDULED', 'ENQUEUED'))
+), r AS (SELECT count(*) AS n, min(0, coalesce(min(lag), 0)) AS low, coalesce(max(lag), 0) AS high FROM w)
+SELECT r.n, r.low, r.high, b.bin, b.c
+FROM r LEFT JOIN (
+    SELECT min(:bins - 1, (w.lag - r.low) * :bins / max(r.high - r.low, 1)) AS bin, count(*) AS c
+    FROM w, r GROUP BY bin) AS b ON 1
+ORDER BY b.bin;

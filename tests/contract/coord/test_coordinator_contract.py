@@ -103,3 +103,38 @@ async def test_lost_drops_the_lease_at_once_and_never_reuses_its_token(coord_bac
     later = a.leader_lease()
     assert later is None or later.token > leader.token
     assert all(lease.token > shard.token for lease in a.shard_leases() if lease.resource == shard.resource)
+
+
+
+async def test_a_published_clock_reading_shows_in_status_and_the_next_replaces_it(
+    coord_backend: CoordBackend,
+) -> None:
+    """``publish_clock`` is how every node's offset reaches ``clockctl status`` and the
+    dashboard: the node's member record carries its latest reading."""
+    import asyncio
+    import time
+    from datetime import UTC, datetime
+
+    from clockd.coord import ClockReading
+
+    a = coord_backend.make("a")
+    assert await coord_backend.start(a, lead=False, materialize=False, modes=["worker"])
+    at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+    async def shown(offset: float) -> ClockReading:
+        """The reading in a's member record once it has ``offset`` (the etcd adapter
+        rewrites the record in the background)."""
+        deadline = time.monotonic() + WITHIN
+        while True:
+            (member,) = [m for m in (await a.status()).members if m.node_id == "a"]
+            if member.clock is not None and member.clock.offset == offset:
+                return member.clock
+            assert time.monotonic() < deadline, f"a's member record shows {member.clock}, not offset {offset}"
+            await asyncio.sleep(0.02)
+
+    a.publish_clock(ClockReading(0.004, 2.0, at))
+    first = await shown(0.004)
+    assert first == ClockReading(0.004, 2.0, at) and first.within_limit
+    a.publish_clock(ClockReading(-3.5, 2.0, at.replace(second=10)))
+    later = await shown(-3.5)
+    assert not later.within_limit and later.measured_at == at.replace(second=10)

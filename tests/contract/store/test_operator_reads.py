@@ -91,6 +91,30 @@ async def test_start_lag_percentiles_are_the_same_on_every_store(store: Store) -
     assert (empty.count, empty.p50, empty.p95, empty.p99) == (0, None, None, None)
 
 
+async def test_start_lag_histogram_counts_every_run_due_at_the_instant(store: Store) -> None:
+    """The dashboard's top-of-hour burst: every occurrence due at T0 (here 12, from 12
+    schedules), none sampled; one due a second later and one MISSED at T0 do not count."""
+    burst = [await add_schedule(store, f"b{i:02d}", next_run_at=T0) for i in range(12)]
+    for schedule in burst:
+        await materialize_next(store, schedule)
+    late = await add_schedule(store, "later", next_run_at=T0 + SEC)
+    await materialize_next(store, late)
+    missed = await add_schedule(store, "missed", next_run_at=T0)
+    await materialize_next(store, missed, state=OccurrenceState.MISSED, reason="missed")
+    assert await store.relay(T0 + MIN, 100, T0 - 30 * SEC) == 13
+    for at in (1, 1, 1, 2, 5, 9, 11):  # one claim per instant: lags of 1, 1, 1, 2, 5, 9 and 11 s
+        assert len(await store.claim(["default"], "w", 1, LEASE, T0 + at * SEC)) == 1
+    # At T0+12s the other five (and the one due at T0+1s) still wait: they count 12 s so far.
+    hist = await store.start_lag_histogram(T0, T0 + 12 * SEC, 4)
+    assert (hist.count, hist.low, hist.high) == (12, 0.0, pytest.approx(12.0))
+    assert hist.width == pytest.approx(3.0)
+    # Bins [0, 3) [3, 6) [6, 9) [9, 12]: the highest lag falls in the last bin.
+    assert hist.counts == (4, 1, 0, 7)
+    assert sum(hist.counts) == hist.count
+    empty = await store.start_lag_histogram(T0 + 2 * MIN, T0 + 3 * MIN, 4)
+    assert (empty.count, empty.counts) == (0, (0, 0, 0, 0))
+
+
 async def test_dead_count_and_not_run_counts_by_reason(store: Store) -> None:
     s = await add_schedule(store, "s", next_run_at=T0)
     missed = planned(s, T0, state=OccurrenceState.MISSED, reason="missed: 20m late")
