@@ -2,7 +2,9 @@
 
 * ``memory_limit`` → ``RLIMIT_AS`` (address space of *each* process of the job:
   allocations beyond it fail, so most programs exit with an out-of-memory error).
-* ``cpu_limit`` → ``RLIMIT_CPU``: ``SIGXCPU`` at the limit, ``SIGKILL`` one second later.
+* ``cpu_limit`` → ``RLIMIT_CPU``: ``SIGXCPU`` at the limit, ``SIGKILL`` one second later —
+  only where the job has no cgroup; with one, the budget holds for all of the job's
+  processes together (``clockd.runner.cgroups``) and ``RLIMIT_CPU`` is not set.
 * ``nproc_limit`` → ``RLIMIT_NPROC``: processes (and threads) of the job's *user*,
   counted system-wide by the kernel, so it contains a fork bomb when the job runs
   as a dedicated unprivileged user. Root ignores it; for a job running as the
@@ -19,8 +21,9 @@ started (``prlimit``) race with it. The function runs in the forked child after
 the user switch, so it must stay minimal: it only calls ``setrlimit`` with values
 computed beforehand in the parent — no imports, no allocation to speak of, no
 locks. It also forces ``fork`` instead of ``vfork`` for that job, so it is only
-installed when a limit is set. (gRPC, used for etcd, warns against ``fork`` with
-channels open; the child never touches gRPC and ``exec`` follows at once.)
+installed when a limit is set. In a daemon using etcd no Python may run in a forked
+child (gRPC threads), so there the limits are set with ``prlimit`` (:func:`apply_to`)
+on the job's first process while it waits behind its start gate, before the job runs.
 """
 
 from __future__ import annotations
@@ -51,6 +54,18 @@ def rlimits(memory: int | None, cpu: int | None, nproc: int | None) -> list[Limi
             hard = min(hard, current_hard)
         out.append((res, min(soft, hard), hard))
     return out
+
+
+def without_cpu(limits: list[Limit]) -> list[Limit]:
+    """The limits minus ``RLIMIT_CPU``: for a job whose cgroup carries the CPU budget."""
+    return [limit for limit in limits if limit[0] != resource.RLIMIT_CPU]
+
+
+def apply_to(pid: int, limits: list[Limit]) -> None:
+    """Set ``limits`` on a started process (``prlimit``): only for a job's first process
+    parked behind its start gate (``clockd.runner.process``), so nothing races it."""
+    for res, soft, hard in limits:
+        resource.prlimit(pid, res, (soft, hard))
 
 
 def preexec(limits: list[Limit]) -> Callable[[], None] | None:
