@@ -154,6 +154,7 @@ class JobGroup:
     def __init__(self, paths: list[Path], v2: Path) -> None:
         self.paths = paths  # every group made for this attempt (v2 first)
         self.v2 = v2
+        self.limited: set[str] = set()  # the controllers whose limit was set ("pids", "memory")
         self._fds: list[int] = []
 
     def open_for_join(self) -> Callable[[], None]:
@@ -281,11 +282,13 @@ class Cgroups:
             )
             JobGroup(made, support.v2).remove()
             return None
+        group = JobGroup(made, v2)
         for controller, value in (("pids", nproc), ("memory", memory)):
             if value is None:
                 continue
             try:
                 self._limit(support, parent, name, controller, value, v2, made)
+                group.limited.add(controller)
             except OSError as exc:
                 log.warning(
                     "cannot set the job's %s limit in a cgroup (%s): setrlimit only",
@@ -293,7 +296,7 @@ class Cgroups:
                     exc,
                     extra={"action": "cgroup_limit_unavailable", "controller": controller},
                 )
-        return JobGroup(made, v2)
+        return group
 
     def _limit(
         self, support: Support, parent: str, name: str, controller: str, value: int, v2: Path, made: list[Path]

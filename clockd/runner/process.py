@@ -169,6 +169,16 @@ class ProcessRunner:
         except (ids.Refused, secrets.SecretError) as exc:
             return _cannot_start(exc.message, started)
         group = self._cgroups.create(target.memory_limit, target.nproc_limit) if self._cgroups else None
+        if target.nproc_limit is not None and (group is None or "pids" not in group.limited):
+            uid = prepared.spawn.get("user", os.geteuid())
+            if uid == 0:  # RLIMIT_NPROC does not bind root: say so instead of pretending
+                log.warning(
+                    "nproc_limit %d has no effect on this job: it runs as root and no pids cgroup "
+                    "controller is available here (%s)",
+                    target.nproc_limit,
+                    self._cgroups.support.describe() if self._cgroups else "no cgroups",
+                    extra={"action": "nproc_limit_ineffective", "occurrence_id": request.occurrence_id},
+                )
         try:
             return await self._spawn_and_wait(request, target, stop, argv, prepared, group, started)
         finally:

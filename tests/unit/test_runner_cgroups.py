@@ -295,3 +295,15 @@ def test_an_unprivileged_daemon_in_a_delegated_subtree_contains_its_jobs(tmp_pat
                 child.rmdir()
         service.rmdir()
         shutil.rmtree(script.parent, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the point is a root job, which RLIMIT_NPROC does not limit")
+async def test_nproc_limit_on_a_root_job_without_a_pids_controller_is_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = ProcessRunner()  # no cgroups: RLIMIT_NPROC only, which root ignores
+    with caplog.at_level("WARNING", logger="clockd.runner.process"):
+        result = await runner.run(request(CommandTarget(argv=("true",), nproc_limit=5)), asyncio.Event())
+    assert result.outcome is AttemptOutcome.SUCCEEDED
+    [warning] = [r for r in caplog.records if getattr(r, "action", None) == "nproc_limit_ineffective"]
+    assert warning.getMessage().startswith("nproc_limit 5 has no effect on this job: it runs as root")
