@@ -22,14 +22,15 @@ the user switch, so it must stay minimal: it only calls ``setrlimit`` with value
 computed beforehand in the parent — no imports, no allocation to speak of, no
 locks. It also forces ``fork`` instead of ``vfork`` for that job, so it is only
 installed when a limit is set. In a daemon using etcd no Python may run in a forked
-child (gRPC threads), so there the limits are set with ``prlimit`` (:func:`apply_to`)
-on the job's first process while it waits behind its start gate, before the job runs.
+child (gRPC threads), so there the job's first process, a shell behind its start gate,
+sets them on itself with ``ulimit`` (:func:`ulimit_commands`) before it execs the job.
 """
 
 from __future__ import annotations
 
 import resource
 from collections.abc import Callable
+from typing import Final
 
 # Re-exported: the runner's messages print sizes as ``limits.format_size``.
 from clockd.core.sizes import format_size as format_size
@@ -61,11 +62,24 @@ def without_cpu(limits: list[Limit]) -> list[Limit]:
     return [limit for limit in limits if limit[0] != resource.RLIMIT_CPU]
 
 
-def apply_to(pid: int, limits: list[Limit]) -> None:
-    """Set ``limits`` on a started process (``prlimit``): only for a job's first process
-    parked behind its start gate (``clockd.runner.process``), so nothing races it."""
+# ``ulimit`` flags of /bin/sh per resource, with the unit of its value. RLIMIT_NPROC is
+# ``-u`` in bash and ``-p`` in dash (where bash's ``-p`` is the read-only pipe size).
+_ULIMIT: Final = {resource.RLIMIT_AS: ("-v", 1024), resource.RLIMIT_CPU: ("-t", 1)}
+
+
+def ulimit_commands(limits: list[Limit]) -> str:
+    """Shell commands that set ``limits`` on the shell itself (soft, then hard: a hard
+    limit below the current soft one would be refused), joined with ``&&``. For a job
+    behind its start gate (``clockd.runner.process``), where no Python hook may run."""
+    steps = []
     for res, soft, hard in limits:
-        resource.prlimit(pid, res, (soft, hard))
+        for kind, value in (("-S", soft), ("-H", hard)):
+            if res == resource.RLIMIT_NPROC:
+                steps.append(f"{{ ulimit {kind} -u {value} 2>/dev/null || ulimit {kind} -p {value}; }}")
+            else:
+                flag, unit = _ULIMIT[res]
+                steps.append(f"ulimit {kind} {flag} {value // unit}")
+    return " && ".join(steps)
 
 
 def preexec(limits: list[Limit]) -> Callable[[], None] | None:

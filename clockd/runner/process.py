@@ -205,12 +205,12 @@ class ProcessRunner:
         # The job's first instruction runs inside its cgroup and under its rlimits: the
         # forked child joins and sets them before exec (a minimal Python hook) — or, in a
         # daemon using etcd, where no Python may run in a forked child (gRPC threads;
-        # it broke runs in drill 3), the job starts behind a gate (_Gate) that opens
-        # once the daemon has moved it and set its limits.
+        # it broke runs in drill 3), the job starts behind a gate (_Gate): a shell that
+        # sets the limits on itself and waits until the daemon has moved it.
         join_in_child = self._cgroups is None or self._cgroups.join_in_child
         gate = _Gate() if not join_in_child and (group is not None or wanted) else None
         if gate is not None:
-            argv = gate.wrap(argv)
+            argv = gate.wrap(argv, wanted)
         else:
             hook = limits.preexec(wanted)
             if group is not None:
@@ -246,18 +246,9 @@ class ProcessRunner:
             return _cannot_start(f"cannot start {program}: resource limits could not be applied", started)
 
         pgid = transport.get_pid()  # leader of its own session: pgid == pid
-        if gate is not None:
-            if group is not None:
-                group.adopt(pgid)
-            try:
-                limits.apply_to(pgid, wanted)
-            except OSError:
-                transport.close()  # stdin closed before the line: the shim exits 125
-                await _wait_done(capture.exited, _REAP_BOUND)
-                return _cannot_start(f"cannot start {program}: resource limits could not be applied", started)
-            gate.open(transport, target.stdin)
-        else:
-            _feed_stdin(transport, target.stdin)
+        if gate is not None and group is not None:
+            group.adopt(pgid)
+        _feed_stdin(transport, target.stdin, gate=gate is not None)
         extra = {"occurrence_id": request.occurrence_id, "attempt": request.attempt}
         log.debug(
             "started %s as pid %d",
@@ -407,15 +398,16 @@ class ProcessRunner:
         return _Prepared(env, cwd, spawn, tuple(resolver.values), tuple(wanted))
 
 
-def _feed_stdin(transport: asyncio.SubprocessTransport, text: str | None) -> None:
-    """Hand the job its stdin text: the transport buffers what the pipe cannot take yet
-    and closes it after the last byte, so a job that never reads cannot block us."""
-    if text is None:
+def _feed_stdin(transport: asyncio.SubprocessTransport, text: str | None, *, gate: bool = False) -> None:
+    """Hand the job its stdin text (after the line that opens its start gate, with
+    ``gate``): the transport buffers what the pipe cannot take yet and closes it after
+    the last byte, so a job that never reads cannot block us."""
+    if text is None and not gate:
         return
     pipe = transport.get_pipe_transport(0)
     if not isinstance(pipe, asyncio.WriteTransport):  # pragma: no cover - stdin=PIPE gives one
         return
-    pipe.write(text.encode())
+    pipe.write((b"\n" if gate else b"") + (text or "").encode())
     pipe.write_eof()
 
 
@@ -536,9 +528,11 @@ async def _cpu_budget(group: cgroups.JobGroup, budget: int) -> float:
 class _Gate:
     """The start gate of a job in a daemon using etcd (see ``clockd.runner.cgroups``).
 
-    The job's first process is ``/bin/sh`` reading one line from its stdin (a pipe:
-    dash reads it byte by byte, so nothing after the newline is taken); once the daemon
-    has moved it into the job's cgroup and set its rlimits, ``open`` writes that line
+    The job's first process is ``/bin/sh``: it sets the job's rlimits on itself
+    (``ulimit``: lowering one's own limits needs no privilege, unlike ``prlimit`` on a
+    process of another user) and reads one line from its stdin (a pipe: the shell
+    reads it byte by byte, so nothing after the newline is taken); once the daemon has
+    moved it into the job's cgroup, ``_feed_stdin`` writes that line
     and the shell execs the job, whose stdin is the rest of the pipe (its
     ``stdin`` text, then end of file). End of file before the line makes the shell
     exit 125 without running anything. The shell's ``$0`` is a name made for this run,
@@ -551,23 +545,18 @@ class _Gate:
         self.name = f"clockd-start-{os.urandom(8).hex()}"
         self.program = ""
 
-    def wrap(self, argv: list[str]) -> list[str]:
+    def wrap(self, argv: list[str], rlimits: list[limits.Limit]) -> list[str]:
         self.program = argv[0]
-        return [SHELL, "-c", 'read -r _ || exit 125; exec "$@"', self.name, *argv]
-
-    @staticmethod
-    def open(transport: asyncio.SubprocessTransport, text: str | None) -> None:
-        pipe = transport.get_pipe_transport(0)
-        if not isinstance(pipe, asyncio.WriteTransport):  # pragma: no cover - stdin=PIPE gives one
-            return
-        pipe.write(b"\n" + (text or "").encode())
-        pipe.write_eof()
+        script = f"{limits.ulimit_commands(rlimits)} || exit 124; " if rlimits else ""
+        return [SHELL, "-c", script + 'read -r _ || exit 125; exec "$@"', self.name, *argv]
 
     def exec_failure(self, exit_code: int | None, output: str, cwd: str | None) -> tuple[str, bool] | None:
         """(message, permanent) if the shell could not ``exec`` the job, else None."""
         prefix = f"{self.name}: "
-        if exit_code not in (126, 127) or not output.startswith(prefix):
+        if exit_code not in (124, 126, 127) or not output.startswith(prefix):
             return None
+        if exit_code == 124:
+            return f"cannot start {self.program}: resource limits could not be applied", True
         reason = output.rstrip("\n").rsplit(": ", 1)[-1]
         program = self.program
         if exit_code == 127:

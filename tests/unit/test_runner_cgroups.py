@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -203,6 +204,14 @@ async def test_with_etcd_the_gate_keeps_start_errors_limits_and_exit_codes(
     assert f"0::/clockd-{os.getpid()}/job-" in output  # its first instruction ran in its group
     fed = await run(CommandTarget(argv=("cat",), stdin="to stdin\n"))
     assert fed[0] is AttemptOutcome.SUCCEEDED and fed[3] == "to stdin\n"
+    if os.geteuid() == 0:  # as another user: the shell sets the limits on itself (no prlimit rights needed)
+        job = CommandTarget(argv=("sh", "-c", "id -u; cat /proc/self/limits /proc/self/cgroup"), user="nobody",
+                            nproc_limit=33, memory_limit=1 << 30)  # fmt: skip
+        outcome, error, _, output = await run(job)
+        assert outcome is AttemptOutcome.SUCCEEDED, error
+        assert output.split()[0] == str(pwd.getpwnam("nobody").pw_uid)
+        assert "Max processes             33                   33" in output
+        assert f"0::/clockd-{os.getpid()}/job-" in output
 
 
 @needs_cgroups
@@ -254,7 +263,6 @@ def test_an_unprivileged_daemon_in_a_delegated_subtree_contains_its_jobs(tmp_pat
     daemon's user. As ``nobody`` in such a group, a job's ``setsid -f`` sleeper must die
     at the timeout, and nothing may be left in the group afterwards."""
     import json
-    import pwd
     import subprocess
     import tempfile
 
