@@ -21,8 +21,9 @@ left by an unprivileged process, and its children follow their parent, so:
   so nothing it starts can be outside. In a daemon using etcd (gRPC threads) no Python
   may run in a forked child (it broke runs in the failure drills), so the job starts
   behind a **gate** instead (``clockd.runner.process``): its first process is a
-  ``/bin/sh`` that waits on a pipe; the daemon moves it into the groups and sets its
-  rlimits (``prlimit``), then opens the gate and the shell execs the job. Either
+  ``/bin/sh`` that sets the job's rlimits on itself (``ulimit``) and waits for a line on
+  its stdin; the daemon moves it into the groups, then writes the line and the shell
+  execs the job. Either
   way the job's first instruction runs inside its groups: no fork race.
 * **Delegation** (a daemon that is not root: ``Delegate=yes`` in the shipped units).
   cgroup v2 forbids processes in a group that hands controllers to its children (the
