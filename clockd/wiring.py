@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from clockd.modes.clockwatch import ClockWatch
     from clockd.modes.supervisor import Service, Supervisor
     from clockd.runner.dispatch import DispatchRunner
-    from clockd.runner.egress import EgressPolicy
+    from clockd.runner.egress import EgressPolicy, LiveEgress
     from clockd.runner.notify import Notifier
 
 
@@ -131,8 +131,9 @@ def lock_holder(location: StoreLocation) -> LockHolder:
     return holder(lock_path(location))
 
 
-def make_runner(settings: Settings | None = None) -> DispatchRunner:
-    """Commands, HTTP requests and no-ops, with the daemon's ``allowed_users`` policy."""
+def make_runner(settings: Settings | None = None, egress: LiveEgress | None = None) -> DispatchRunner:
+    """Commands, HTTP requests and no-ops, with the daemon's ``allowed_users`` policy and
+    its egress policy (``egress``: the live one SIGHUP replaces; default: from ``settings``)."""
     from clockd.runner.cgroups import Cgroups, detect
     from clockd.runner.dispatch import DispatchRunner
     from clockd.runner.http import HttpRunner
@@ -148,7 +149,7 @@ def make_runner(settings: Settings | None = None) -> DispatchRunner:
             env_passthrough=settings.job_env_passthrough,
             cgroups=Cgroups(support, join_in_child=not settings.etcd),
         ),
-        HttpRunner(policy=policy, egress=egress_policy(settings)),
+        HttpRunner(policy=policy, egress=egress if egress is not None else egress_policy(settings)),
     )
 
 
@@ -211,6 +212,7 @@ class Parts:
     clock_watch: ClockWatch  # shared by the leader and the materializer: one offset, one verdict
     notifier: Notifier  # one per process: every mode's notifications go through the runner
     faults: Faults = field(default_factory=Faults)
+    egress: LiveEgress | None = None  # the daemon's live egress policy (None: from settings)
 
 
 def _leader(parts: Parts) -> Service:
@@ -276,7 +278,7 @@ def _api(parts: Parts) -> Service | None:
         return None
     from clockd.api.server import build_api_server
 
-    return build_api_server(parts.settings, parts.store, parts.clock, parts.coord)
+    return build_api_server(parts.settings, parts.store, parts.clock, parts.coord, egress=parts.egress)
 
 
 MODES: Final[Mapping[str, Callable[[Parts], Service | None]]] = {
@@ -314,6 +316,7 @@ class Daemon:
     runner: DispatchRunner
     clock: Clock
     supervisor: Supervisor
+    egress: LiveEgress  # http_allow / http_deny as they are now: SIGHUP replaces it
 
     async def open(self) -> None:
         """Lock first (embedded store): a second clockd on the same file must not even
@@ -330,12 +333,14 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
     """Compose ``clockd run`` from its settings (nothing is opened or started)."""
     from clockd.modes.clockwatch import ClockWatch
     from clockd.modes.supervisor import NOTIFY_DRAIN, Supervisor
+    from clockd.runner.egress import LiveEgress
     from clockd.runner.notify import Notifier
 
     location = resolve_store(settings.store)
     store = make_store(location, daemon=True)
     coord = make_coordinator(settings, store, location)
-    runner = make_runner(settings)
+    egress = LiveEgress(egress_policy(settings))
+    runner = make_runner(settings, egress)
     clock = clock or SystemClock()
     parts = Parts(
         settings=settings,
@@ -350,6 +355,7 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
         ),
         notifier=(notifier := Notifier(runner, store.get_schedule_by_id)),
         faults=faults or Faults(),
+        egress=egress,
     )
     # Notifications still in flight when the modes stop get NOTIFY_DRAIN seconds, while
     # this process still holds its leases.
@@ -359,4 +365,4 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
         build_modes(parts, settings.modes),
         drain=[lambda: notifier.drain(NOTIFY_DRAIN)],
     )
-    return Daemon(settings, location, store, coord, runner, clock, supervisor)
+    return Daemon(settings, location, store, coord, runner, clock, supervisor, egress)

@@ -17,7 +17,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import uvicorn
@@ -30,7 +30,7 @@ from clockd.config import Settings, resolve_store
 from clockd.coord import Coordinator
 from clockd.core.clock import Clock
 from clockd.errors import InvalidInput
-from clockd.runner.egress import EgressPolicy
+from clockd.runner.egress import EgressPolicy, LiveEgress
 from clockd.services import status as status_doc
 from clockd.services.ops import Ops
 from clockd.services.status import ReconcileCache
@@ -130,7 +130,11 @@ async def _coordination(settings: Settings, coordinator: Coordinator | None) -> 
 
 
 def build_api_server(
-    settings: Settings, store: Store, clock: Clock, coordinator: Coordinator | None = None
+    settings: Settings,
+    store: Store,
+    clock: Clock,
+    coordinator: Coordinator | None = None,
+    egress: Callable[[], EgressPolicy] | None = None,
 ) -> ApiServer:
     """The api mode from the settings: bind the socket now (errors are bad config)."""
     host, port = split_addr(settings.api_addr)
@@ -158,11 +162,14 @@ def build_api_server(
         raise InvalidInput(f"api_addr {settings.api_addr}: cannot listen there ({exc.strerror})") from None
     sock.listen(2048)
     sock.setblocking(False)
-    egress = EgressPolicy.from_settings(settings.http_allow, settings.http_deny, settings.store, settings.etcd)
+    if egress is None:  # the daemon passes its live policy (SIGHUP replaces it)
+        egress = LiveEgress(
+            EgressPolicy.from_settings(settings.http_allow, settings.http_deny, settings.store, settings.etcd)
+        )
     api = ApiContext(
         store,
         # Schedules written through the API meet the same egress policy as clockctl's.
-        Ops(store, clock, settings.shard_count, egress=lambda: egress),
+        Ops(store, clock, settings.shard_count, egress=egress),
         clock,
         Limits(writes_per_second=settings.api_writes_per_second),
     )

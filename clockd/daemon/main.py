@@ -257,7 +257,12 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
 
     # SIGHUP: re-read the config; apply what can change live (clockd.daemon.reload).
     reloader = Reloader(
-        settings, read or (lambda: settings), store, clock, concurrency_setter(supervisor.services.get("worker"))
+        settings,
+        read or (lambda: settings),
+        store,
+        clock,
+        concurrency_setter(supervisor.services.get("worker")),
+        daemon.egress,
     )
     reloads: set[asyncio.Task[None]] = set()
 

@@ -6,6 +6,9 @@ running value until then):
 * ``log_level``, ``log_format``: the root logger is reconfigured at once;
 * ``concurrency``: the worker claims up to the new number from its next claim on (a
   lower number never stops a running job: it claims nothing until enough finish);
+* ``http_allow``, ``http_deny``: the egress policy is replaced at once — new HTTP
+  connections, schedules written through the API and ``schedules_dir`` meet the new
+  one (``clockd.runner.egress.LiveEgress``);
 * ``schedules_dir``: the directory is applied again (below).
 
 Everything else — store, etcd, cluster, node id, modes, queues, shard count,
@@ -17,7 +20,8 @@ allowed users — is wired into connections, leases and running loops at start:
 -f DIR --prune`` would, to the default tenant: creates, updates and deletes (only of
 schedules created by apply) in one store transaction; an update or delete cancels
 only occurrences no worker has claimed, so running jobs keep running. A directory
-with any error (or no schedule file) applies nothing. Each outcome is one log line:
+with any error (or no schedule file) applies nothing — an HTTP target the egress policy
+refuses is such an error, as it is for ``clockctl apply`` — and the stored versions stay. Each outcome is one log line:
 ``schedules_applied`` (with the names), ``schedules_unchanged``,
 ``schedules_apply_refused`` or ``schedules_apply_failed``.
 """
@@ -36,17 +40,22 @@ from clockd.errors import ClockdError
 from clockd.formats.schedfile import LoadResult, load_paths
 from clockd.modes.worker import Worker
 from clockd.obs.logging import setup_logging
+from clockd.runner.egress import EgressPolicy, LiveEgress
 from clockd.services.ops import Ops, PlanAction
 from clockd.store import Store
+from clockd.wiring import egress_policy
 
 log = logging.getLogger(__name__)
 
-LIVE = ("log_level", "log_format", "concurrency", "schedules_dir")
+LIVE = ("log_level", "log_format", "concurrency", "schedules_dir", "http_allow", "http_deny")
 SCHEDULES_TENANT = "default"
 
 
-async def apply_schedules_dir(store: Store, clock: Clock, shard_count: int, directory: str) -> bool:
-    """Apply ``directory`` (with prune) to the default tenant; False when refused or failed."""
+async def apply_schedules_dir(
+    store: Store, clock: Clock, shard_count: int, directory: str, egress: Callable[[], EgressPolicy] | None = None
+) -> bool:
+    """Apply ``directory`` (with prune) to the default tenant; False when refused or failed.
+    ``egress``: the policy HTTP targets must meet (the daemon always passes its own)."""
     path, loaded = await asyncio.to_thread(_load, directory)  # file reads, off the event loop
     if loaded.errors:
         log.error(
@@ -56,7 +65,7 @@ async def apply_schedules_dir(store: Store, clock: Clock, shard_count: int, dire
             extra={"action": "schedules_apply_refused", "dir": path, "errors": len(loaded.errors)},
         )
         return False
-    ops = Ops(store, clock, shard_count)
+    ops = Ops(store, clock, shard_count, egress=egress)
     try:
         plan = await ops.plan_apply([j.definition for j in loaded.jobs], SCHEDULES_TENANT, prune=True)
         if plan.problems:
@@ -129,7 +138,8 @@ class Reloader:
     """Applies a re-read config to a running daemon (see the module docstring).
 
     ``read`` re-reads the settings (file, environment, the command line's flags);
-    ``set_concurrency`` changes the worker's (None: no worker in this process)."""
+    ``set_concurrency`` changes the worker's (None: no worker in this process);
+    ``egress`` is the daemon's live egress policy (None: built from the settings here)."""
 
     def __init__(
         self,
@@ -138,16 +148,22 @@ class Reloader:
         store: Store,
         clock: Clock,
         set_concurrency: Callable[[int], None] | None,
+        egress: LiveEgress | None = None,
     ) -> None:
         self.settings = settings
         self.read = read
         self.store, self.clock = store, clock
         self.set_concurrency = set_concurrency
+        self.egress = egress if egress is not None else LiveEgress(egress_policy(settings))
         self._lock = asyncio.Lock()  # one reload at a time: SIGHUPs in a row queue up
 
     async def start(self) -> None:
+        await self._apply_dir()
+
+    async def _apply_dir(self) -> None:
         if self.settings.schedules_dir:
-            await apply_schedules_dir(self.store, self.clock, self.settings.shard_count, self.settings.schedules_dir)
+            s = self.settings
+            await apply_schedules_dir(self.store, self.clock, s.shard_count, s.schedules_dir, self.egress)
 
     async def reload(self) -> None:
         async with self._lock:
@@ -170,6 +186,9 @@ class Reloader:
             setup_logging(new.log_format, new.log_level)
         if "concurrency" in live and self.set_concurrency is not None:
             self.set_concurrency(new.concurrency)
+        if "http_allow" in live or "http_deny" in live:
+            # Resolves clockd's own store and etcd hosts (denied by address too): off the loop.
+            self.egress.replace(await asyncio.to_thread(egress_policy, new))
         self.settings = dataclasses.replace(self.settings, **{k: getattr(new, k) for k in live})
         log.info(
             "config reloaded: %s",
@@ -182,5 +201,4 @@ class Reloader:
                 ", ".join(restart),
                 extra={"action": "config_reload_restart_needed", "settings": restart},
             )
-        if self.settings.schedules_dir:
-            await apply_schedules_dir(self.store, self.clock, self.settings.shard_count, self.settings.schedules_dir)
+        await self._apply_dir()

@@ -609,7 +609,7 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec(
         "cpu_limit",
         FieldKind.SECONDS,
-        "CPU time of each process of the job (RLIMIT_CPU), whole seconds, e.g. 10m.",
+        "CPU time of the whole job (its cgroup; RLIMIT_CPU per process without one), whole seconds, e.g. 10m.",
         export=_command_attr("cpu_limit", lambda seconds: format_duration(timedelta(seconds=seconds))),
     ),
     FieldSpec(

@@ -18,16 +18,29 @@ left by an unprivileged process, and its children follow their parent, so:
   joins them between ``fork`` and ``exec`` by writing ``0`` to ``cgroup.procs``
   descriptors the daemon opened beforehand (the kernel checks the opener's rights, so
   this works after the switch to the job's user) — before the job's first instruction,
-  so nothing it starts can be outside. In a daemon using etcd (gRPC threads) the child
-  runs no Python between fork and exec (forking there broke runs in the failure
-  drills): the daemon moves the job's first process right after it starts, and a job
-  that forks within that instant may leave a process outside the group (still in its
-  process group and session, which are signalled too).
+  so nothing it starts can be outside. In a daemon using etcd (gRPC threads) no Python
+  may run in a forked child (it broke runs in the failure drills), so the job starts
+  behind a **gate** instead (``clockd.runner.process``): its first process is a
+  ``/bin/sh`` that sets the job's rlimits on itself (``ulimit``) and waits for a line on
+  its stdin; the daemon moves it into the groups, then writes the line and the shell
+  execs the job. Either
+  way the job's first instruction runs inside its groups: no fork race.
+* **Delegation** (a daemon that is not root: ``Delegate=yes`` in the shipped units).
+  cgroup v2 forbids processes in a group that hands controllers to its children (the
+  "no internal processes" rule), so when a limit needs a controller enabled in the
+  daemon's own group and that fails with ``EBUSY``, the daemon moves itself into the
+  leaf ``<its group>/clockd-daemon`` first (what systemd's ``DelegateSubgroup=`` does)
+  and job groups stay its siblings. :func:`detect` treats that leaf as the daemon's
+  group's own, so a second detection finds the same place.
 * **Limits**: ``nproc_limit`` → ``pids.max``; ``memory_limit`` → ``memory.max`` /
   ``memory.limit_in_bytes`` (v1), on top of the per-process ``setrlimit`` calls of
   ``clockd.runner.limits`` (kept: they also apply where no controller is available).
-  ``cpu_limit`` stays ``RLIMIT_CPU`` (CPU seconds per process: a cgroup has no CPU-time
-  budget, only a rate).
+  ``cpu_limit`` → a CPU-time budget for the *whole group*: the runner reads the group's
+  ``cpu.stat`` (``usage_usec``, kept by every v2 group with or without the ``cpu``
+  controller) and kills the group once its processes together used ``cpu_limit``
+  seconds. ``RLIMIT_CPU`` (per process) is only the fallback without a cgroup.
+  ``cpu.max`` is not used: it caps a *rate* (a share of a CPU), which no clockd
+  setting names; ``cpu_limit`` is a duration of CPU time, as it always was.
 * **Kill** (:meth:`JobGroup.signal`, :meth:`JobGroup.kill`): SIGTERM every member;
   after the grace, ``cgroup.kill`` (v2, Linux ≥ 5.14) or SIGKILL each member until the
   group is empty. A job whose main process exits normally leaves its background
@@ -38,6 +51,7 @@ left by an unprivileged process, and its children follow their parent, so:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -50,6 +64,8 @@ from typing import Final
 log = logging.getLogger(__name__)
 
 V1_LIMITS: Final = ("pids", "memory")
+# The leaf a delegated daemon moves itself into (see the module docstring).
+DAEMON_LEAF: Final = "clockd-daemon"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +86,8 @@ class Support:
             return f"process-group (no cgroup: {self.reason}); a job that calls setsid can outlive its timeout"
         limits = sorted(self.v2_controllers & {"pids", "memory"} | set(self.v1))
         where = f"cgroup v2 at {self.v2}"
-        return where + (f", limits via {', '.join(limits)}" if limits else ", no limit controllers (setrlimit only)")
+        where += f", limits via {', '.join(limits)}" if limits else ", no limit controllers (setrlimit only)"
+        return where + ", cpu_limit per job (cpu.stat)"
 
 
 def _mounts() -> list[tuple[str, str, str]]:
@@ -110,7 +127,10 @@ def detect() -> Support:
     v2_mount = next((Path(m) for m, kind, _ in mounts if kind == "cgroup2"), None)
     if v2_mount is None:
         return Support(reason="no cgroup v2 hierarchy mounted")
-    base = v2_mount / own.get("", "/").lstrip("/")
+    own_v2 = own.get("", "/")
+    if own_v2.rstrip("/").rsplit("/", 1)[-1] == DAEMON_LEAF:  # moved there by an earlier start
+        own_v2 = own_v2.rstrip("/").rsplit("/", 1)[0] or "/"
+    base = v2_mount / own_v2.lstrip("/")
     if not os.access(base, os.W_OK) or not (base / "cgroup.procs").exists():
         return Support(reason=f"{base} is not writable (run as root, or Delegate=yes in the unit)")
     try:
@@ -135,6 +155,7 @@ class JobGroup:
     def __init__(self, paths: list[Path], v2: Path) -> None:
         self.paths = paths  # every group made for this attempt (v2 first)
         self.v2 = v2
+        self.limited: set[str] = set()  # the controllers whose limit was set ("pids", "memory")
         self._fds: list[int] = []
 
     def open_for_join(self) -> Callable[[], None]:
@@ -164,6 +185,18 @@ class JobGroup:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time the group's processes used so far (None: unreadable)."""
+        try:
+            text = (self.v2 / "cpu.stat").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        return None
 
     def pids(self) -> list[int]:
         try:
@@ -250,11 +283,13 @@ class Cgroups:
             )
             JobGroup(made, support.v2).remove()
             return None
+        group = JobGroup(made, v2)
         for controller, value in (("pids", nproc), ("memory", memory)):
             if value is None:
                 continue
             try:
                 self._limit(support, parent, name, controller, value, v2, made)
+                group.limited.add(controller)
             except OSError as exc:
                 log.warning(
                     "cannot set the job's %s limit in a cgroup (%s): setrlimit only",
@@ -262,7 +297,7 @@ class Cgroups:
                     exc,
                     extra={"action": "cgroup_limit_unavailable", "controller": controller},
                 )
-        return JobGroup(made, v2)
+        return group
 
     def _limit(
         self, support: Support, parent: str, name: str, controller: str, value: int, v2: Path, made: list[Path]
@@ -296,7 +331,24 @@ class Cgroups:
     @staticmethod
     def _enable(parent: Path, controller: str) -> None:
         control = parent / "cgroup.subtree_control"
-        if controller not in control.read_text().split():
+        if controller in control.read_text().split():
+            return
+        try:
+            control.write_text(f"+{controller}")
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            # The daemon itself sits in ``parent`` (a delegated group): move it into a
+            # leaf so that ``parent`` may hand the controller down (no internal processes).
+            leaf = parent / DAEMON_LEAF
+            leaf.mkdir(mode=0o755, exist_ok=True)
+            (leaf / "cgroup.procs").write_text(str(os.getpid()))
+            log.info(
+                "moved the daemon into %s so that job groups can get the %s controller",
+                leaf,
+                controller,
+                extra={"action": "cgroup_daemon_moved", "cgroup": str(leaf)},
+            )
             control.write_text(f"+{controller}")
 
     def release(self, group: JobGroup) -> None:

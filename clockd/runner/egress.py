@@ -26,6 +26,11 @@ the workers), and on **every connection** the HTTP runner opens, *after* DNS res
 address it checked, so a name re-pointed at a denied address is still refused). A host
 resolving to several addresses is refused if any of them is. Redirects are not followed;
 if they ever are, each hop opens its connection through the same backend.
+
+``http_allow``/``http_deny`` change live: SIGHUP (``clockd.daemon.reload``) replaces the
+daemon's :class:`LiveEgress`, which the HTTP runner, the API and ``schedules_dir`` read.
+The runner then opens new connection pools under the new policy; a pooled connection
+opened under the old one is never reused (a host just denied cannot be reached through it).
 """
 
 from __future__ import annotations
@@ -52,6 +57,22 @@ PRIVATE: Final = tuple(
     ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
 )
 LOCAL_NAMES: Final = ("localhost", "*.localhost", "metadata.google.internal", "metadata", "*.internal")
+
+
+class LiveEgress:
+    """The daemon's egress policy as it is now; ``generation`` counts the replacements
+    (the HTTP runner keys its connection pools by it). Calling it gives the current policy."""
+
+    def __init__(self, policy: EgressPolicy) -> None:
+        self._policy = policy
+        self.generation = 0
+
+    def __call__(self) -> EgressPolicy:
+        return self._policy
+
+    def replace(self, policy: EgressPolicy) -> None:
+        self._policy = policy
+        self.generation += 1
 
 
 class EgressDenied(Exception):

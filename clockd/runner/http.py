@@ -52,7 +52,7 @@ from clockd import __version__
 from clockd.core.model import RESERVED_HEADERS, AttemptOutcome, HttpTarget, redact_url
 from clockd.runner import RunRequest, RunResult, secrets
 from clockd.runner import identity as ids
-from clockd.runner.egress import EgressDenied, EgressPolicy, GuardedBackend
+from clockd.runner.egress import EgressDenied, EgressPolicy, GuardedBackend, LiveEgress
 
 log = logging.getLogger(__name__)
 
@@ -71,29 +71,37 @@ class HttpRunner:
         policy: ids.UserPolicy | None = None,
         environ: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        egress: EgressPolicy | None = None,
+        egress: EgressPolicy | LiveEgress | None = None,
     ) -> None:
         self._policy = policy or ids.UserPolicy()
         self._environ = environ
         self._transport = transport
         # None: no egress checks (tests, embedding); the daemon always passes one (wiring).
-        self._egress = egress
-        self._clients: dict[tuple[bool, str], httpx.AsyncClient] = {}
+        self._egress = LiveEgress(egress) if isinstance(egress, EgressPolicy) else egress
+        self._clients: dict[tuple[bool, str, int], httpx.AsyncClient] = {}
+        # Clients of an older egress policy (SIGHUP): closed once their last request ends.
+        self._retired: set[httpx.AsyncClient] = set()
+        self._busy: dict[httpx.AsyncClient, int] = {}
         for name in ("httpx", "httpcore"):
             logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger(name).level))
 
     def _client(self, insecure: bool, tenant: str) -> httpx.AsyncClient:
         # One client (one connection pool) per tenant when an egress policy applies: a
         # connection is checked against the policy of the tenant that opened it.
-        key = (insecure, tenant if self._egress is not None else "")
+        # A new policy generation gets new pools: a connection is never reused under a
+        # policy other than the one that let it open.
+        live = self._egress
+        key = (insecure, tenant if live is not None else "", live.generation if live is not None else 0)
         client = self._clients.get(key)
         if client is None:
+            if live is not None:
+                self._retire(live.generation)
             # The system trust store (and SSL_CERT_FILE / SSL_CERT_DIR, read by
             # OpenSSL), where operators install their private CAs.
             context = _insecure_context() if insecure else ssl.create_default_context()
             transport = self._transport
-            if transport is None and self._egress is not None:
-                transport = _guarded_transport(context, GuardedBackend(self._egress, tenant))
+            if transport is None and live is not None:
+                transport = _guarded_transport(context, GuardedBackend(live(), tenant))
             client = httpx.AsyncClient(
                 verify=context,
                 follow_redirects=False,
@@ -105,8 +113,19 @@ class HttpRunner:
             self._clients[key] = client
         return client
 
+    def _retire(self, generation: int) -> None:
+        """Move the pools of older policy generations out of use (closed when idle)."""
+        for key in [k for k in self._clients if k[2] != generation]:
+            self._retired.add(self._clients.pop(key))
+
+    async def _close_idle_retired(self) -> None:
+        for client in [c for c in self._retired if not self._busy.get(c)]:
+            self._retired.discard(client)
+            await client.aclose()
+
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
+        clients, self._clients = [*self._clients.values(), *self._retired], {}
+        self._retired = set()
         for client in clients:
             await client.aclose()
 
@@ -196,19 +215,27 @@ class HttpRunner:
         req = client.build_request(
             target.method, target.url, headers=headers, content=content, timeout=httpx.Timeout(seconds)
         )
-        response = await client.send(req, stream=True)
+        self._busy[client] = self._busy.get(client, 0) + 1
         try:
-            body = bytearray()
-            truncated = False
-            async for chunk in response.aiter_bytes():
-                room = max(0, limit) - len(body)
-                if len(chunk) > room:
-                    body += chunk[:room]
-                    truncated = True
-                    break
-                body += chunk
+            response = await client.send(req, stream=True)
+            try:
+                body = bytearray()
+                truncated = False
+                async for chunk in response.aiter_bytes():
+                    room = max(0, limit) - len(body)
+                    if len(chunk) > room:
+                        body += chunk[:room]
+                        truncated = True
+                        break
+                    body += chunk
+            finally:
+                await response.aclose()
         finally:
-            await response.aclose()
+            self._busy[client] -= 1
+            if not self._busy[client]:
+                del self._busy[client]
+            if self._retired:
+                await self._close_idle_retired()
         return response.status_code, response.reason_phrase, bytes(body), truncated, response.headers.get("retry-after")
 
 

@@ -2,7 +2,9 @@
 
 * ``memory_limit`` → ``RLIMIT_AS`` (address space of *each* process of the job:
   allocations beyond it fail, so most programs exit with an out-of-memory error).
-* ``cpu_limit`` → ``RLIMIT_CPU``: ``SIGXCPU`` at the limit, ``SIGKILL`` one second later.
+* ``cpu_limit`` → ``RLIMIT_CPU``: ``SIGXCPU`` at the limit, ``SIGKILL`` one second later —
+  only where the job has no cgroup; with one, the budget holds for all of the job's
+  processes together (``clockd.runner.cgroups``) and ``RLIMIT_CPU`` is not set.
 * ``nproc_limit`` → ``RLIMIT_NPROC``: processes (and threads) of the job's *user*,
   counted system-wide by the kernel, so it contains a fork bomb when the job runs
   as a dedicated unprivileged user. Root ignores it; for a job running as the
@@ -19,14 +21,16 @@ started (``prlimit``) race with it. The function runs in the forked child after
 the user switch, so it must stay minimal: it only calls ``setrlimit`` with values
 computed beforehand in the parent — no imports, no allocation to speak of, no
 locks. It also forces ``fork`` instead of ``vfork`` for that job, so it is only
-installed when a limit is set. (gRPC, used for etcd, warns against ``fork`` with
-channels open; the child never touches gRPC and ``exec`` follows at once.)
+installed when a limit is set. In a daemon using etcd no Python may run in a forked
+child (gRPC threads), so there the job's first process, a shell behind its start gate,
+sets them on itself with ``ulimit`` (:func:`ulimit_commands`) before it execs the job.
 """
 
 from __future__ import annotations
 
 import resource
 from collections.abc import Callable
+from typing import Final
 
 # Re-exported: the runner's messages print sizes as ``limits.format_size``.
 from clockd.core.sizes import format_size as format_size
@@ -51,6 +55,31 @@ def rlimits(memory: int | None, cpu: int | None, nproc: int | None) -> list[Limi
             hard = min(hard, current_hard)
         out.append((res, min(soft, hard), hard))
     return out
+
+
+def without_cpu(limits: list[Limit]) -> list[Limit]:
+    """The limits minus ``RLIMIT_CPU``: for a job whose cgroup carries the CPU budget."""
+    return [limit for limit in limits if limit[0] != resource.RLIMIT_CPU]
+
+
+# ``ulimit`` flags of /bin/sh per resource, with the unit of its value. RLIMIT_NPROC is
+# ``-u`` in bash and ``-p`` in dash (where bash's ``-p`` is the read-only pipe size).
+_ULIMIT: Final = {resource.RLIMIT_AS: ("-v", 1024), resource.RLIMIT_CPU: ("-t", 1)}
+
+
+def ulimit_commands(limits: list[Limit]) -> str:
+    """Shell commands that set ``limits`` on the shell itself (soft, then hard: a hard
+    limit below the current soft one would be refused), joined with ``&&``. For a job
+    behind its start gate (``clockd.runner.process``), where no Python hook may run."""
+    steps = []
+    for res, soft, hard in limits:
+        for kind, value in (("-S", soft), ("-H", hard)):
+            if res == resource.RLIMIT_NPROC:
+                steps.append(f"{{ ulimit {kind} -u {value} 2>/dev/null || ulimit {kind} -p {value}; }}")
+            else:
+                flag, unit = _ULIMIT[res]
+                steps.append(f"ulimit {kind} {flag} {value // unit}")
+    return " && ".join(steps)
 
 
 def preexec(limits: list[Limit]) -> Callable[[], None] | None:

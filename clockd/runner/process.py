@@ -103,6 +103,8 @@ _TRANSIENT_START_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, e
 _REAP_BOUND = 5.0
 # Polling the process group during the grace: first and largest interval.
 _POLL_MIN, _POLL_MAX = 0.01, 0.1
+# The longest wait between two looks at a job's CPU time (cpu_limit with a cgroup).
+_CPU_POLL_MAX = 5.0
 # The PATH of a job that runs as a user (a clean environment).
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -111,8 +113,9 @@ USER_PATH = "/usr/local/bin:/usr/bin:/bin"
 class _Prepared:
     env: dict[str, str]
     cwd: str | None
-    spawn: dict[str, Any]  # extra Popen arguments: user, group, extra_groups, preexec_fn
+    spawn: dict[str, Any]  # extra Popen arguments: user, group, extra_groups
     secrets: tuple[str, ...] = ()  # resolved secret values, masked in the stored output
+    rlimits: tuple[limits.Limit, ...] = ()  # the job's setrlimit calls (clockd.runner.limits)
 
 
 class ProcessRunner:
@@ -166,6 +169,16 @@ class ProcessRunner:
         except (ids.Refused, secrets.SecretError) as exc:
             return _cannot_start(exc.message, started)
         group = self._cgroups.create(target.memory_limit, target.nproc_limit) if self._cgroups else None
+        if target.nproc_limit is not None and (group is None or "pids" not in group.limited):
+            uid = prepared.spawn.get("user", os.geteuid())
+            if uid == 0:  # RLIMIT_NPROC does not bind root: say so instead of pretending
+                log.warning(
+                    "nproc_limit %d has no effect on this job: it runs as root and no pids cgroup "
+                    "controller is available here (%s)",
+                    target.nproc_limit,
+                    self._cgroups.support.describe() if self._cgroups else "no cgroups",
+                    extra={"action": "nproc_limit_ineffective", "occurrence_id": request.occurrence_id},
+                )
         try:
             return await self._spawn_and_wait(request, target, stop, argv, prepared, group, started)
         finally:
@@ -185,18 +198,30 @@ class ProcessRunner:
         loop = asyncio.get_running_loop()
         capture = _Capture(loop, request.output_limit)
         extra_spawn = dict(prepared.spawn)
-        # Join the cgroup in the child before exec (nothing can start outside it) —
-        # except in a daemon using etcd (gRPC threads): a forked child running Python
-        # there broke runs (drill 3), so the parent moves the child right after it
-        # starts instead (a job forking within that instant can leave a process out).
-        join_in_child = self._cgroups is not None and self._cgroups.join_in_child
-        if group is not None and join_in_child:
-            extra_spawn["preexec_fn"] = _joining(group.open_for_join(), extra_spawn.get("preexec_fn"))
+        # With a cgroup, cpu_limit is the whole group's budget (watched below), not
+        # RLIMIT_CPU per process.
+        cpu_budget = target.cpu_limit if group is not None and group.cpu_seconds() is not None else None
+        wanted = list(prepared.rlimits) if cpu_budget is None else limits.without_cpu(list(prepared.rlimits))
+        # The job's first instruction runs inside its cgroup and under its rlimits: the
+        # forked child joins and sets them before exec (a minimal Python hook) — or, in a
+        # daemon using etcd, where no Python may run in a forked child (gRPC threads;
+        # it broke runs in drill 3), the job starts behind a gate (_Gate): a shell that
+        # sets the limits on itself and waits until the daemon has moved it.
+        join_in_child = self._cgroups is None or self._cgroups.join_in_child
+        gate = _Gate() if not join_in_child and (group is not None or wanted) else None
+        if gate is not None:
+            argv = gate.wrap(argv, wanted)
+        else:
+            hook = limits.preexec(wanted)
+            if group is not None:
+                hook = _joining(group.open_for_join(), hook)
+            if hook is not None:
+                extra_spawn["preexec_fn"] = hook
         spawn = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: capture,
                 *argv,
-                stdin=DEVNULL if target.stdin is None else PIPE,
+                stdin=DEVNULL if target.stdin is None and gate is None else PIPE,
                 stdout=PIPE,
                 stderr=STDOUT,
                 cwd=prepared.cwd,
@@ -205,6 +230,7 @@ class ProcessRunner:
                 **extra_spawn,
             )
         )
+        program = argv[0] if gate is None else gate.program
         try:
             # Shielded: cancelled mid-start, asyncio would kill only the leader and
             # leave whatever it had already started running.
@@ -213,16 +239,16 @@ class ProcessRunner:
             await _abandon_start(spawn, capture, group)
             raise
         except OSError as exc:
-            return _start_failed(exc, argv[0], prepared.cwd, started, target.memory_limit)
+            return _start_failed(exc, program, prepared.cwd, started, target.memory_limit)
         except ValueError as exc:  # NUL byte in an argument, "=" in an env name, …
-            return _cannot_start(f"cannot start {argv[0]}: {exc}", started)
+            return _cannot_start(f"cannot start {program}: {exc}", started)
         except SubprocessError:  # our preexec_fn (setrlimit) failed in the child
-            return _cannot_start(f"cannot start {argv[0]}: resource limits could not be applied", started)
+            return _cannot_start(f"cannot start {program}: resource limits could not be applied", started)
 
         pgid = transport.get_pid()  # leader of its own session: pgid == pid
-        if group is not None and not join_in_child:
+        if gate is not None and group is not None:
             group.adopt(pgid)
-        _feed_stdin(transport, target.stdin)
+        _feed_stdin(transport, target.stdin, gate=gate is not None)
         extra = {"occurrence_id": request.occurrence_id, "attempt": request.attempt}
         log.debug(
             "started %s as pid %d",
@@ -235,6 +261,10 @@ class ProcessRunner:
         try:
             stop_wait = loop.create_task(stop.wait())
             first: set[asyncio.Future[Any]] = {capture.exited, stop_wait}
+            budget = None
+            if cpu_budget is not None and group is not None:
+                budget = loop.create_task(_cpu_budget(group, cpu_budget))
+                first.add(budget)
             try:
                 await asyncio.wait(
                     first,
@@ -243,10 +273,18 @@ class ProcessRunner:
                 )
             finally:
                 stop_wait.cancel()
+                if budget is not None:
+                    budget.cancel()
 
             if not capture.exited.done():
                 if stop.is_set():
                     outcome, error = AttemptOutcome.STOPPED, "stopped"
+                elif budget is not None and budget.done() and not budget.cancelled():
+                    outcome = AttemptOutcome.FAILED
+                    error = (
+                        f"cpu_limit {cpu_budget}s reached: the job's processes used "
+                        f"{budget.result():.1f}s of CPU time together"
+                    )
                 else:
                     outcome = AttemptOutcome.TIMED_OUT
                     error = f"timed out after {request.timeout:g}s"
@@ -284,6 +322,10 @@ class ProcessRunner:
 
         returncode = transport.get_returncode()
         exit_code, sig = _status(returncode)
+        if gate is not None and outcome is None:
+            failed = gate.exec_failure(exit_code, capture.output(), prepared.cwd)
+            if failed is not None:
+                return _cannot_start(failed[0], started, permanent=failed[1])
         if outcome is None:
             if returncode == 0:
                 outcome = AttemptOutcome.SUCCEEDED
@@ -352,21 +394,20 @@ class ProcessRunner:
         env["CLOCKD_SCHEDULE"] = request.schedule_name
         env["CLOCKD_SCHEDULED_FOR"] = _iso_utc(request.scheduled_for)
         env["CLOCKD_ATTEMPT"] = str(request.attempt)
-        hook = limits.preexec(limits.rlimits(target.memory_limit, target.cpu_limit, target.nproc_limit))
-        if hook is not None:
-            spawn["preexec_fn"] = hook
-        return _Prepared(env, cwd, spawn, tuple(resolver.values))
+        wanted = limits.rlimits(target.memory_limit, target.cpu_limit, target.nproc_limit)
+        return _Prepared(env, cwd, spawn, tuple(resolver.values), tuple(wanted))
 
 
-def _feed_stdin(transport: asyncio.SubprocessTransport, text: str | None) -> None:
-    """Hand the job its stdin text: the transport buffers what the pipe cannot take yet
-    and closes it after the last byte, so a job that never reads cannot block us."""
-    if text is None:
+def _feed_stdin(transport: asyncio.SubprocessTransport, text: str | None, *, gate: bool = False) -> None:
+    """Hand the job its stdin text (after the line that opens its start gate, with
+    ``gate``): the transport buffers what the pipe cannot take yet and closes it after
+    the last byte, so a job that never reads cannot block us."""
+    if text is None and not gate:
         return
     pipe = transport.get_pipe_transport(0)
     if not isinstance(pipe, asyncio.WriteTransport):  # pragma: no cover - stdin=PIPE gives one
         return
-    pipe.write(text.encode())
+    pipe.write((b"\n" if gate else b"") + (text or "").encode())
     pipe.write_eof()
 
 
@@ -467,6 +508,65 @@ async def _until_empty(group: cgroups.JobGroup, bound: float) -> None:
     while group.populated() and (remaining := deadline - loop.time()) > 0:
         await asyncio.sleep(min(interval, remaining))
         interval = min(interval * 2, _POLL_MAX)
+
+
+async def _cpu_budget(group: cgroups.JobGroup, budget: int) -> float:
+    """Return (the CPU seconds used) once the group's processes together used ``budget``.
+    The group cannot use more than one second per CPU per second, so the next look is
+    due no sooner than the remaining budget spread over every CPU."""
+    cpus = os.cpu_count() or 1
+    while True:
+        used = group.cpu_seconds()
+        if used is None:  # the group is gone: nothing left to limit
+            await asyncio.Event().wait()
+        elif used >= budget:
+            return used
+        else:
+            await asyncio.sleep(min(max(_POLL_MIN, (budget - used) / cpus), _CPU_POLL_MAX))
+
+
+class _Gate:
+    """The start gate of a job in a daemon using etcd (see ``clockd.runner.cgroups``).
+
+    The job's first process is ``/bin/sh``: it sets the job's rlimits on itself
+    (``ulimit``: lowering one's own limits needs no privilege, unlike ``prlimit`` on a
+    process of another user) and reads one line from its stdin (a pipe: the shell
+    reads it byte by byte, so nothing after the newline is taken); once the daemon has
+    moved it into the job's cgroup, ``_feed_stdin`` writes that line
+    and the shell execs the job, whose stdin is the rest of the pipe (its
+    ``stdin`` text, then end of file). End of file before the line makes the shell
+    exit 125 without running anything. The shell's ``$0`` is a name made for this run,
+    so a failed ``exec`` is told from the job's own exit 126/127 by the shell's message
+    (``<that name>: 1: exec: …``), which nothing the job runs can know. One difference
+    from a direct start: a file without ``#!`` that the kernel cannot run is run by
+    ``/bin/sh`` (as ``execvp`` does) instead of failing with "Exec format error"."""
+
+    def __init__(self) -> None:
+        self.name = f"clockd-start-{os.urandom(8).hex()}"
+        self.program = ""
+
+    def wrap(self, argv: list[str], rlimits: list[limits.Limit]) -> list[str]:
+        self.program = argv[0]
+        script = f"{limits.ulimit_commands(rlimits)} || exit 124; " if rlimits else ""
+        return [SHELL, "-c", script + 'read -r _ || exit 125; exec "$@"', self.name, *argv]
+
+    def exec_failure(self, exit_code: int | None, output: str, cwd: str | None) -> tuple[str, bool] | None:
+        """(message, permanent) if the shell could not ``exec`` the job, else None."""
+        prefix = f"{self.name}: "
+        if exit_code not in (124, 126, 127) or not output.startswith(prefix):
+            return None
+        if exit_code == 124:
+            return f"cannot start {self.program}: resource limits could not be applied", True
+        reason = output.rstrip("\n").rsplit(": ", 1)[-1]
+        program = self.program
+        if exit_code == 127:
+            if os.sep in program and os.path.exists(os.path.join(cwd or "", program)):
+                return f"cannot start {program}: interpreter not found", True
+            return f"executable not found: {program}", True
+        if reason == "Permission denied":
+            return f"cannot start {program}: permission denied", True
+        transient = {os.strerror(e) for e in _TRANSIENT_START_ERRNOS}
+        return f"cannot start {program}: {reason}", reason not in transient
 
 
 def _joining(join: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import pwd
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import BIN, Clockd, wait_for
+from tests.e2e.test_operator import _actions
 from tests.harness.users import SYSTEM_PY, processes_of, throwaway_users
 
 pytestmark = pytest.mark.e2e
@@ -391,3 +393,63 @@ def test_fork_bomb_as_a_throwaway_user_is_contained(tmp_path: Path, two_users: l
         assert any(parse(run["started_at"]) <= parse(r["started_at"]) <= parse(run["finished_at"]) for r in ticks)
     finally:
         daemon.stop(timeout=30)
+
+
+# -- the egress policy on reload (SIGHUP) ---------------------------------------------------
+
+
+def test_schedules_dir_meets_the_egress_policy_and_sighup_changes_the_policy(
+    clockd: Clockd, web: Web, tmp_path: Path
+) -> None:
+    web.routes["/hook"] = lambda n, headers, body: (200, {}, b"reached")
+    clockd.env.pop("CLOCKD_HTTP_ALLOW")  # the policy comes from the config file here
+    schedules, config = tmp_path / "schedules.d", tmp_path / "clockd.yaml"
+    schedules.mkdir()
+
+    def hook(url: str) -> None:
+        entry = {"name": "hook", "schedule": "0 0 1 1 *", "http": {"method": "GET", "url": url}}
+        (schedules / "jobs.yaml").write_text(json.dumps({"jobs": [entry]}))
+
+    def reload(text: str) -> None:
+        config.write_text(f"schedules_dir: {schedules}\nlog_level: info\n{text}")
+        before = len(_actions(clockd, "config_reloaded"))
+        clockd.signal(signal.SIGHUP)
+        wait_for("the reload", lambda: len(_actions(clockd, "config_reloaded")) > before, 15)
+
+    hook("http://hooks.example.com/hook")
+    config.write_text(f"schedules_dir: {schedules}\nlog_level: info\n")
+    clockd.env["CLOCKD_CONFIG"] = str(config)  # clockctl's write-time check reads it too
+    clockd.start()
+    wait_for("the directory applied at start", lambda: _actions(clockd, "schedules_applied"), 15)
+
+    # A file now naming a loopback target: refused on reload, the stored version stays.
+    hook(f"{web.url}/hook")
+    reload("")
+    [refused] = wait_for("the refusal", lambda: _actions(clockd, "schedules_apply_refused"), 15)
+    assert "egress refused: 127.0.0.1 is a loopback address" in refused["msg"]
+    assert "\n" not in refused["msg"] and "jobs.yaml" in refused["msg"]
+    assert clockd.ctl_json("show", "hook")["target"]["url"] == "http://hooks.example.com/hook"
+
+    # The operator allows loopback: SIGHUP alone applies the directory, and the workers'
+    # connections follow the new policy too.
+    reload("http_allow:\n  default: [127.0.0.1]\n")
+    wait_for("the file applied", lambda: len(_actions(clockd, "schedules_applied")) == 2, 15)
+    assert clockd.ctl_json("show", "hook")["target"]["url"] == f"{web.url}/hook"
+    assert "http_allow" in _actions(clockd, "config_reloaded")[-1]["changed"]
+    clockd.ctl("add", "--every", "1s", "--name", "ticker", "--retries", "0", "--http", "GET", f"{web.url}/hook")
+    wait_for("a request through the policy", lambda: [r for r in clockd.runs("ticker") if r["state"] == "SUCCEEDED"])
+
+    # And withdraws it: the next requests are refused after DNS, not sent over the
+    # keep-alive connection the allowed ones left in the pool.
+    reload("")
+
+    def refused_run() -> list[str]:
+        return [r["id"] for r in clockd.runs("ticker") if r["state"] == "DEAD"]
+
+    [dead, *_] = wait_for("a run refused by the new policy", refused_run, 20)
+    log = clockd.ctl_json("logs", dead)
+    assert log["error"].startswith(
+        "egress refused: 127.0.0.1 is a loopback address, not allowed for tenant 'default' (add it to http_allow)"
+    )
+    refused_write = clockd.ctl("add", "--at", "now", "--name", "more", "--http", "GET", f"{web.url}/hook", check=False)
+    assert refused_write.returncode == 2 and "egress refused" in refused_write.stderr

@@ -99,3 +99,15 @@ def test_the_system_unit_can_replace_cron() -> None:
     assert hardened["User"] == "clockd" and hardened["PrivateTmp"] == "yes" and hardened["ProtectSystem"] == "strict"
     # The default allowed_users lets the default tenant run jobs as root and as anyone else.
     assert {"*", "root"} <= set(settings.allowed_users["default"])
+
+
+@pytest.mark.parametrize("unit", ["clockd.service", "clockd-system.service", "clockd@.service"])
+def test_units_delegate_their_cgroup_so_jobs_are_contained(unit: str) -> None:
+    """Each job runs in its own cgroup below the unit's (clockd.runner.cgroups): the unit
+    must hand its cgroup to clockd (Delegate=yes) and must not mount /sys/fs/cgroup
+    read-only (ProtectControlGroups=yes), or jobs fall back to the process-group kill.
+    What a delegated subtree then gives an unprivileged clockd is exercised for real by
+    tests/unit/test_runner_cgroups.py (an unprivileged daemon in a delegated subtree)."""
+    service = _unit(UNITS / unit)["Service"]
+    assert service.get("Delegate") == "yes", f"{unit}: Delegate=yes is missing"
+    assert service.get("ProtectControlGroups", "no") == "no", f"{unit}: ProtectControlGroups blocks delegation"

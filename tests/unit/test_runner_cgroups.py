@@ -1,11 +1,17 @@
 """Each attempt in its own cgroup (issue "Trust boundaries" 3): real processes that leave
 their process group — ``setsid sleep &``, ``setsid -f``, ``setpgid(0, 0)`` — must not
-survive the attempt's timeout or stop, and ``nproc_limit`` holds for a root job."""
+survive the attempt's timeout or stop, and ``nproc_limit`` holds for a root job.
+
+Also: a daemon using etcd (no Python in a forked child) starts the job behind a gate, so
+even a slow daemon cannot leave the job's first fork outside its group; ``cpu_limit`` is a
+budget for all of the job's processes together; and an unprivileged daemon in a delegated
+subtree (``Delegate=yes``, built here the way systemd builds it) contains its jobs too."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -14,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from clockd.core.model import AttemptOutcome, CommandTarget
+from clockd.runner import cgroups
 from clockd.runner.cgroups import Cgroups, detect
 from clockd.runner.process import ProcessRunner
 from tests.harness import until
@@ -23,6 +30,9 @@ PY = sys.executable
 SUPPORT = detect()
 needs_cgroups = pytest.mark.skipif(
     not SUPPORT.contained and os.environ.get("CI") != "true", reason=f"no cgroup here: {SUPPORT.reason}"
+)
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 and os.environ.get("CI") != "true", reason="needs root to build a delegated cgroup"
 )
 
 
@@ -65,9 +75,13 @@ async def test_nothing_the_job_started_survives_its_timeout(
     tmp_path: Path, how: str, cleanup: list[ProcessRunner]
 ) -> None:
     assert shutil.which("setsid")
-    marker = tmp_path / "sleeper"
     runner = ProcessRunner(cgroups=Cgroups(SUPPORT))
     cleanup.append(runner)
+    await stop_and_check(runner, tmp_path / "sleeper", how)
+
+
+async def stop_and_check(runner: ProcessRunner, marker: Path, how: str) -> None:
+    """Run the ``how`` escape job, stop it once its sleeper runs: the sleeper must be gone."""
     task = asyncio.ensure_future(
         runner.run(request(escapes(marker)[how], timeout=None, kill_grace=1.0), stop := asyncio.Event())
     )
@@ -133,3 +147,171 @@ def test_status_says_what_jobs_run_in(tmp_path: Path) -> None:
     assert doc["job_containment"] == SUPPORT.describe()
     expected = "cgroup v2 at" if SUPPORT.contained else "process-group (no cgroup:"
     assert doc["job_containment"].startswith(expected)
+
+
+@needs_cgroups
+@pytest.mark.parametrize("how", ["setsid -f", "setpgid"])
+async def test_with_etcd_a_slow_daemon_leaves_no_first_fork_outside_the_group(
+    tmp_path: Path, how: str, cleanup: list[ProcessRunner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """join_in_child=False is the etcd daemon. The move into the group is made slow (a
+    loaded host): the job's very first fork must still happen inside its group."""
+    adopt = cgroups.JobGroup.adopt
+
+    def slow_adopt(self: cgroups.JobGroup, pid: int) -> None:
+        import time
+
+        time.sleep(0.5)  # the fault: the daemon is late to move the job
+        adopt(self, pid)
+
+    monkeypatch.setattr(cgroups.JobGroup, "adopt", slow_adopt)
+    runner = ProcessRunner(cgroups=Cgroups(SUPPORT, join_in_child=False))
+    cleanup.append(runner)
+    await stop_and_check(runner, tmp_path / "sleeper", how)
+
+
+@needs_cgroups
+async def test_with_etcd_the_gate_keeps_start_errors_limits_and_exit_codes(
+    tmp_path: Path, cleanup: list[ProcessRunner]
+) -> None:
+    runner = ProcessRunner(cgroups=Cgroups(SUPPORT, join_in_child=False))
+    cleanup.append(runner)
+
+    async def run(target: CommandTarget) -> tuple[AttemptOutcome, str | None, bool, str]:
+        result = await runner.run(request(target), asyncio.Event())
+        return result.outcome, result.error, result.permanent, result.output
+
+    missing = await run(CommandTarget(argv=(str(tmp_path / "nope"),)))
+    assert missing == (AttemptOutcome.ERROR, f"executable not found: {tmp_path / 'nope'}", True, "")
+    assert (await run(CommandTarget(argv=("no-such-command-here",))))[:2] == (
+        AttemptOutcome.ERROR,
+        "executable not found: no-such-command-here",
+    )
+    script = tmp_path / "script"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    assert (await run(CommandTarget(argv=(str(script),))))[1] == f"cannot start {script}: interpreter not found"
+    # The job's own 127 is the job's: FAILED with its exit code, not a start error.
+    assert (await run(CommandTarget(argv=("sh", "-c", "echo own; exit 127"))))[:2] == (
+        AttemptOutcome.FAILED,
+        "exit code 127",
+    )
+    code = "print(open('/proc/self/limits').read()); print(open('/proc/self/cgroup').read())"
+    outcome, _, _, output = await run(CommandTarget(argv=(PY, "-c", code), memory_limit=1 << 30, nproc_limit=4000))
+    assert outcome is AttemptOutcome.SUCCEEDED
+    limits = {line[:26].strip(): line[26:].split()[:2] for line in output.splitlines() if line.startswith("Max ")}
+    assert limits["Max address space"] == [str(1 << 30)] * 2 and limits["Max processes"] == ["4000"] * 2
+    assert f"0::/clockd-{os.getpid()}/job-" in output  # its first instruction ran in its group
+    fed = await run(CommandTarget(argv=("cat",), stdin="to stdin\n"))
+    assert fed[0] is AttemptOutcome.SUCCEEDED and fed[3] == "to stdin\n"
+    if os.geteuid() == 0:  # as another user: the shell sets the limits on itself (no prlimit rights needed)
+        job = CommandTarget(argv=("sh", "-c", "id -u; cat /proc/self/limits /proc/self/cgroup"), user="nobody",
+                            nproc_limit=33, memory_limit=1 << 30)  # fmt: skip
+        outcome, error, _, output = await run(job)
+        assert outcome is AttemptOutcome.SUCCEEDED, error
+        assert output.split()[0] == str(pwd.getpwnam("nobody").pw_uid)
+        assert "Max processes             33                   33" in output
+        assert f"0::/clockd-{os.getpid()}/job-" in output
+
+
+@needs_cgroups
+@pytest.mark.parametrize("join_in_child", [True, False], ids=["embedded", "etcd"])
+async def test_cpu_limit_is_one_budget_for_all_of_the_jobs_processes(
+    join_in_child: bool, cleanup: list[ProcessRunner]
+) -> None:
+    """Four children burn 1.5 s of CPU each: under a per-process RLIMIT_CPU of 2 s every
+    one would finish; the job's budget of 2 s for all of them together stops it."""
+    burn = "import time\nwhile time.process_time() < 1.5: pass"
+    code = f"import subprocess, sys; ps = [subprocess.Popen([sys.executable, '-c', {burn!r}]) for _ in range(4)]; " \
+        "sys.exit(max(p.wait() for p in ps))"  # fmt: skip
+    runner = ProcessRunner(cgroups=Cgroups(SUPPORT, join_in_child=join_in_child))
+    cleanup.append(runner)
+    job = CommandTarget(argv=(PY, "-c", code), cpu_limit=2)
+    result = await runner.run(request(job, kill_grace=1.0), asyncio.Event())
+    assert result.outcome is AttemptOutcome.FAILED, (result.outcome, result.error)
+    assert result.error is not None and result.error.startswith("cpu_limit 2s reached: the job's processes used ")
+
+
+DELEGATED_JOB = """
+import asyncio, json, os, sys
+from datetime import UTC, datetime
+sys.path[:0] = [sys.argv[1]]
+from clockd.core.model import CommandTarget
+from clockd.runner import RunRequest
+from clockd.runner.cgroups import Cgroups, detect
+from clockd.runner.process import ProcessRunner
+
+async def main():
+    support = detect()
+    runner = ProcessRunner(cgroups=Cgroups(support, join_in_child=sys.argv[2] == "child"))
+    job = CommandTarget(argv=(f"setsid -f sleep 3001; echo started; sleep 3001",), shell=True)
+    request = RunRequest("occ-1", "delegated", datetime.now(UTC), 1, job, timeout=2.0, kill_grace=0.5)
+    result = await runner.run(request, asyncio.Event())
+    await runner.aclose()
+    print(json.dumps({"uid": os.getuid(), "containment": support.describe(), "outcome": result.outcome.value}))
+
+asyncio.run(main())
+"""
+
+
+@needs_root
+@needs_cgroups
+@pytest.mark.parametrize("join", ["child", "gate"])
+def test_an_unprivileged_daemon_in_a_delegated_subtree_contains_its_jobs(tmp_path: Path, join: str) -> None:
+    """What ``Delegate=yes`` gives ``clockd.service`` (User=clockd): a v2 group whose
+    directory, cgroup.procs, cgroup.subtree_control and cgroup.threads belong to the
+    daemon's user. As ``nobody`` in such a group, a job's ``setsid -f`` sleeper must die
+    at the timeout, and nothing may be left in the group afterwards."""
+    import json
+    import subprocess
+    import tempfile
+
+    from tests.harness.users import SYSTEM_PY, processes_of
+
+    assert SUPPORT.v2 is not None and SYSTEM_PY is not None
+    nobody = pwd.getpwnam("nobody")
+    service = SUPPORT.v2 / f"trust-delegated-{os.getpid()}-{join}"
+    service.mkdir()
+    try:
+        for path in (service, *(service / f for f in ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads"))):
+            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+        script = Path(tempfile.mkdtemp(prefix="clockd-delegated-")) / "daemon.py"  # nobody reads it
+        script.parent.chmod(0o755)
+        script.write_text(DELEGATED_JOB)
+        script.chmod(0o644)
+        root = str(Path(__file__).resolve().parents[2])
+        procs = str(service / "cgroup.procs")
+        # As root: join the delegated group, drop to nobody, then run the "daemon".
+        enter = (
+            f"import os; open({procs!r}, 'w').write(str(os.getpid())); os.setgroups([]); "
+            f"os.setgid({nobody.pw_gid}); os.setuid({nobody.pw_uid}); "
+            f"os.execv({SYSTEM_PY!r}, [{SYSTEM_PY!r}, {str(script)!r}, {root!r}, {join!r}])"
+        )
+        done = subprocess.run([SYSTEM_PY, "-c", enter], capture_output=True, text=True, timeout=60, cwd="/")
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout.splitlines()[-1])
+        assert report["uid"] == nobody.pw_uid
+        assert report["containment"].startswith(f"cgroup v2 at {service}")
+        assert report["outcome"] == "timed_out"
+        assert [p for p in processes_of(nobody.pw_uid) if "3001" in Path(f"/proc/{p}/cmdline").read_text()] == []
+        assert sorted(p.name for p in service.iterdir() if p.is_dir()) == []  # job groups removed
+    finally:
+        for pid in (service / "cgroup.procs").read_text().split():
+            os.kill(int(pid), 9)
+        for child in sorted(service.rglob("*"), reverse=True):
+            if child.is_dir():
+                child.rmdir()
+        service.rmdir()
+        shutil.rmtree(script.parent, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the point is a root job, which RLIMIT_NPROC does not limit")
+async def test_nproc_limit_on_a_root_job_without_a_pids_controller_is_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = ProcessRunner()  # no cgroups: RLIMIT_NPROC only, which root ignores
+    with caplog.at_level("WARNING", logger="clockd.runner.process"):
+        result = await runner.run(request(CommandTarget(argv=("true",), nproc_limit=5)), asyncio.Event())
+    assert result.outcome is AttemptOutcome.SUCCEEDED
+    [warning] = [r for r in caplog.records if getattr(r, "action", None) == "nproc_limit_ineffective"]
+    assert warning.getMessage().startswith("nproc_limit 5 has no effect on this job: it runs as root")

@@ -364,7 +364,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         cpu_limit: Annotated[
             str | None,
-            typer.Option("--cpu-limit", metavar="DURATION", help="CPU time per process, e.g. 10m (RLIMIT_CPU)"),
+            typer.Option(
+                "--cpu-limit",
+                metavar="DURATION",
+                help="CPU time of the whole job, e.g. 10m (its cgroup; RLIMIT_CPU per process without one)",
+            ),
         ] = None,
         nproc_limit: Annotated[
             int | None,
