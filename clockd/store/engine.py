@@ -17,7 +17,8 @@ the event loop, awaiting each statement (and sending a ``Pipeline`` in one round
 Neither pays a hop per statement. Measured before and after (``make bench-quick``, and
 an A/B of the same workload through the old and the new tree, alternating: median
 new/old per phase 0.76–1.11 on SQLite, 0.89–1.07 on PostgreSQL, all within run-to-run
-noise on the shared machine; docs/store.md has the tables).
+noise on the shared machine; re-measured after SQLite's 0008 with ``bench/store_ab.py``;
+docs/store.md has the tables).
 
 Adding a store method: one method here (a body yielding ``Run("name", …)``), one
 ``-- name: name`` block in each dialect's ``queries.sql``, and, if the schema changes,
