@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import clockd.store
+from clockd.core import states
 from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind
 from clockd.core.planning import MAX_WINDOW
 from clockd.store import engine, sql
@@ -157,3 +158,9 @@ def test_state_names_are_written_from_parameters(adapter: str) -> None:
     assert sorted(literal - STATE_LITERALS_ALLOWED) == []
     written = re.compile(rf"(SET\s+(state|outcome)\s*=|THEN|ELSE|VALUES\s*\([^)]*)\s*'({_STATE_NAMES})'", re.I)
     assert sorted(name for name, sql in queries.items() if written.search(_code(sql))) == []
+
+
+def test_the_names_the_engine_passes_are_the_state_tables() -> None:
+    released = {OccurrenceState(v) for v in engine._RELEASED.values()}
+    assert released == states.targets("release")
+    assert {AttemptOutcome(v) for v in engine._OUTCOMES.values()} == {AttemptOutcome.RUNNING, AttemptOutcome.LOST}
