@@ -141,7 +141,8 @@ DELETE FROM dispatch WHERE lease_token IS NULL AND occurrence_id IN (
 -- name: cancel_occurrences
 UPDATE occurrences SET state = :next, reason = :reason, finished_at = :now
 WHERE schedule_id = :schedule_id AND schedule_version < :version
-  AND state IN (SELECT value FROM json_each(:expected)) AND (manual = 0 OR :include_manual);
+  AND state IN (SELECT value FROM json_each(:expected)) AND (manual = 0 OR :include_manual)
+RETURNING id, scheduled_for, attempts;
 
 -- ------------------------------------------------------------------ occurrences (clockctl)
 
@@ -961,3 +962,7 @@ LEFT JOIN occurrences AS l ON l.id = (
     SELECT o.id FROM occurrences AS o
     WHERE o.schedule_id = j.value AND o.started_at IS NOT NULL
     ORDER BY o.scheduled_for DESC LIMIT 1);
+
+-- name: occurrences_set_reason
+-- The reason of occurrences a change just canceled: re-planned, or dropped by the new version.
+UPDATE occurrences SET reason = :reason WHERE id IN (SELECT value FROM json_each(:ids));
