@@ -1,9 +1,10 @@
 """``clockctl update``: a new version of a schedule's definition.
 
-The store writes the new version and cancels the not-yet-claimed occurrences of
-older versions in one transaction; the cursor never moves back, so no instant is
-materialized twice; occurrences already claimed finish under their version (the
-command says how many).
+The store writes the new version, cancels the not-yet-claimed occurrences of
+older versions and re-plans those instants under the new version where it still
+fires, in one transaction (the command says how many it re-planned and dropped); the
+cursor never moves back, so no instant is materialized twice; occurrences already
+claimed finish under their version (the command says how many).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from clockctl import policyopts
 from clockctl.commands.schedules import validated, whole_second_now
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
-from clockctl.render import iso, local, occurrence_doc, schedule_doc, stamp
+from clockctl.render import iso, local, occurrence_doc, replanned_doc, replanned_lines, schedule_doc, stamp
 from clockd.core.instants import format_instant, parse_instant
-from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef
+from clockd.core.model import CommandTarget, MisfirePolicy, OccurrenceState, OverlapPolicy, ScheduleDef
 from clockd.errors import InvalidInput
 from clockd.formats.schedfile import job_document
 from clockd.services.ops import Change, Ops, next_runs, spec_of, starts_of
@@ -70,8 +71,9 @@ def register(app: typer.Typer) -> None:
         output: Output = OutputFormat.table,
     ) -> None:
         """Change a schedule: a new version. Pending occurrences of the old version are
-        canceled; running ones finish under it; the next runs follow the new definition
-        (no instant runs twice). Options left out keep their value."""
+        canceled and re-planned under the new one where it still fires (the next runs are
+        kept; the others are dropped, saying why); running ones finish under the old one;
+        no instant runs twice. Options left out keep their value."""
         edits = _Edits(
             args or [], cron, every, at, tz, command, shell, queue, timeout, retries, backoff,
             misfire, max_lateness, catch_up_limit, overlap, window, permanent_exit_codes,
@@ -88,12 +90,17 @@ def register(app: typer.Typer) -> None:
             if schedule.next_run_at and schedule.state == "active"
             else []
         )
+        # The instants re-planned under the new version come before its cursor: they are
+        # the next runs (a MISSED one will not run).
+        replanned = [r.scheduled_for for r in change.kept if r.state is OccurrenceState.SCHEDULED]
+        upcoming = sorted(set(replanned + upcoming))[:5]
         if output is OutputFormat.json:
             emit_json(
                 {
                     **schedule_doc(schedule),
                     "previous_version": before,
                     "canceled": change.canceled,
+                    **replanned_doc(change.replanned),
                     "running": [occurrence_doc(o) for o in change.running],
                     "next_runs": [iso(t) for t in upcoming],
                     "next_starts": [iso(t) for t in starts_of(schedule, upcoming)],
@@ -107,6 +114,8 @@ def register(app: typer.Typer) -> None:
             f"updated {schedule.name}: version {before} → {schedule.version}; canceled {change.canceled} "
             f"pending occurrence{'s' if change.canceled != 1 else ''} of older versions"
         )
+        for line in replanned_lines(change.replanned):
+            console.print(line, markup=False, highlight=False)
         for version, count in sorted(Counter(o.version for o in change.running).items()):
             console.print(
                 f"{count} running occurrence{'s' if count > 1 else ''} of version {version} will finish "
