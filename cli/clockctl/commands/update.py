@@ -18,14 +18,15 @@ from typing import Annotated
 import typer
 
 from clockctl import policyopts
-from clockctl.commands.schedules import validated, whole_second_now
+from clockctl.commands.schedules import notify_options, validated, whole_second_now
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockctl.render import iso, local, occurrence_doc, replanned_doc, replanned_lines, schedule_doc, stamp
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.model import CommandTarget, MisfirePolicy, OccurrenceState, OverlapPolicy, ScheduleDef
+from clockd.core.notify import NotifyEvent
 from clockd.errors import InvalidInput
-from clockd.formats.schedfile import job_document
+from clockd.formats.schedfile import job_document, notification_document
 from clockd.services.ops import Change, Ops, next_runs, spec_of, starts_of
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
@@ -67,16 +68,25 @@ def register(app: typer.Typer) -> None:
         overlap: policyopts.Overlap = None,
         window: policyopts.Window = None,
         permanent_exit_codes: policyopts.PermanentExitCodes = None,
+        stdin: policyopts.Stdin = None,
+        on_failure: policyopts.OnFailure = None,
+        on_dead: policyopts.OnDead = None,
+        on_missed: policyopts.OnMissed = None,
+        on_success: policyopts.OnSuccess = None,
         tenant: Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant of the schedule")] = "default",
         output: Output = OutputFormat.table,
     ) -> None:
         """Change a schedule: a new version. Pending occurrences of the old version are
         canceled and re-planned under the new one where it still fires (the next runs are
         kept; the others are dropped, saying why); running ones finish under the old one;
-        no instant runs twice. Options left out keep their value."""
+        no instant runs twice. Options left out keep their value; --stdin '' and
+        --on-EVENT none remove the stdin text or the notification."""
+        notify = {NotifyEvent.FAILURE: on_failure, NotifyEvent.DEAD: on_dead, NotifyEvent.MISSED: on_missed,
+                  NotifyEvent.SUCCESS: on_success}  # fmt: skip
         edits = _Edits(
             args or [], cron, every, at, tz, command, shell, queue, timeout, retries, backoff,
-            misfire, max_lateness, catch_up_limit, overlap, window, permanent_exit_codes,
+            misfire, max_lateness, catch_up_limit, overlap, window, permanent_exit_codes, stdin,
+            tuple((event, text) for event, text in notify.items() if text is not None),
         )  # fmt: skip
 
         async def go(ops: Ops) -> tuple[int, Change]:
@@ -149,6 +159,8 @@ class _Edits:
     overlap: OverlapPolicy | None
     window: str | None
     permanent_exit_codes: str | None
+    stdin: str | None
+    notify: tuple[tuple[NotifyEvent, str], ...]  # --on-EVENT given; "none" removes
 
     def apply(self, current: ScheduleDef) -> ScheduleDef:
         """``current`` with these edits, validated as a whole by the one validator: the
@@ -202,6 +214,14 @@ class _Edits:
                 permanent_exit_codes=self.permanent_exit_codes,
             )
         )
+        if self.stdin is not None:
+            job.pop("stdin", None)
+            if self.stdin:
+                job["stdin"] = self.stdin  # the validator refuses it for a non-command target
+        wanted = {event.value: text for event, text in self.notify if text.strip().lower() != "none"}
+        for event, _ in self.notify:
+            job.pop(event.field, None)
+        job.update((n.event.field, notification_document(n)) for n in notify_options(**wanted))
         # Labels (apply's managed-by mark included) are not the user's to edit here.
         return dataclasses.replace(validated(job, current.tenant), labels=current.labels)
 
