@@ -9,9 +9,9 @@ What a schedule expects, from its versions (``schedule_versions``) and the time
 contract (``compile_spec(kind, expr, tz, created_at)``):
 
 * an **active** version ``k`` expects the instants of its definition from its start
-  cursor ``s_k`` (the schedule's ``next_run_at`` when the version was written: an
-  update never re-materializes an instant the old version materialized, so the new
-  version starts at the old cursor, see ``clockd.services.ops.cursor_after_update``) up to,
+  cursor ``s_k`` (the schedule's ``next_run_at`` when the version was written: the new
+  version starts at the old cursor, see ``clockd.services.ops.cursor_after_update``; the
+  instants before it that the old version had planned are re-planned, below) up to,
   not including, the end of its validity ``u_k`` (``valid_to``). Versions written
   before schema 0003 have no recorded start: they start strictly after ``valid_from``;
 * a **paused** or **deleted** version expects nothing;
