@@ -1,4 +1,6 @@
-"""The scheduling-policy options ``add`` and ``update`` share (DESIGN.md §4).
+"""The options ``add`` and ``update`` share: scheduling policies (DESIGN.md §4), the
+job's stdin and its notifications. One definition each, so both commands spell, explain
+and validate them alike.
 
 Each option left out keeps what the definition has (``add``: the defaults).
 """
@@ -53,6 +55,30 @@ PermanentExitCodes = Annotated[
         metavar="CODES",
         help="exit codes that mean 'do not retry', e.g. 2,64 (go straight to the dead-letter queue); none clears",
     ),
+]
+
+
+Stdin = Annotated[
+    str | None,
+    typer.Option("--stdin", metavar="TEXT", help="text written to the job's standard input (newlines kept)"),
+]
+_NOTIFY = "CMD|URL|mail:ADDR"
+OnFailure = Annotated[
+    str | None,
+    typer.Option(
+        "--on-failure",
+        metavar=_NOTIFY,
+        help="notify when an attempt fails: a shell command, an http(s) URL (JSON POST) or mail:ADDR",
+    ),
+]
+OnDead = Annotated[
+    str | None, typer.Option("--on-dead", metavar=_NOTIFY, help="notify when an occurrence goes DEAD")
+]
+OnMissed = Annotated[
+    str | None, typer.Option("--on-missed", metavar=_NOTIFY, help="notify when an occurrence is MISSED")
+]
+OnSuccess = Annotated[
+    str | None, typer.Option("--on-success", metavar=_NOTIFY, help="notify when an occurrence succeeds")
 ]
 
 

@@ -10,8 +10,9 @@ query value: ``show`` and ``list`` output ends up in tickets and screenshots.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from clockd.core.durations import format_duration
@@ -20,6 +21,7 @@ from clockd.core.model import (
     CommandTarget,
     HttpTarget,
     Occurrence,
+    OccurrenceState,
     Schedule,
     ScheduleDef,
     ScheduleKind,
@@ -30,6 +32,9 @@ from clockd.core.model import (
 from clockd.core.sizes import format_size
 from clockd.runner import secrets
 from clockd.services.status import iso as iso
+
+if TYPE_CHECKING:
+    from clockd.store import Replanned
 
 REDACTED = "***"
 _SENSITIVE = re.compile(r"(?i)pass|secret|token|key|auth|cookie|credential|session|signature|private")
@@ -238,3 +243,51 @@ def attempt_doc(a: Attempt) -> dict[str, Any]:
         "error": a.error,
         "output": a.output,
     }
+
+
+# -- what an update or apply re-planned (Store.change_schedule) ----------------------------
+
+
+def replanned_doc(items: Sequence[Replanned]) -> dict[str, list[dict[str, Any]]]:
+    """``-o json``'s ``replanned`` (taken over by the new version) and ``dropped`` (the
+    new version does not fire then: canceled) instants."""
+    return {
+        "replanned": [
+            {
+                "scheduled_for": iso(r.scheduled_for),
+                "occurrence_id": r.occurrence_id,
+                "version": r.version,
+                "state": None if r.state is None else str(r.state),
+                "replaces": r.replaced,
+            }
+            for r in items
+            if r.kept
+        ],
+        "dropped": [
+            {"scheduled_for": iso(r.scheduled_for), "occurrence_id": r.replaced} for r in items if not r.kept
+        ],
+    }
+
+
+def replanned_lines(items: Sequence[Replanned], name: str | None = None) -> list[str]:
+    """What a change did with the pending instants it canceled, one line each for the
+    re-planned and the dropped ones (none when it canceled nothing pending)."""
+    of = f" of {name}" if name else ""
+    kept = [r for r in items if r.kept]
+    dropped = [r for r in items if not r.kept]
+    lines = []
+    if kept:
+        missed = sum(1 for r in kept if r.state is OccurrenceState.MISSED)
+        note = f" ({missed} of them MISSED: past max_lateness)" if missed else ""
+        lines.append(
+            f"re-planned {len(kept)} upcoming run{'s' if len(kept) != 1 else ''}{of} under version "
+            f"{kept[0].version}{note}: {', '.join(stamp(r.scheduled_for) for r in kept[:5])}"
+            + (", …" if len(kept) > 5 else "")
+        )
+    if dropped:
+        lines.append(
+            f"dropped {len(dropped)} run{'s' if len(dropped) != 1 else ''}{of}: version {dropped[0].version} "
+            f"does not fire at {', '.join(stamp(r.scheduled_for) for r in dropped[:5])}"
+            + (", …" if len(dropped) > 5 else "")
+        )
+    return lines

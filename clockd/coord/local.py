@@ -108,7 +108,9 @@ class LocalCoordinator:
             reachable=True,
             leader_node=self.node_id if self._leader else None,
             leader_token=self._leader.token if self._leader else None,
-            members=(Member(self.node_id, self._modes, shards, capabilities=advertised(self._modes), clock=self._clock),),
+            members=(
+                Member(self.node_id, self._modes, shards, capabilities=advertised(self._modes), clock=self._clock),
+            ),
         )
 
 

@@ -26,7 +26,9 @@ The same policy applies twice more, with the same rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -127,6 +129,22 @@ def plan_schedule(
     return SchedulePlan(tuple(planned), cursor)
 
 
+def plan_instants(schedule: Schedule, instants: Iterable[datetime], now: datetime) -> tuple[PlannedOccurrence, ...]:
+    """:func:`plan_schedule` over the given ``instants`` (fires of ``schedule``'s current
+    definition) instead of its timeline: ids under ``schedule.version``, the window's
+    ``available_at``, and the misfire policy applied to them as one pass at ``now``.
+
+    What an update re-plans: the instants the old version had planned and no worker
+    started, which the new definition still fires at, so they run under the new version
+    exactly as if the materializer had planned them (``Store.change_schedule``)."""
+    ordered = sorted(set(instants))
+    if not ordered:
+        return ()
+    following = dict(itertools.pairwise(ordered))
+    start = dataclasses.replace(schedule, next_run_at=ordered[0])
+    return plan_schedule(start, following.get, ordered[-1], now, len(ordered)).occurrences
+
+
 @dataclass(frozen=True, slots=True)
 class AfterAttempt:
     next_state: OccurrenceState  # SUCCEEDED, RETRY_WAIT or DEAD
@@ -154,9 +172,7 @@ def after_attempt(
     if permanent or (exit_code is not None and exit_code in retry.permanent_exit_codes):
         return AfterAttempt(OccurrenceState.DEAD, None, "permanent failure: not retried")
     if attempt >= max_attempts:
-        return AfterAttempt(
-            OccurrenceState.DEAD, None, f"dead after {attempt} attempt{'s' if attempt > 1 else ''}"
-        )
+        return AfterAttempt(OccurrenceState.DEAD, None, f"dead after {attempt} attempt{'s' if attempt > 1 else ''}")
     return AfterAttempt(OccurrenceState.RETRY_WAIT, now + retry.delay(attempt, jitter), None)
 
 

@@ -42,10 +42,12 @@ __all__ = [
     "Skip",
     "Spec",
     "compile_spec",
+    "fires_at",
     "validate_definition",
 ]
 
 MIN_INTERVAL = timedelta(seconds=1)
+_EPSILON = timedelta(microseconds=1)
 # validate_definition checks that a cron schedule fires in its zone from here on.
 _REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -183,6 +185,11 @@ class EverySpec:
 
     def __repr__(self) -> str:
         return f"EverySpec({format_duration(self.interval)!r}, {format_instant(self.anchor)!r})"
+
+
+def fires_at(spec: Spec, instant: datetime) -> bool:
+    """Whether ``instant`` is one of ``spec``'s fires (instants are to the microsecond)."""
+    return spec.next_after(instant - _EPSILON) == instant
 
 
 def _kind(kind: ScheduleKind | str) -> ScheduleKind:

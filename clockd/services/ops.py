@@ -12,8 +12,9 @@ front end (CLI, YAML apply) get the same rules:
 * ``add`` with an idempotency key is idempotent: the same key and definition give
   back the stored schedule, the same key with another definition is a ``Conflict``
   naming the key; tenant quotas are enforced by the store (``QuotaExceeded``);
-* an update reports what it canceled and which older-version occurrences are
-  still running (they finish under their version);
+* an update reports what it canceled, which of those instants it re-planned under the
+  new version (or dropped: the new definition no longer fires then), and which
+  older-version occurrences are still running (they finish under their version);
 * pause, resume, update and delete bump the version in one transaction that
   cancels the not-yet-claimed occurrences of older versions;
 * ``apply`` (declarative files) plans creates, updates and deletes against what
@@ -51,7 +52,7 @@ from clockd.core.planning import available_at
 from clockd.core.spec import Spec, compile_spec
 from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFires, NotFound, VersionMismatch
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
-from clockd.store import NewSchedule, RunSummary, ScheduleChange, Store
+from clockd.store import NewSchedule, Replanned, RunSummary, ScheduleChange, Store
 
 if TYPE_CHECKING:
     from clockd.runner.egress import EgressPolicy
@@ -67,6 +68,18 @@ class Change:
     canceled: int
     # Occurrences of older versions still running: they finish under their own version.
     running: tuple[Occurrence, ...] = ()
+    # Canceled instants the new version took over (or dropped): Store.change_schedule.
+    replanned: tuple[Replanned, ...] = ()
+
+    @property
+    def kept(self) -> list[Replanned]:
+        """The re-planned instants (the new definition still fires then)."""
+        return [r for r in self.replanned if r.kept]
+
+    @property
+    def dropped(self) -> list[Replanned]:
+        """Canceled instants the new definition no longer fires at."""
+        return [r for r in self.replanned if not r.kept]
 
 
 # (version, valid_from, valid_to, definition, state): one row of a schedule's history.
@@ -233,6 +246,7 @@ class ApplyResult:
     updated: list[Schedule]
     deleted: list[Schedule]
     canceled: int
+    replanned: list[Replanned] = field(default_factory=list)  # as Change.replanned, of every update
 
 
 class Ops:
@@ -356,8 +370,10 @@ class Ops:
         self, name: str, definition: ScheduleDef, tenant: str = "default", expected_version: int | None = None
     ) -> Change:
         """A new version: unclaimed occurrences of older versions are CANCELED in the same
-        transaction, the cursor never moves back (no instant is materialized twice), and
-        claimed ones finish under their version (``Change.running`` lists them). With
+        transaction and their instants re-planned under the new version where it still
+        fires (``Change.replanned``), the cursor never moves back (no instant is
+        materialized twice), and claimed ones finish under their version
+        (``Change.running`` lists them). With
         ``expected_version`` (HTTP If-Match): ``VersionMismatch`` unless the schedule is at
         that version, checked again by the store's conditional write."""
         schedule = await self.get(name, tenant)
@@ -594,6 +610,7 @@ class Ops:
             updated=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.UPDATE],
             deleted=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.DELETE],
             canceled=written.canceled,
+            replanned=written.replanned,
         )
 
     async def _change(
@@ -604,9 +621,12 @@ class Ops:
         next_run_at: datetime | None,
         reason: str,
     ) -> Change:
-        updated, canceled = await self.store.change_schedule(
+        written = await self.store.change_schedule(
             schedule.id, schedule.version, definition, state, next_run_at, self.clock.now(), reason
         )
+        updated = written.schedule
         # Claimed work of older versions is not canceled: it finishes under its version.
         running = await self.store.running_occurrences(schedule.id)
-        return Change(updated, canceled, tuple(o for o in running if o.version < updated.version))
+        return Change(
+            updated, written.canceled, tuple(o for o in running if o.version < updated.version), written.replanned
+        )

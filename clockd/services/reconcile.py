@@ -9,9 +9,9 @@ What a schedule expects, from its versions (``schedule_versions``) and the time
 contract (``compile_spec(kind, expr, tz, created_at)``):
 
 * an **active** version ``k`` expects the instants of its definition from its start
-  cursor ``s_k`` (the schedule's ``next_run_at`` when the version was written: an
-  update never re-materializes an instant the old version materialized, so the new
-  version starts at the old cursor, see ``clockd.services.ops.cursor_after_update``) up to,
+  cursor ``s_k`` (the schedule's ``next_run_at`` when the version was written: the new
+  version starts at the old cursor, see ``clockd.services.ops.cursor_after_update``; the
+  instants before it that the old version had planned are re-planned, below) up to,
   not including, the end of its validity ``u_k`` (``valid_to``). Versions written
   before schema 0003 have no recorded start: they start strictly after ``valid_from``;
 * a **paused** or **deleted** version expects nothing;
@@ -20,7 +20,12 @@ contract (``compile_spec(kind, expr, tz, created_at)``):
   change: they are *optional* — absent is fine, present once is accounted for
   (normally CANCELED by the change, with its reason);
 * instants of the current active version at or after the schedule's cursor
-  (``next_run_at``) are **not yet due** (not materialized yet), never missing.
+  (``next_run_at``) are **not yet due** (not materialized yet), never missing;
+* an update **re-plans** (``Store.change_schedule``): an occurrence of version ``k`` that
+  the change to ``k + 1`` canceled before any attempt is expected again under ``k + 1``
+  when that version fires then; its occurrence is accounted for (and the canceled one is
+  history), its absence is **missing**. An occurrence of version ``k + 1`` at an instant
+  version ``k`` expected or had materialized ahead is such a re-plan, not unexpected.
 
 Every expected instant must have exactly one planned occurrence, in one of the
 accounted states: SUCCEEDED, RUNNING, queued (SCHEDULED, ENQUEUED, RETRY_WAIT), DEAD,
@@ -45,7 +50,7 @@ from enum import StrEnum
 
 from clockd.core.instants import format_instant
 from clockd.core.model import Occurrence, OccurrenceState, ScheduleState
-from clockd.core.spec import Spec, compile_spec
+from clockd.core.spec import Spec, compile_spec, fires_at
 from clockd.errors import ClockdError
 from clockd.store import ReconcileRows, ScheduleHistory, Store, VersionRecord
 
@@ -158,7 +163,7 @@ class Window:
 
 
 def is_fire(spec: Spec, instant: datetime) -> bool:
-    return spec.next_after(instant - _EPSILON) == instant
+    return fires_at(spec, instant)
 
 
 def windows(history: ScheduleHistory) -> list[Window]:
@@ -227,14 +232,63 @@ def reconcile_schedule(
     for occ in occurrences:
         if start <= occ.scheduled_for <= end and not occ.manual:
             at[occ.scheduled_for].append(occ)
+    replans = _replans_expected(wins, at)
+    for instant, wanted in replans.items():
+        if expected.get(instant, 0) < wanted:
+            expected[instant] = wanted
     current = wins[-1] if wins else None
     cursor = history.next_run_at
     entries: list[Entry] = []
     for instant in sorted(set(expected) | set(at)):
         version = expected.get(instant)
         rows = tuple(sorted(at.get(instant, ()), key=lambda o: (o.version, o.id)))
+        if version is not None and instant in replans and rows and all(o.version < version for o in rows):
+            old = rows[-1]
+            detail = (
+                f"no occurrence of version {version}: the change to it canceled {old.id} (version "
+                f"{old.version}) before it ran and did not re-plan it, although version {version} fires then"
+            )
+            entries.append(Entry(history.schedule_id, history.name, instant, Status.MISSING, version, rows, detail))
+            continue
         entries.append(_account(history, wins, current, cursor, instant, version, rows))
     return entries, len(expected)
+
+
+def _replans_expected(wins: list[Window], at: dict[datetime, list[Occurrence]]) -> dict[datetime, int]:
+    """Instants a change must have re-planned: an occurrence of version ``j`` the change to
+    ``j + 1`` canceled before any attempt, where version ``j + 1`` (active, with a recorded
+    start) fires too, is expected again under ``j + 1`` (``Store.change_schedule``). The
+    newest such version per instant."""
+    by_version = {w.version.version: w for w in wins}
+    out: dict[datetime, int] = {}
+    for instant, rows in at.items():
+        for occ in rows:
+            if occ.state is not OccurrenceState.CANCELED or occ.attempts:
+                continue
+            nxt = by_version.get(occ.version + 1)
+            if nxt is None or nxt.spec is None or nxt.version.next_run_at is None:
+                continue
+            if is_fire(nxt.spec, instant) and out.get(instant, 0) < occ.version + 1:
+                out[instant] = occ.version + 1
+    return out
+
+
+def _replanned(wins: list[Window], occ: Occurrence, instant: datetime) -> bool:
+    """``occ`` (version ``k``) was re-planned by an update: an older version ``j`` expected
+    the instant or had materialized it ahead, and every version after ``j`` up to ``k`` is
+    active and fires then (each change took the instant over from the one before)."""
+    by_version = {w.version.version: w for w in wins}
+    version = occ.version
+    while True:
+        w = by_version.get(version)
+        if w is None or w.spec is None or not is_fire(w.spec, instant):
+            return False
+        before = by_version.get(version - 1)
+        if before is None:
+            return False
+        if before.expects(instant) or before.allows(instant):
+            return True
+        version -= 1
 
 
 def _account(
@@ -271,6 +325,8 @@ def _account(
         if version is not None:
             if occ.version == version or _legacy_cover(wins, version, occ, instant):
                 return entry(_BY_STATE[occ.state])
+            if occ.version > version and _replanned(wins, occ, instant):
+                return entry(_BY_STATE[occ.state], f"re-planned under version {occ.version} by an update")
             return entry(
                 Status.UNEXPECTED,
                 f"version {version} expects this instant, but its occurrence {occ.id} is of version {occ.version}",
@@ -278,6 +334,8 @@ def _account(
         owner = next((w for w in wins if w.version.version == occ.version), None)
         if owner is not None and owner.allows(instant):
             return entry(_BY_STATE[occ.state])
+        if _replanned(wins, occ, instant):
+            return entry(_BY_STATE[occ.state], f"re-planned under version {occ.version} by an update")
         return entry(Status.UNEXPECTED, _why_unexpected(owner, occ))
     # No occurrence at an expected instant.
     if (

@@ -69,7 +69,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from clockd.core.model import (
     Attempt,
@@ -193,10 +193,42 @@ class ScheduleChange:
 
 
 @dataclass(frozen=True, slots=True)
+class Replanned:
+    """One instant a change took over from an older version (``change_schedule``).
+
+    The older version's occurrence ``replaced`` had not started (no attempt) and is now
+    CANCELED. When the new definition still fires at ``scheduled_for``,
+    ``occurrence_id`` is its deterministic id under ``version`` and ``state`` what the
+    materializer would have planned (SCHEDULED, or MISSED by the misfire policy);
+    otherwise both are None: the instant is dropped, and the canceled row says so."""
+
+    schedule_id: str
+    version: int
+    scheduled_for: datetime
+    replaced: str
+    occurrence_id: str | None
+    state: OccurrenceState | None
+
+    @property
+    def kept(self) -> bool:
+        return self.occurrence_id is not None
+
+
+class ScheduleChanged(NamedTuple):
+    """What ``change_schedule`` wrote: the schedule at its new version, how many older
+    occurrences it canceled, and the instants among them it re-planned or dropped."""
+
+    schedule: Schedule
+    canceled: int
+    replanned: tuple[Replanned, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class AppliedSchedules:
     created: list[Schedule]  # in the order given
     changed: list[Schedule]  # in the order given, at their new version
     canceled: int  # occurrences of older versions canceled by the changes
+    replanned: list[Replanned] = field(default_factory=list)  # of all changes, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,15 +322,24 @@ class Store(Protocol):
         next_run_at: datetime | None,
         now: datetime,
         reason: str,
-    ) -> tuple[Schedule, int]:
+    ) -> ScheduleChanged:
         """Update, pause, resume or delete: write version ``expected_version + 1`` with
         ``definition``/``state``/``next_run_at``, close the old ``schedule_versions`` row and
         open a new one, and CANCEL (with ``reason``) every occurrence of an older version
         that no worker has claimed (SCHEDULED, ENQUEUED, RETRY_WAIT; their outbox and
-        dispatch rows go). Manual occurrences are canceled only on delete. One transaction.
-        Returns the schedule and the number canceled. Raises ``Conflict`` when the stored
-        version is not ``expected_version`` (someone else changed it) or the new name is
-        taken."""
+        dispatch rows go). Manual occurrences are canceled only on delete.
+
+        When the new state is active, the canceled instants that never started (no
+        attempt) are **re-planned**: each one the new definition still fires at gets an
+        occurrence under the new version (its deterministic id, misfire policy and window
+        applied as the materializer would, outbox row included); the others stay CANCELED
+        with the reason that the new version does not fire then. A RETRY_WAIT occurrence
+        already ran once: it is canceled, never re-planned (that could run the instant's
+        side effect twice under two ids). All in one transaction.
+
+        Returns the schedule, the number canceled and the ``Replanned`` instants. Raises
+        ``Conflict`` when the stored version is not ``expected_version`` (someone else
+        changed it) or the new name is taken."""
         ...
 
     async def apply_schedules(
@@ -311,7 +352,8 @@ class Store(Protocol):
 
         Each change is written exactly as ``change_schedule`` writes it (version bump,
         ``schedule_versions`` rows, unclaimed occurrences of older versions CANCELED with
-        the change's ``reason``; a DELETED change also cancels manual ones), then each
+        the change's ``reason`` and re-planned under the new version where it still fires;
+        a DELETED change also cancels manual ones), then each
         create exactly as ``create_schedule`` writes it (``created_at = updated_at =
         now``, the anchor of ``every`` schedules). Changes go first, so a name freed by a
         delete may be reused by a create of the same call. Raises ``Conflict`` and commits

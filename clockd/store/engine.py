@@ -52,7 +52,8 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
-from clockd.core.planning import MAX_WINDOW, missed_reason, sweep_verdict
+from clockd.core.planning import MAX_WINDOW, missed_reason, plan_instants, sweep_verdict
+from clockd.core.spec import compile_spec, fires_at
 from clockd.errors import ClockdError, Conflict, FencedOut, NotFound, QuotaExceeded
 from clockd.store import (
     SUMMARY_DEPTH,
@@ -75,8 +76,10 @@ from clockd.store import (
     QueueStats,
     Reaped,
     ReconcileRows,
+    Replanned,
     RunSummary,
     ScheduleChange,
+    ScheduleChanged,
     ScheduleHistory,
     SchedulePage,
 )
@@ -117,6 +120,8 @@ _PLANNED_STATES = states.targets("materialize")
 # tests/contract/store/test_sql_parity.py checks both against the table).
 _RELEASED: Final = {"fresh": S.ENQUEUED.value, "again": S.RETRY_WAIT.value}
 _OUTCOMES: Final = {"attempt_running": AttemptOutcome.RUNNING.value, "attempt_lost": AttemptOutcome.LOST.value}
+_OCCURRENCE_COLUMNS: Final = ("ids", "schedule_ids", "versions", "tenants", "queues", "scheduled_for",
+                              "available_at", "states", "max_attempts", "reasons", "finished_at")  # fmt: skip
 
 # -- reasons users read (clockctl show / explain) -------------------------------------------
 
@@ -128,6 +133,9 @@ OVERLAP_QUEUE_FULL: Final = (
     "skipped: occurrence {running} is running and {waiting} is already waiting (overlap queue_one)"
 )
 OVERLAP_SKIPPED: Final = "skipped: occurrence {running} is still running (overlap skip)"
+# Appended to a change's reason on the occurrences it canceled and re-planned (_replan).
+REPLANNED: Final = "re-planned under version {version}"
+DROPPED: Final = "version {version} does not fire at this instant"
 
 
 def dead_reason(completion: Completion, attempt: int) -> str:
@@ -367,10 +375,10 @@ class SqlStore:
         next_run_at: datetime | None,
         now: datetime,
         reason: str,
-    ) -> tuple[Schedule, int]:
+    ) -> ScheduleChanged:
         """See the port. A deleted (or unknown) schedule raises ``NotFound``."""
         change = ScheduleChange(schedule_id, expected_version, definition, state, next_run_at, reason)
-        result: tuple[Schedule, int] = await self._write(self._change_schedule(change, self.driver.instant(now)))
+        result: ScheduleChanged = await self._write(self._change_schedule(change, self.driver.instant(now)))
         return result
 
     async def apply_schedules(
@@ -392,17 +400,19 @@ class SqlStore:
         def body() -> Body[AppliedSchedules]:
             changed: list[Schedule] = []
             canceled = 0
+            replanned: list[Replanned] = []
             for change in changes:
                 try:
-                    schedule, count = yield from self._change_schedule(change, stamp)
+                    written = yield from self._change_schedule(change, stamp)
                 except NotFound as exc:
                     raise Conflict(f"{exc.message}; nothing was applied") from exc
-                changed.append(schedule)
-                canceled += count
+                changed.append(written.schedule)
+                canceled += written.canceled
+                replanned += written.replanned
             created: list[Schedule] = []
             for start in range(0, len(creates), _APPLY_BATCH):
                 created += yield from self._insert_schedules(creates[start : start + _APPLY_BATCH], stamp)
-            return AppliedSchedules(created=created, changed=changed, canceled=canceled)
+            return AppliedSchedules(created=created, changed=changed, canceled=canceled, replanned=replanned)
 
         result: AppliedSchedules = await self._write(body())
         return result
@@ -553,10 +563,11 @@ class SqlStore:
         if int(counted[0]) >= int(row[0]):
             raise QuotaExceeded(schedule_quota_message(tenant, int(row[0])))
 
-    def _change_schedule(self, change: ScheduleChange, stamp: Any) -> Body[tuple[Schedule, int]]:
+    def _change_schedule(self, change: ScheduleChange, stamp: Any) -> Body[ScheduleChanged]:
         """``change_schedule``'s statements: the conditional version bump, the versions rows,
-        the cancellation of unclaimed older-version occurrences. Returns the schedule and the
-        number canceled; ``Conflict`` (version moved, name taken) or ``NotFound`` (deleted)."""
+        the cancellation of unclaimed older-version occurrences and, when the schedule stays
+        active, the re-planning of their instants (``_replan``). ``Conflict`` (version moved,
+        name taken) or ``NotFound`` (deleted)."""
         definition, schedule_id = change.definition, change.schedule_id
         params = self._schedule_params(schedule_id, definition, change.next_run_at)
         params.update(expected_version=change.expected_version, state=change.state.value, now=stamp)
@@ -602,8 +613,70 @@ class SqlStore:
         )
         yield Run("cancel_outbox", cancel, "none")
         yield Run("cancel_dispatch", cancel, "none")
-        count = yield Run("cancel_occurrences", cancel, "count")
-        return schedule, int(count)
+        canceled = yield Run("cancel_occurrences", cancel)
+        replanned: tuple[Replanned, ...] = ()
+        if change.state is ScheduleState.ACTIVE and canceled:
+            replanned = yield from self._replan(schedule, canceled, change.reason, stamp)
+        return ScheduleChanged(schedule, len(canceled), replanned)
+
+    def _replan(
+        self, schedule: Schedule, canceled: Sequence[Sequence[Any]], reason: str, stamp: Any
+    ) -> Body[tuple[Replanned, ...]]:
+        """The instants a change just canceled, taken over by the new version (``schedule``,
+        active): those of occurrences no worker started (``cancel_occurrences`` rows: id,
+        scheduled_for, attempts) that the new definition still fires at are planned again
+        under the new version (``plan_instants``: deterministic ids, window, misfire) and
+        inserted as the materializer inserts (``_insert_planned``, outbox rows included);
+        the canceled rows' reasons say which were re-planned and which the new version
+        dropped. The cursor is untouched: these instants lie before it (they were
+        materialized), and an instant planned twice is skipped by the unique key."""
+        d = self.driver
+        unstarted = {d.read(at): str(oid) for oid, at, attempts in canceled if not int(attempts)}
+        if not unstarted:
+            return ()
+        definition = schedule.definition
+        try:
+            spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
+        except ClockdError:  # validated by the caller; a definition that cannot fire keeps nothing
+            fires: list[datetime] = []
+        else:
+            fires = [t for t in unstarted if fires_at(spec, t)]
+        planned = plan_instants(schedule, fires, d.read(stamp))
+        new = [
+            NewOccurrence(
+                id=p.id,
+                schedule_id=schedule.id,
+                version=schedule.version,
+                scheduled_for=p.scheduled_for,
+                available_at=p.available_at,
+                queue=definition.queue,
+                tenant=definition.tenant,
+                max_attempts=definition.retry.max_attempts,
+                state=p.state,
+                reason=p.reason,
+            )
+            for p in planned
+        ]
+        yield from self._insert_planned([row for _, row in self._planned_rows(new, stamp)])
+        by_instant = {p.scheduled_for: p for p in planned}
+        out = tuple(
+            Replanned(
+                schedule.id,
+                schedule.version,
+                t,
+                unstarted[t],
+                by_instant[t].id if t in by_instant else None,
+                by_instant[t].state if t in by_instant else None,
+            )
+            for t in sorted(unstarted)
+        )
+        version = schedule.version
+        for kept, note in ((True, REPLANNED), (False, DROPPED)):
+            ids = [r.replaced for r in out if r.kept is kept]
+            if ids:
+                text = f"{reason}; {note.format(version=version)}"
+                yield Run("occurrences_set_reason", {"ids": d.array(ids), "reason": text}, "none")
+        return out
 
     # -- occurrences (clockctl) ----------------------------------------------------------------
 
@@ -735,12 +808,33 @@ class SqlStore:
             ("ids", "versions", "expected", "next_run_at"),
             [(c.schedule_id, c.version, d.opt_instant(c.expected), d.opt_instant(c.next_run_at)) for c in cursors],
         )
+        planned = self._planned_rows(occurrences, stamp)
+
+        def body() -> Body[MaterializeResult]:
+            yield from self._advance_fence(fence)
+            moved: set[tuple[str, int]] = set()
+            if cursors:
+                found = yield Run("materialize_advance", advance)
+                moved = {(sid, int(version)) for sid, version in found}
+            rows = [row for key, row in planned if key in moved]
+            inserted = yield from self._insert_planned(rows)
+            return MaterializeResult(inserted=inserted, advanced=len(moved), stale=len(cursors) - len(moved))
+
+        result: MaterializeResult = await self._write(body())
+        return result
+
+    def _planned_rows(
+        self, occurrences: Sequence[NewOccurrence], stamp: Any
+    ) -> list[tuple[tuple[str, int], tuple[Any, ...]]]:
+        """``occurrences`` as ``materialize_insert`` rows (``_OCCURRENCE_COLUMNS``), each
+        keyed by (schedule_id, version). ``ValueError`` for a state the materializer
+        cannot plan (only SCHEDULED and MISSED)."""
         for o in occurrences:
             if o.state not in _PLANNED_STATES:
                 raise ValueError(f"cannot materialize occurrence {o.id} as {o.state}")
         scheduled = S.SCHEDULED
-        instant = d.instant  # the hot loop of the materializer: one lookup, not two per row
-        planned = [
+        instant = self.driver.instant  # the hot loop of the materializer: one lookup, not two per row
+        return [
             (
                 (o.schedule_id, o.version),
                 (
@@ -751,24 +845,17 @@ class SqlStore:
             )
             for o in occurrences
         ]  # fmt: skip
-        columns = ("ids", "schedule_ids", "versions", "tenants", "queues", "scheduled_for", "available_at",
-                   "states", "max_attempts", "reasons", "finished_at")  # fmt: skip
 
-        def body() -> Body[MaterializeResult]:
-            yield from self._advance_fence(fence)
-            moved: set[tuple[str, int]] = set()
-            if cursors:
-                found = yield Run("materialize_advance", advance)
-                moved = {(sid, int(version)) for sid, version in found}
-            rows = [row for key, row in planned if key in moved]
-            inserted = 0
-            if rows:
-                params = {**d.table("occurrences", columns, rows), "scheduled": scheduled.value}
-                inserted = yield from d.materialize_insert(params)
-            return MaterializeResult(inserted=inserted, advanced=len(moved), stale=len(cursors) - len(moved))
-
-        result: MaterializeResult = await self._write(body())
-        return result
+    def _insert_planned(self, rows: Sequence[tuple[Any, ...]]) -> Body[int]:
+        """Insert planned occurrence rows (``_planned_rows``) and the outbox rows of the
+        SCHEDULED ones: the materializer's one insert path (an id or (schedule, version,
+        instant) already there is skipped). The number inserted."""
+        if not rows:
+            return 0
+        d = self.driver
+        params = {**d.table("occurrences", _OCCURRENCE_COLUMNS, rows), "scheduled": S.SCHEDULED.value}
+        inserted: int = yield from d.materialize_insert(params)
+        return inserted
 
     # -- relay ---------------------------------------------------------------------------------
 
@@ -1306,7 +1393,6 @@ class SqlStore:
         result: list[float] = await self._read(body())
         return result
 
-
     # -- API: tokens, audit, pages (schema 0007) ---------------------------------------------
     # Rows are decoded and parameters built by clockd.store.api_rows.
 
@@ -1389,6 +1475,7 @@ class SqlStore:
         result: list[Occurrence] = await self._read(body())
         return result
 
+
 # The named blocks the engine itself runs (the drivers add those of their own steps);
 # tests/contract/store/test_sql_parity.py checks both lists against both queries.sql.
 ENGINE_QUERIES: Final = frozenset(
@@ -1410,7 +1497,7 @@ ENGINE_QUERIES: Final = frozenset(
         "reconcile_versions_of", "reconcile_occurrences_of", "queue_stats", "start_lag",
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
-        "schedules_page", "occurrences_page", "run_summaries",
+        "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram",
     }
 )  # fmt: skip

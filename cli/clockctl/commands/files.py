@@ -21,7 +21,7 @@ import typer
 
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, err_console, handle_errors
-from clockctl.render import iso, local, stamp
+from clockctl.render import iso, local, replanned_doc, replanned_lines, stamp
 from clockd.errors import InvalidInput
 from clockd.services.ops import ApplyPlan, ApplyResult, Ops, PlanAction, PlanItem, is_managed
 
@@ -256,6 +256,9 @@ def _apply_jobs(
             f"{len(result.deleted)} deleted{extra}",
             markup=False,
         )
+        for schedule in result.updated:
+            for line in replanned_lines([r for r in result.replanned if r.schedule_id == schedule.id], schedule.name):
+                console.print(line, markup=False, highlight=False)
 
 
 def _print_plan(plan: ApplyPlan, jobs: Sequence[Job], dry_run: bool, command: str) -> None:
@@ -327,6 +330,9 @@ def _plan_doc(plan: ApplyPlan, jobs: Sequence[Job], dry_run: bool, result: Apply
             fields = [
                 {"field": n, "old": o, "new": v} for n, o, v in changed_fields(item.current.definition, item.desired)
             ]
+        replanned = []
+        if result is not None and item.current is not None:
+            replanned = [r for r in result.replanned if r.schedule_id == item.current.id]
         changes.append(
             {
                 "action": item.action.value,
@@ -334,6 +340,7 @@ def _plan_doc(plan: ApplyPlan, jobs: Sequence[Job], dry_run: bool, result: Apply
                 "source": str(jobs[item.index].where) if item.index is not None else None,
                 "fields": fields,
                 "next_run_at": iso(item.next_run_at),
+                **replanned_doc(replanned),
             }
         )
     return {

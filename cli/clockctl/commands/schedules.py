@@ -394,30 +394,11 @@ def register(app: typer.Typer) -> None:
         insecure: Annotated[
             bool, typer.Option("--insecure", help="do not verify the server's TLS certificate")
         ] = False,
-        stdin: Annotated[
-            str | None,
-            typer.Option("--stdin", metavar="TEXT", help="text written to the job's standard input (newlines kept)"),
-        ] = None,
-        on_failure: Annotated[
-            str | None,
-            typer.Option(
-                "--on-failure",
-                metavar="CMD|URL|mail:ADDR",
-                help="notify when an attempt fails: a shell command, an http(s) URL (JSON POST) or mail:ADDR",
-            ),
-        ] = None,
-        on_dead: Annotated[
-            str | None,
-            typer.Option("--on-dead", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence goes DEAD"),
-        ] = None,
-        on_missed: Annotated[
-            str | None,
-            typer.Option("--on-missed", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence is MISSED"),
-        ] = None,
-        on_success: Annotated[
-            str | None,
-            typer.Option("--on-success", metavar="CMD|URL|mail:ADDR", help="notify when an occurrence succeeds"),
-        ] = None,
+        stdin: policyopts.Stdin = None,
+        on_failure: policyopts.OnFailure = None,
+        on_dead: policyopts.OnDead = None,
+        on_missed: policyopts.OnMissed = None,
+        on_success: policyopts.OnSuccess = None,
         misfire: policyopts.Misfire = None,
         max_lateness: policyopts.MaxLateness = None,
         catch_up_limit: policyopts.CatchUpLimit = None,

@@ -117,6 +117,8 @@ async def gather(
 
 
 async def _coordination(settings: Settings, location: StoreLocation) -> dict[str, Any]:
+    from clockd.services import status as status_doc  # with the verb, not the module (start-up)
+
     coord = make_observer(settings, node_id=f"clockctl-{os.getpid()}")
     if coord is not None:
         try:

@@ -1,9 +1,10 @@
 """``clockctl update``: a new version of a schedule's definition.
 
-The store writes the new version and cancels the not-yet-claimed occurrences of
-older versions in one transaction; the cursor never moves back, so no instant is
-materialized twice; occurrences already claimed finish under their version (the
-command says how many).
+The store writes the new version, cancels the not-yet-claimed occurrences of
+older versions and re-plans those instants under the new version where it still
+fires, in one transaction (the command says how many it re-planned and dropped); the
+cursor never moves back, so no instant is materialized twice; occurrences already
+claimed finish under their version (the command says how many).
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import Annotated
 import typer
 
 from clockctl import policyopts
-from clockctl.commands.schedules import validated, whole_second_now
+from clockctl.commands.schedules import notify_options, validated, whole_second_now
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
-from clockctl.render import iso, local, occurrence_doc, schedule_doc, stamp
+from clockctl.render import iso, local, occurrence_doc, replanned_doc, replanned_lines, schedule_doc, stamp
 from clockd.core.instants import format_instant, parse_instant
-from clockd.core.model import CommandTarget, MisfirePolicy, OverlapPolicy, ScheduleDef
+from clockd.core.model import CommandTarget, MisfirePolicy, OccurrenceState, OverlapPolicy, ScheduleDef
+from clockd.core.notify import NotifyEvent
 from clockd.errors import InvalidInput
 from clockd.services.ops import Change, Ops, next_runs, spec_of, starts_of
 
@@ -65,15 +67,25 @@ def register(app: typer.Typer) -> None:
         overlap: policyopts.Overlap = None,
         window: policyopts.Window = None,
         permanent_exit_codes: policyopts.PermanentExitCodes = None,
+        stdin: policyopts.Stdin = None,
+        on_failure: policyopts.OnFailure = None,
+        on_dead: policyopts.OnDead = None,
+        on_missed: policyopts.OnMissed = None,
+        on_success: policyopts.OnSuccess = None,
         tenant: Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant of the schedule")] = "default",
         output: Output = OutputFormat.table,
     ) -> None:
         """Change a schedule: a new version. Pending occurrences of the old version are
-        canceled; running ones finish under it; the next runs follow the new definition
-        (no instant runs twice). Options left out keep their value."""
+        canceled and re-planned under the new one where it still fires (the next runs are
+        kept; the others are dropped, saying why); running ones finish under the old one;
+        no instant runs twice. Options left out keep their value; --stdin '' and
+        --on-EVENT none remove the stdin text or the notification."""
+        notify = {NotifyEvent.FAILURE: on_failure, NotifyEvent.DEAD: on_dead, NotifyEvent.MISSED: on_missed,
+                  NotifyEvent.SUCCESS: on_success}  # fmt: skip
         edits = _Edits(
             args or [], cron, every, at, tz, command, shell, queue, timeout, retries, backoff,
-            misfire, max_lateness, catch_up_limit, overlap, window, permanent_exit_codes,
+            misfire, max_lateness, catch_up_limit, overlap, window, permanent_exit_codes, stdin,
+            tuple((event, text) for event, text in notify.items() if text is not None),
         )  # fmt: skip
 
         async def go(ops: Ops) -> tuple[int, Change]:
@@ -87,12 +99,17 @@ def register(app: typer.Typer) -> None:
             if schedule.next_run_at and schedule.state == "active"
             else []
         )
+        # The instants re-planned under the new version come before its cursor: they are
+        # the next runs (a MISSED one will not run).
+        replanned = [r.scheduled_for for r in change.kept if r.state is OccurrenceState.SCHEDULED]
+        upcoming = sorted(set(replanned + upcoming))[:5]
         if output is OutputFormat.json:
             emit_json(
                 {
                     **schedule_doc(schedule),
                     "previous_version": before,
                     "canceled": change.canceled,
+                    **replanned_doc(change.replanned),
                     "running": [occurrence_doc(o) for o in change.running],
                     "next_runs": [iso(t) for t in upcoming],
                     "next_starts": [iso(t) for t in starts_of(schedule, upcoming)],
@@ -106,6 +123,8 @@ def register(app: typer.Typer) -> None:
             f"updated {schedule.name}: version {before} → {schedule.version}; canceled {change.canceled} "
             f"pending occurrence{'s' if change.canceled != 1 else ''} of older versions"
         )
+        for line in replanned_lines(change.replanned):
+            console.print(line, markup=False, highlight=False)
         for version, count in sorted(Counter(o.version for o in change.running).items()):
             console.print(
                 f"{count} running occurrence{'s' if count > 1 else ''} of version {version} will finish "
@@ -139,6 +158,8 @@ class _Edits:
     overlap: OverlapPolicy | None
     window: str | None
     permanent_exit_codes: str | None
+    stdin: str | None
+    notify: tuple[tuple[NotifyEvent, str], ...]  # --on-EVENT given; "none" removes
 
     def apply(self, current: ScheduleDef) -> ScheduleDef:
         """``current`` with these edits, validated as a whole by the one validator: the
@@ -148,7 +169,7 @@ class _Edits:
             raise InvalidInput("give one of --cron, --every or --at")
         if self.command is not None and self.args:
             raise InvalidInput("give the new command either with --command or after --, not both")
-        from clockd.formats.schedfile import job_document  # with the verb, not the module (start-up)
+        from clockd.formats.schedfile import job_document, notification_document  # with the verb (start-up)
 
         job = job_document(current)
         tz = self.tz if self.tz is not None else current.tz
@@ -194,6 +215,14 @@ class _Edits:
                 permanent_exit_codes=self.permanent_exit_codes,
             )
         )
+        if self.stdin is not None:
+            job.pop("stdin", None)
+            if self.stdin:
+                job["stdin"] = self.stdin  # the validator refuses it for a non-command target
+        wanted = {event.value: text for event, text in self.notify if text.strip().lower() != "none"}
+        for event, _ in self.notify:
+            job.pop(event.field, None)
+        job.update((n.event.field, notification_document(n)) for n in notify_options(**wanted))
         # Labels (apply's managed-by mark included) are not the user's to edit here.
         return dataclasses.replace(validated(job, current.tenant), labels=current.labels)
 

@@ -182,7 +182,8 @@ DELETE FROM dispatch WHERE lease_token IS NULL AND occurrence_id IN (
 -- name: cancel_occurrences
 UPDATE occurrences SET state = %(next)s::text, reason = %(reason)s, finished_at = %(now)s
 WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
-  AND state = ANY(%(expected)b::text[]) AND (NOT manual OR %(include_manual)s);
+  AND state = ANY(%(expected)b::text[]) AND (NOT manual OR %(include_manual)s)
+RETURNING id, scheduled_for, attempts;
 
 -- ------------------------------------------------------------------ occurrences (clockctl)
 
@@ -1102,3 +1103,7 @@ FROM r LEFT JOIN (
            count(*) AS c
     FROM w, r GROUP BY 1) AS b ON true
 ORDER BY b.bin;
+
+-- name: occurrences_set_reason
+-- The reason of occurrences a change just canceled: re-planned, or dropped by the new version.
+UPDATE occurrences SET reason = %(reason)s WHERE id = ANY(%(ids)b::text[]);

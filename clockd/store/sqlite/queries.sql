@@ -141,7 +141,8 @@ DELETE FROM dispatch WHERE lease_token IS NULL AND occurrence_id IN (
 -- name: cancel_occurrences
 UPDATE occurrences SET state = :next, reason = :reason, finished_at = :now
 WHERE schedule_id = :schedule_id AND schedule_version < :version
-  AND state IN (SELECT value FROM json_each(:expected)) AND (manual = 0 OR :include_manual);
+  AND state IN (SELECT value FROM json_each(:expected)) AND (manual = 0 OR :include_manual)
+RETURNING id, scheduled_for, attempts;
 
 -- ------------------------------------------------------------------ occurrences (clockctl)
 
@@ -989,3 +990,7 @@ FROM r LEFT JOIN (
     SELECT min(:bins - 1, (w.lag - r.low) * :bins / max(r.high - r.low, 1)) AS bin, count(*) AS c
     FROM w, r GROUP BY bin) AS b ON 1
 ORDER BY b.bin;
+
+-- name: occurrences_set_reason
+-- The reason of occurrences a change just canceled: re-planned, or dropped by the new version.
+UPDATE occurrences SET reason = :reason WHERE id IN (SELECT value FROM json_each(:ids));

@@ -112,7 +112,7 @@ async def test_stale_cursor_inserts_nothing(store: Store) -> None:
 
 async def test_changed_version_or_paused_schedule_is_stale(store: Store) -> None:
     a = await add_schedule(store, "a", next_run_at=T0)
-    updated, _ = await store.change_schedule(a.id, 1, a.definition, ScheduleState.ACTIVE, T0, T0, "u")
+    updated, _, _ = await store.change_schedule(a.id, 1, a.definition, ScheduleState.ACTIVE, T0, T0, "u")
     stale = await store.materialize(FENCE, [planned(a, T0)], [CursorAdvance(a.id, 1, T0, T0 + MIN)], T0)
     assert stale == MaterializeResult(0, 0, 1)
 

@@ -8,7 +8,7 @@ from datetime import UTC
 
 import pytest
 
-from clockd.core.ids import manual_occurrence_id, new_schedule_id
+from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id
 from clockd.core.model import AttemptOutcome, OccurrenceState, ScheduleState
 from clockd.errors import Conflict, FencedOut, NotFound
 from clockd.store import Backlog, Completion, CursorAdvance, Fence, Store
@@ -46,7 +46,7 @@ async def test_update_cancels_unclaimed_older_occurrences_but_not_claimed_ones(s
     s, enqueued_id = await enqueue(store, s)  # T0+3m: ENQUEUED
     s, scheduled_id = await materialize_next(store, s)  # T0+4m: SCHEDULED (outbox)
 
-    updated, canceled = await store.change_schedule(
+    updated, canceled, _ = await store.change_schedule(
         s.id, 1, definition("a", expr="*/5 * * * *"), ScheduleState.ACTIVE, T0 + 10 * MIN, T0 + 5 * MIN, "updated: expr"
     )
     assert canceled == 3
@@ -55,9 +55,12 @@ async def test_update_cancels_unclaimed_older_occurrences_but_not_claimed_ones(s
     states = {o.id: o for o in await store.list_occurrences(s.id)}
     assert states[running_id].state is OccurrenceState.RUNNING
     assert states[done_id].state is OccurrenceState.SUCCEEDED
-    for oid in (enqueued_id, retry_id, scheduled_id):
+    # */5 does not fire at 00:03 or 00:04: those are dropped, and say so; the retrying one
+    # already ran once, so it is canceled, never re-planned.
+    dropped = "updated: expr; version 2 does not fire at this instant"
+    for oid, reason in ((enqueued_id, dropped), (retry_id, "updated: expr"), (scheduled_id, dropped)):
         assert states[oid].state is OccurrenceState.CANCELED
-        assert states[oid].reason == "updated: expr"
+        assert states[oid].reason == reason
         assert states[oid].finished_at == T0 + 5 * MIN
     backlog = await store.backlog(T0 + 5 * MIN)
     assert (backlog.outbox, backlog.queued, backlog.running) == (0, 0, 1)
@@ -69,19 +72,28 @@ async def test_update_cancels_unclaimed_older_occurrences_but_not_claimed_ones(s
     assert accepted == {running.lease_token}
 
 
-async def test_update_never_reopens_the_materialized_instant(store: Store) -> None:
+async def test_update_replans_the_materialized_instant_once(store: Store) -> None:
     s = await add_schedule(store, "a", next_run_at=T0)
-    s, _ = await materialize_next(store, s)
-    updated, _ = await store.change_schedule(s.id, 1, s.definition, ScheduleState.ACTIVE, T0 + MIN, T0, "u")
-    # The materializer reads the new version and plans the next instant only.
-    new = planned(updated, T0 + MIN)
-    result = await store.materialize(FENCE, [new], [CursorAdvance(s.id, 2, T0 + MIN, T0 + 2 * MIN)], T0)
+    s, old_id = await materialize_next(store, s)
+    updated, canceled, replanned = await store.change_schedule(
+        s.id, 1, s.definition, ScheduleState.ACTIVE, T0 + MIN, T0, "u"
+    )
+    assert canceled == 1
+    assert [(r.scheduled_for, r.replaced, r.occurrence_id, r.state) for r in replanned] == [
+        (T0, old_id, occurrence_id(s.id, 2, T0), OccurrenceState.SCHEDULED)
+    ]
+    # The materializer reads the new version and plans from its cursor; planning the
+    # re-planned instant again (a stale read, a retried batch) inserts nothing: same id.
+    again, new = planned(updated, T0), planned(updated, T0 + MIN)
+    result = await store.materialize(FENCE, [again, new], [CursorAdvance(s.id, 2, T0 + MIN, T0 + 2 * MIN)], T0)
     assert result.inserted == 1
     occs = await store.list_occurrences(s.id)
-    assert [(o.version, o.scheduled_for, o.state) for o in occs] == [
-        (2, T0 + MIN, OccurrenceState.SCHEDULED),
+    assert sorted((o.version, o.scheduled_for, o.state) for o in occs) == [
         (1, T0, OccurrenceState.CANCELED),
+        (2, T0, OccurrenceState.SCHEDULED),
+        (2, T0 + MIN, OccurrenceState.SCHEDULED),
     ]
+    assert (await store.backlog(T0)).outbox == 2  # one outbox row each, none for the canceled one
 
 
 async def test_manual_occurrences_survive_update_but_not_delete(store: Store) -> None:
@@ -89,7 +101,7 @@ async def test_manual_occurrences_survive_update_but_not_delete(store: Store) ->
     queued = await store.add_manual_occurrence(s, manual_occurrence_id(s.id, T0, "n1"), 3, T0)
     assert await store.relay(T0, 100, T0) == 1
     waiting = await store.add_manual_occurrence(s, manual_occurrence_id(s.id, T0, "n2"), 3, T0 + SEC)
-    s, canceled = await store.change_schedule(s.id, 1, s.definition, ScheduleState.PAUSED, None, T0, "paused")
+    s, canceled, _ = await store.change_schedule(s.id, 1, s.definition, ScheduleState.PAUSED, None, T0, "paused")
     assert canceled == 0
     for manual, state in [(queued, OccurrenceState.ENQUEUED), (waiting, OccurrenceState.SCHEDULED)]:
         occ = await store.get_occurrence(manual.id)
@@ -98,7 +110,7 @@ async def test_manual_occurrences_survive_update_but_not_delete(store: Store) ->
     backlog = await store.backlog(T0)
     assert (backlog.outbox, backlog.queued) == (1, 1)  # both still on their way
 
-    _, canceled = await store.change_schedule(s.id, 2, s.definition, ScheduleState.DELETED, None, T0, "deleted")
+    _, canceled, _ = await store.change_schedule(s.id, 2, s.definition, ScheduleState.DELETED, None, T0, "deleted")
     assert canceled == 2
     for manual in (queued, waiting):
         occ = await store.get_occurrence(manual.id)

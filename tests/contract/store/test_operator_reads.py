@@ -31,7 +31,7 @@ async def five_due(store: Store) -> None:
 
 async def test_versions_record_the_cursor_each_version_started_at(store: Store) -> None:
     s = await add_schedule(store, "job", next_run_at=T0)
-    changed, _ = await store.change_schedule(
+    changed, _, _ = await store.change_schedule(
         s.id, 1, definition("job", expr="*/5 * * * *"), ScheduleState.ACTIVE, T0 + 5 * MIN, T0 + SEC, "updated"
     )
     await store.change_schedule(s.id, 2, changed.definition, ScheduleState.PAUSED, T0 + 5 * MIN, T0 + 2 * SEC, "paused")

@@ -163,7 +163,7 @@ async def test_concurrent_claimers_on_separate_stores_never_share_a_row(store: S
 async def test_canceled_occurrences_are_never_handed_out(store: Store) -> None:
     s = await add_schedule(store, "a", next_run_at=T0)
     s, oid = await enqueue(store, s)
-    _, canceled = await store.change_schedule(s.id, 1, s.definition, s.state, T0 + MIN, T0, "updated")
+    _, canceled, _ = await store.change_schedule(s.id, 1, s.definition, s.state, T0 + MIN, T0, "updated")
     assert canceled == 1
     assert await store.claim(["default"], "w", 10, LEASE, T0 + MIN) == []
     occ = await store.get_occurrence(oid)

@@ -111,12 +111,17 @@ async def test_an_update_mid_range_is_accounted_for_with_its_canceled_instants(p
     canceled = [e for e in report.entries if e.status is Status.CANCELED]
     assert canceled and all(e.occurrences[0].version == 1 for e in canceled)
     assert all((e.reason or "").startswith("schedule updated") for e in canceled)
-    # Version 2 starts at version 1's cursor: no instant of either version is run twice,
-    # and every */3 instant after that cursor ran under version 2.
+    # Version 1 had planned 00:06 and 00:07 ahead: */3 fires at 00:06, which version 2
+    # re-planned and ran; 00:07 stays canceled, saying why. No instant ran twice.
+    assert [(e.instant.minute, e.reason) for e in canceled] == [
+        (7, "schedule updated to version 2; version 2 does not fire at this instant")
+    ]
     ran = [e for e in report.entries if e.status is Status.SUCCEEDED]
     assert [e.instant.minute for e in ran if e.occurrences[0].version == 1] == [1, 2, 3, 4, 5]
     v2 = [e.instant.minute for e in ran if e.occurrences[0].version == 2]
-    assert v2 and all(m % 3 == 0 for m in v2) and min(v2) > max(e.instant.minute for e in canceled)
+    assert v2 == [6, 9, 12, 15, 18]
+    [replanned] = [e for e in ran if e.instant.minute == 6]
+    assert "supersedes canceled" in replanned.detail
 
 
 async def test_a_paused_period_expects_nothing(pipeline: Pipeline) -> None:

@@ -122,7 +122,7 @@ async def test_duplicate_id_conflicts(store: Store) -> None:
 
 async def test_name_is_reusable_after_delete(store: Store) -> None:
     old = await add_schedule(store, "backup")
-    deleted, _ = await store.change_schedule(old.id, 1, old.definition, ScheduleState.DELETED, None, T0, "deleted")
+    deleted, _, _ = await store.change_schedule(old.id, 1, old.definition, ScheduleState.DELETED, None, T0, "deleted")
     assert deleted.state is ScheduleState.DELETED
     assert await store.get_schedule("default", "backup") is None
     new = await add_schedule(store, "backup")
@@ -151,7 +151,7 @@ async def test_list_is_live_only_ordered_by_name_and_filtered_by_tenant(store: S
 async def test_change_bumps_version_and_records_versions(store: Store) -> None:
     created = await add_schedule(store, "backup", now=T0)
     updated_def = definition("backup", expr="*/5 * * * *", queue="slow")
-    updated, canceled = await store.change_schedule(
+    updated, canceled, _ = await store.change_schedule(
         created.id, 1, updated_def, ScheduleState.ACTIVE, T0 + 5 * MIN, T0 + MIN, "updated"
     )
     assert canceled == 0
@@ -162,14 +162,16 @@ async def test_change_bumps_version_and_records_versions(store: Store) -> None:
     assert updated.created_at == T0
     assert await store.get_schedule_by_id(created.id) == updated
 
-    paused, _ = await store.change_schedule(created.id, 2, updated_def, ScheduleState.PAUSED, None, T0 + 2 * MIN, "p")
+    paused, _, _ = await store.change_schedule(
+        created.id, 2, updated_def, ScheduleState.PAUSED, None, T0 + 2 * MIN, "p"
+    )
     assert paused.version == 3
     assert paused.state is ScheduleState.PAUSED
     assert paused.paused_at == T0 + 2 * MIN
     # Still paused after an update: paused_at keeps the first pause.
-    still, _ = await store.change_schedule(created.id, 3, updated_def, ScheduleState.PAUSED, None, T0 + 3 * MIN, "u")
+    still, _, _ = await store.change_schedule(created.id, 3, updated_def, ScheduleState.PAUSED, None, T0 + 3 * MIN, "u")
     assert still.paused_at == T0 + 2 * MIN
-    resumed, _ = await store.change_schedule(
+    resumed, _, _ = await store.change_schedule(
         created.id, 4, updated_def, ScheduleState.ACTIVE, T0 + 10 * MIN, T0 + 4 * MIN, "r"
     )
     assert resumed.state is ScheduleState.ACTIVE
@@ -212,7 +214,7 @@ async def test_rename_onto_a_taken_name_conflicts(store: Store) -> None:
     unchanged = await store.get_schedule_by_id(bravo.id)
     assert unchanged is not None
     assert unchanged.version == 1
-    renamed, _ = await store.change_schedule(bravo.id, 1, definition("charlie"), ScheduleState.ACTIVE, T0, T0, "mv")
+    renamed, _, _ = await store.change_schedule(bravo.id, 1, definition("charlie"), ScheduleState.ACTIVE, T0, T0, "mv")
     assert renamed.name == "charlie"
     assert await store.get_schedule("default", "bravo") is None
 
