@@ -7,6 +7,7 @@ tokens, the admission buckets): api processes are stateless, any number may run.
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +61,7 @@ class ApiContext:
             )
         bucket.tokens -= 1
 
-    async def audit(
+    def entry(
         self,
         who: Principal,
         tenant: str,
@@ -69,8 +70,22 @@ class ApiContext:
         before: int | None = None,
         after: int | None = None,
         **detail: Any,
-    ) -> None:
-        """Record a write that has succeeded (who, what, when, versions)."""
-        await self.store.record_audit(
-            AuditEntry(self.clock.now(), tenant, who.name, action, target, before, after, detail)
-        )
+    ) -> AuditEntry:
+        """An audit entry for a write (who, what, when, versions). Routes record it with
+        ``store.audited`` around the write, so it commits in the write's transaction."""
+        return AuditEntry(self.clock.now(), tenant, who.name, action, target, before, after, detail)
+
+    def audited(
+        self, who: Principal, tenant: str, action: str, target: str, before: int | None = None, **detail: Any
+    ) -> AbstractContextManager[None]:
+        """The common case of ``store.audited``: a schedule write whose result (a ``Schedule``,
+        or ``(Schedule, canceled)``) gives the after-version (and ``canceled``)."""
+
+        def describe(result: Any) -> AuditEntry:
+            if isinstance(result, tuple):
+                schedule, canceled = result
+                return self.entry(who, tenant, action, target, before, schedule.version, **detail, canceled=canceled)
+            after = getattr(result, "version", None)
+            return self.entry(who, tenant, action, target, before, after, **detail)
+
+        return self.store.audited(describe)

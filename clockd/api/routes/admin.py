@@ -117,12 +117,10 @@ async def apply(request: Request, who: Principal) -> Response:
         "not_listed": plan.not_listed,
     }
     if not dry_run and plan.changes:
-        result = await api.ops.apply_plan(plan)
+        counts = {"created": len(doc["create"]), "updated": len(doc["update"]), "deleted": len(doc["delete"])}
+        with api.store.audited(lambda _: api.entry(who, tenant, "apply", "-", **counts)):
+            result = await api.ops.apply_plan(plan)
         doc["canceled"] = result.canceled
-        await api.audit(
-            who, tenant, "apply", "-", None, None,
-            created=len(result.created), updated=len(result.updated), deleted=len(result.deleted),
-        )  # fmt: skip
     return answer(doc)
 
 
@@ -158,8 +156,8 @@ async def replay(request: Request, who: Principal) -> Response:
     tenant = tenant_of(who, request)
     api.admit_write(tenant)
     occurrence = await occurrence_of(request, who, request.path_params["id"])
-    replayed = await api.ops.replay(occurrence.id)
-    await api.audit(who, tenant, "dlq.replay", occurrence.id, occurrence.version, occurrence.version)
+    with api.store.audited(lambda _: api.entry(who, tenant, "dlq.replay", occurrence.id, *[occurrence.version] * 2)):
+        replayed = await api.ops.replay(occurrence.id)
     return answer(occurrence_view(replayed))
 
 
@@ -177,8 +175,8 @@ async def drop(request: Request, who: Principal) -> Response:
     tenant = tenant_of(who, request)
     api.admit_write(tenant)
     occurrence = await occurrence_of(request, who, request.path_params["id"])
-    dropped = await api.ops.drop(occurrence.id)
-    await api.audit(who, tenant, "dlq.drop", occurrence.id, occurrence.version, occurrence.version)
+    with api.store.audited(lambda _: api.entry(who, tenant, "dlq.drop", occurrence.id, *[occurrence.version] * 2)):
+        dropped = await api.ops.drop(occurrence.id)
     return answer(occurrence_view(dropped))
 
 
@@ -290,8 +288,8 @@ async def create_token(request: Request, who: Principal) -> Response:
     except InvalidInput as exc:
         field = exc.message.split(":", 1)[0]
         raise Problem("invalid-input", exc.message, [FieldError(f"/{field}", exc.message)]) from None
-    await api.store.create_token(issued.record)
-    await api.audit(who, tenant, "token.create", issued.record.name, role=role)
+    with api.store.audited(lambda _: api.entry(who, tenant, "token.create", issued.record.name, role=role)):
+        await api.store.create_token(issued.record)
     return answer({"token": issued.secret, **_token_view(issued.record)}, 201)
 
 
@@ -325,11 +323,11 @@ async def list_tokens(request: Request, who: Principal) -> Response:
 async def revoke_token(request: Request, who: Principal) -> Response:
     api = context(request)
     tenant = tenant_of(who, request)
-    revoked = await api.store.revoke_token(tenant, request.path_params["ref"], api.clock.now())
+    with api.store.audited(lambda token: token and api.entry(who, tenant, "token.revoke", token.name)):
+        revoked = await api.store.revoke_token(tenant, request.path_params["ref"], api.clock.now())
     if revoked is None:
         raise Problem("not-found", f"no live token {request.path_params['ref']!r}")
     api.token_cache.clear()  # this process forgets it at once; others within auth.CACHE_SECONDS
-    await api.audit(who, tenant, "token.revoke", revoked.name)
     return answer(_token_view(revoked))
 
 
@@ -356,6 +354,6 @@ async def set_tenant(request: Request, who: Principal) -> Response:
     for key, value in data.items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise Problem("invalid-input", f"{key}: give a whole number or null", [FieldError(f"/{key}", "integer")])
-    limits = await api.ops.set_tenant(tenant, **data)
-    await api.audit(who, tenant, "tenant.limits", tenant, **data)
+    with api.store.audited(lambda _: api.entry(who, tenant, "tenant.limits", tenant, **data)):
+        limits = await api.ops.set_tenant(tenant, **data)
     return answer(limits)

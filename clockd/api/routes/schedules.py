@@ -54,9 +54,9 @@ async def create(request: Request, who: Principal) -> Response:
     tenant = tenant_of(who, request)
     api.admit_write(tenant)
     definition = definition_from_body(await read_json(request, api.limits), tenant)
-    added = await api.ops.create(definition, request.headers.get("idempotency-key"))
-    if not added.existed:
-        await api.audit(who, tenant, "schedule.create", added.schedule.name, None, added.schedule.version)
+    # The audit entry commits with the schedule (and its idempotency key); a replay writes nothing.
+    with api.audited(who, tenant, "schedule.create", definition.name):
+        added = await api.ops.create(definition, request.headers.get("idempotency-key"))
     response = _one(request, added.schedule, 201)
     if added.existed:  # the first answer again; the header says so (clockctl --server prints it)
         response.headers["Idempotent-Replayed"] = "true"
@@ -134,16 +134,12 @@ async def _replace(request: Request, who: Principal, schedule: Schedule, data: A
             )
     definition = definition_from_body(data, schedule.definition.tenant)
     try:
-        change = await api.ops.update(name, definition, schedule.definition.tenant, expected_version=expected)
+        with api.audited(who, schedule.definition.tenant, "schedule.update", name, schedule.version):
+            change = await api.ops.update(name, definition, schedule.definition.tenant, expected_version=expected)
     except VersionMismatch:
         raise
     except Conflict as exc:  # the store's conditional write lost a race with another change
         raise VersionMismatch(exc.message) from None
-    if change.schedule.version != schedule.version:
-        await api.audit(
-            who, schedule.definition.tenant, "schedule.update", name, schedule.version, change.schedule.version,
-            canceled=change.canceled,
-        )  # fmt: skip
     return _one(request, change.schedule, canceled=change.canceled, still_running=[o.id for o in change.running])
 
 
@@ -226,11 +222,8 @@ async def delete(request: Request, who: Principal) -> Response:
     api.admit_write(tenant_of(who, request))
     schedule = await schedule_of(request, who, request.path_params["name"])
     _check_version(request, schedule)
-    change = await api.ops.remove(schedule.name, schedule.definition.tenant)
-    await api.audit(
-        who, schedule.definition.tenant, "schedule.delete", schedule.name, schedule.version, change.schedule.version,
-        canceled=change.canceled,
-    )  # fmt: skip
+    with api.audited(who, schedule.definition.tenant, "schedule.delete", schedule.name, schedule.version):
+        await api.ops.remove(schedule.name, schedule.definition.tenant)
     return Response(status_code=204)
 
 
@@ -253,12 +246,9 @@ async def pause(request: Request, who: Principal) -> Response:
         raise Problem("invalid-input", 'give {"reason": "why"} (or no body)', [FieldError("/reason", "a string")])
     schedule = await schedule_of(request, who, request.path_params["name"])
     _check_version(request, schedule)
-    change = await api.ops.pause(schedule.name, schedule.definition.tenant, reason)
-    if change.schedule.version != schedule.version:
-        await api.audit(
-            who, schedule.definition.tenant, "schedule.pause", schedule.name, schedule.version,
-            change.schedule.version, reason=reason,
-        )  # fmt: skip
+    tenant = schedule.definition.tenant
+    with api.audited(who, tenant, "schedule.pause", schedule.name, schedule.version, reason=reason):
+        change = await api.ops.pause(schedule.name, tenant, reason)
     return _one(request, change.schedule, canceled=change.canceled, reason=reason)
 
 
@@ -282,12 +272,9 @@ async def resume(request: Request, who: Principal) -> Response:
         raise Problem("invalid-input", 'from: give "now" or "paused-at"', [FieldError("/from", "now or paused-at")])
     schedule = await schedule_of(request, who, request.path_params["name"])
     _check_version(request, schedule)
-    change = await api.ops.resume(schedule.name, schedule.definition.tenant, ResumeFrom(start))
-    if change.schedule.version != schedule.version:
-        await api.audit(
-            who, schedule.definition.tenant, "schedule.resume", schedule.name, schedule.version,
-            change.schedule.version, **{"from": start},
-        )  # fmt: skip
+    tenant = schedule.definition.tenant
+    with api.audited(who, tenant, "schedule.resume", schedule.name, schedule.version, **{"from": start}):
+        change = await api.ops.resume(schedule.name, tenant, ResumeFrom(start))
     return _one(request, change.schedule)
 
 
@@ -305,8 +292,9 @@ async def run_now(request: Request, who: Principal) -> Response:
     api = context(request)
     api.admit_write(tenant_of(who, request))
     schedule = await schedule_of(request, who, request.path_params["name"])
-    occurrence = await api.ops.run_now(schedule.name, schedule.definition.tenant)
-    await api.audit(who, schedule.definition.tenant, "schedule.run_now", schedule.name, occurrence=occurrence.id)
+    tenant = schedule.definition.tenant
+    with api.store.audited(lambda occ: api.entry(who, tenant, "schedule.run_now", schedule.name, occurrence=occ.id)):
+        occurrence = await api.ops.run_now(schedule.name, tenant)
     return answer(occurrence_view(occurrence), 202, {"Location": f"/v1/occurrences/{occurrence.id}"})
 
 
