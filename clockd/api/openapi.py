@@ -57,6 +57,17 @@ def _schemas() -> dict[str, Any]:
             "next_run_at": {"type": ["string", "null"], "format": "date-time"},
             "next_runs": {"type": "array", "items": run},
             "recent": {"type": "array", "items": {"$ref": "#/components/schemas/Occurrence"}},
+            "summary": {
+                "type": ["object", "null"],
+                "description": "its runs as clockctl list shows them (GET one; a list with ?summary=true)",
+                "properties": {
+                    "next_start": {"type": ["string", "null"], "format": "date-time"},
+                    "last_scheduled_for": {"type": ["string", "null"], "format": "date-time"},
+                    "last_started_at": {"type": ["string", "null"], "format": "date-time"},
+                    "last_state": {"type": ["string", "null"]},
+                    "last_exit_code": {"type": ["integer", "null"]},
+                },
+            },
         },
     }
 

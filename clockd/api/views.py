@@ -24,7 +24,7 @@ from clockd.core.spec import compile_spec
 from clockd.core.timeline import CronTimeline, Skip
 from clockd.core.zones import get_zone
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
-from clockd.store import AuditEntry
+from clockd.store import AuditEntry, RunSummary
 
 NEXT_RUNS = 5
 
@@ -128,6 +128,19 @@ def schedule_view(schedule: Schedule, now: datetime, *, runs: bool = True) -> di
         active = schedule.state.value == "active"
         doc["next_runs"] = next_runs(schedule.definition, now, schedule.created_at) if active else []
     return doc
+
+
+def summary_view(summary: RunSummary | None) -> dict[str, Any] | None:
+    """A schedule's runs as ``clockctl list`` shows them (``Store.run_summaries``)."""
+    if summary is None:
+        return None
+    return {
+        "next_start": _opt(summary.next_start),
+        "last_scheduled_for": _opt(summary.last_scheduled_for),
+        "last_started_at": _opt(summary.last_started_at),
+        "last_state": None if summary.last_state is None else summary.last_state.value,
+        "last_exit_code": summary.last_exit_code,
+    }
 
 
 def occurrence_view(occurrence: Occurrence) -> dict[str, Any]:

@@ -5,7 +5,6 @@ The answers and the order they are tried in are in ``clockd.services.explain``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -13,8 +12,7 @@ import typer
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
 from clockctl.render import attempt_doc, iso, local, occurrence_doc, stamp
-from clockd.services.explain import Explanation, explain_at
-from clockd.services.ops import Ops
+from clockd.services.explain import Explanation
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 
@@ -44,11 +42,7 @@ def register(app: typer.Typer) -> None:
         updated, deleted), and the occurrence with its attempts (succeeded, running, queued,
         dead, missed, skipped by overlap, canceled)."""
 
-        async def go(ops: Ops) -> Explanation:
-            schedule = await ops.get(name, tenant)
-            return await explain_at(ops.store, schedule, at, datetime.now(UTC))
-
-        found = with_ops(go)
+        found = with_ops(lambda ops: ops.explain(name, at, tenant))
         if output is OutputFormat.json:
             emit_json(explanation_doc(found))
             return

@@ -185,7 +185,16 @@ async def drop(request: Request, who: Principal) -> Response:
     "/v1/reconcile",
     "Is every instant a schedule expected in [from, to] accounted for exactly once? "
     "(schedule= required, except for a cluster-admin)",
-    params=(Param("from"), Param("to"), Param("schedule")),
+    params=(
+        Param("from"),
+        Param("to"),
+        Param("schedule"),
+        Param(
+            "all",
+            description="true: entries lists every instant looked at (clockctl reconcile --all); else the problems",
+            schema={"type": "boolean", "default": False},
+        ),
+    ),
     response="Reconcile",
 )
 async def reconcile(request: Request, who: Principal) -> Response:
@@ -201,7 +210,10 @@ async def reconcile(request: Request, who: Principal) -> Response:
         schedule_id = (await schedule_of(request, who, name)).id
     elif who.role is not Role.CLUSTER_ADMIN:
         raise Problem("invalid-input", "schedule: name the schedule to reconcile (?schedule=NAME)")
-    report = await run_reconcile(api.store, start, end, schedule_id, keep_accounted=False)
+    everything = request.query_params.get("all", "false")
+    if everything not in ("true", "false"):
+        raise Problem("invalid-input", f"all: give true or false, not {everything!r}")
+    report = await run_reconcile(api.store, start, end, schedule_id, keep_accounted=everything == "true")
     return answer(
         {
             "from": start,
@@ -214,6 +226,7 @@ async def reconcile(request: Request, who: Principal) -> Response:
                 {"schedule": e.schedule, "instant": e.instant, "status": str(e.status), "detail": e.detail}
                 for e in report.problems
             ],
+            "entries": report.entries,  # each instant with its occurrences (clockctl reconcile over --server)
         }
     )
 

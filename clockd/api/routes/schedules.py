@@ -16,7 +16,7 @@ from clockd.api.body import read_json
 from clockd.api.problems import FieldError, Problem
 from clockd.api.routes import Param, endpoint
 from clockd.api.routes.common import answer, if_match, query_int
-from clockd.api.views import definition_from_body, etag, occurrence_view, page, schedule_view
+from clockd.api.views import definition_from_body, etag, occurrence_view, page, schedule_view, summary_view
 from clockd.core.model import Schedule, ScheduleState
 from clockd.errors import Conflict, VersionMismatch
 from clockd.formats.schedfile import job_document
@@ -73,6 +73,11 @@ async def create(request: Request, who: Principal) -> Response:
         Param("state", schema={"type": "string", "enum": ["active", "paused"]}),
         Param("label", description="KEY=VALUE: only schedules with that label"),
         Param("name_prefix"),
+        Param(
+            "summary",
+            description="true: each item carries its summary (next start, last run and result), as clockctl list",
+            schema={"type": "boolean", "default": False},
+        ),
     ),
     response="SchedulePage",
 )
@@ -102,6 +107,13 @@ async def list_(request: Request, who: Principal) -> Response:
     rows = rows[:limit]
     now = api.clock.now()
     items = [schedule_view(s, now, runs=False) for s in rows]
+    summary = request.query_params.get("summary", "false")
+    if summary not in ("true", "false"):
+        raise Problem("invalid-input", f"summary: give true or false, not {summary!r}")
+    if summary == "true" and rows:  # one statement for the page (Store.run_summaries)
+        found = await api.store.run_summaries([s.id for s in rows])
+        for item, s in zip(items, rows, strict=True):
+            item["summary"] = summary_view(found.get(s.id))
     return answer(page(items, cursors.encode(n=rows[-1].name) if more else None))
 
 
@@ -118,7 +130,8 @@ async def get(request: Request, who: Principal) -> Response:
     recent = await api.store.occurrences_page(
         schedule.definition.tenant, OccurrencePage(limit=RECENT, schedule_id=schedule.id)
     )
-    return _one(request, schedule, recent=[occurrence_view(o) for o in recent])
+    summary = (await api.store.run_summaries([schedule.id])).get(schedule.id)
+    return _one(request, schedule, recent=[occurrence_view(o) for o in recent], summary=summary_view(summary))
 
 
 async def _replace(request: Request, who: Principal, schedule: Schedule, data: Any, expected: int) -> Response:
