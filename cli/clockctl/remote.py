@@ -35,6 +35,7 @@ import yaml
 from clockd import errors
 from clockd.client import AsyncClient
 from clockd.client import errors as api_errors
+from clockd.core.clock import SystemClock
 from clockd.core.model import (
     Attempt,
     AttemptOutcome,
@@ -47,10 +48,11 @@ from clockd.core.model import (
     TenantUsage,
 )
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
+from clockd.formats.validate import MANAGED_BY
 from clockd.services.explain import Explanation
-from clockd.services.ops import Added, Change, ResumeFrom, VersionRow
+from clockd.services.ops import Added, ApplyPlan, ApplyResult, Change, Ops, PlanAction, ResumeFrom, VersionRow
 from clockd.services.reconcile import Entry, Report, Status
-from clockd.store import RunSummary
+from clockd.store import RunSummary, Store
 
 T = TypeVar("T")
 
@@ -113,6 +115,9 @@ def schedule_from_view(doc: Mapping[str, Any]) -> Schedule:
     definition = job.definition
     if definition.tenant != doc["tenant"]:
         definition = dataclasses.replace(definition, tenant=doc["tenant"])
+    if doc.get("managed_by"):  # the reserved label the job document leaves out
+        labels = {pair for pair in definition.labels if pair[0] != MANAGED_BY} | {(MANAGED_BY, doc["managed_by"])}
+        definition = dataclasses.replace(definition, labels=tuple(sorted(labels)))
     created = _when(doc["created_at"])
     updated = _when(doc["updated_at"])
     assert created is not None and updated is not None
@@ -389,8 +394,57 @@ class RemoteOps:
 
         return decoded(TenantLimits, await self._call("PATCH", f"/v1/tenants/{quote(tenant, safe='')}", json=changes))
 
+    async def _own_tenant(self, tenant: str) -> str:
+        """``tenant``, or for "default" (no --tenant) the token's own tenant."""
+        if tenant != "default":
+            return tenant
+        return str((await self._call("GET", "/v1/status"))["tenant"])
+
+    async def plan_apply(
+        self,
+        desired: Sequence[ScheduleDef],
+        tenant: str = "default",
+        *,
+        prune: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> ApplyPlan:
+        """The plan ``Ops.plan_apply`` makes, over the tenant's schedules as the API lists
+        them (its one store read), so the diff printed is the store path's. ``apply_plan``
+        sends the document; the server plans again and writes all or nothing."""
+        tenant = await self._own_tenant(tenant)
+        listing = _Listing(await self.list_schedules(tenant))
+        ops = Ops(typing.cast(Store, listing), SystemClock())
+        return await ops.plan_apply(desired, tenant, prune=prune, progress=progress)
+
+    async def apply_plan(self, plan: ApplyPlan) -> ApplyResult:
+        jobs = [job_document(i.desired) for i in sorted(plan.items, key=_index) if i.desired is not None]
+        params = {**self._tenant(plan.tenant), "prune": "true" if plan.count(PlanAction.DELETE) else "false"}
+        doc = await self._call("POST", "/v1/apply", params=params, json={"jobs": jobs})
+        after = {s.name: s for s in await self.list_schedules(plan.tenant)}
+        before = {i.name: i.current for i in plan.items if i.current is not None}
+        return ApplyResult(
+            created=[after[n] for n in doc["create"] if n in after],
+            updated=[after[n] for n in doc["update"] if n in after],
+            deleted=[s for n in doc["delete"] if (s := before.get(n)) is not None],
+            canceled=int(doc.get("canceled", 0)),
+        )
+
     def __getattr__(self, name: str) -> NoReturn:
         _Unsupported().__getattr__(name)
+
+
+def _index(item: Any) -> int:
+    return -1 if item.index is None else int(item.index)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Listing:
+    """The one store read ``Ops.plan_apply`` makes, answered from the API's list."""
+
+    schedules: list[Schedule]
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        return self.schedules
 
 
 __all__ = ["RemoteOps", "config_path", "resolve"]

@@ -55,6 +55,10 @@ def _schemas() -> dict[str, Any]:
             "state": {"type": "string", "enum": ["active", "paused"]},
             "job": {"$ref": "#/components/schemas/Job"},
             "next_run_at": {"type": ["string", "null"], "format": "date-time"},
+            "managed_by": {
+                "type": ["string", "null"],
+                "description": "apply when apply created the schedule (and may update or prune it)",
+            },
             "next_runs": {"type": "array", "items": run},
             "recent": {"type": "array", "items": {"$ref": "#/components/schemas/Occurrence"}},
             "summary": {

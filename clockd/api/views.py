@@ -24,6 +24,7 @@ from clockd.core.spec import compile_spec
 from clockd.core.timeline import CronTimeline, Skip
 from clockd.core.zones import get_zone
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
+from clockd.formats.validate import MANAGED_BY
 from clockd.store import AuditEntry, RunSummary
 
 NEXT_RUNS = 5
@@ -123,6 +124,9 @@ def schedule_view(schedule: Schedule, now: datetime, *, runs: bool = True) -> di
         "created_at": format_instant(schedule.created_at),
         "updated_at": format_instant(schedule.updated_at),
         "paused_at": _opt(schedule.paused_at),
+        # The job document leaves the reserved apply label out; clients that plan an apply
+        # (clockctl apply --server) need to know which schedules apply owns.
+        "managed_by": dict(schedule.definition.labels).get(MANAGED_BY),
     }
     if runs:
         active = schedule.state.value == "active"
