@@ -429,6 +429,13 @@ class RemoteOps:
             canceled=int(doc.get("canceled", 0)),
         )
 
+    async def cluster_status(self) -> dict[str, Any]:
+        """``clockctl status``'s document as the api process sees the cluster (cluster-admin)."""
+        doc = await self._call("GET", "/v1/status", params={"cluster": "true"})
+        if "cluster" not in doc:
+            raise errors.StoreUnavailable("this api process does not serve the cluster's status")
+        return dict(doc["cluster"])
+
     def __getattr__(self, name: str) -> NoReturn:
         _Unsupported().__getattr__(name)
 

@@ -7,6 +7,7 @@ tokens, the admission buckets): api processes are stateless, any number may run.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,9 @@ class ApiContext:
     limits: Limits = field(default_factory=Limits)
     token_cache: dict[str, tuple[Principal, float]] = field(default_factory=dict)
     buckets: dict[str, _Bucket] = field(default_factory=dict)
+    # The cluster's status document as ``clockctl status -o json`` prints it, from this
+    # process's view (set by the api server; GET /v1/status?cluster=true, cluster-admin).
+    cluster_status: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
     def admit_write(self, tenant: str) -> None:
         """Per-tenant admission of writes (a token bucket, ``writes_per_second`` with a

@@ -210,10 +210,7 @@ async def reconcile(request: Request, who: Principal) -> Response:
         schedule_id = (await schedule_of(request, who, name)).id
     elif who.role is not Role.CLUSTER_ADMIN:
         raise Problem("invalid-input", "schedule: name the schedule to reconcile (?schedule=NAME)")
-    everything = request.query_params.get("all", "false")
-    if everything not in ("true", "false"):
-        raise Problem("invalid-input", f"all: give true or false, not {everything!r}")
-    report = await run_reconcile(api.store, start, end, schedule_id, keep_accounted=everything == "true")
+    report = await run_reconcile(api.store, start, end, schedule_id, keep_accounted=query_bool(request, "all"))
     return answer(
         {
             "from": start,
@@ -231,7 +228,19 @@ async def reconcile(request: Request, who: Principal) -> Response:
     )
 
 
-@endpoint("GET", "/v1/status", "The tenant's schedules, limits and use; versions", response="Status")
+@endpoint(
+    "GET",
+    "/v1/status",
+    "The tenant's schedules, limits and use; versions",
+    params=(
+        Param(
+            "cluster",
+            description="true (cluster-admin): also the cluster's status as clockctl status -o json prints it",
+            schema={"type": "boolean", "default": False},
+        ),
+    ),
+    response="Status",
+)
 async def status(request: Request, who: Principal) -> Response:
     api = context(request)
     tenant = tenant_of(who, request)
@@ -247,6 +256,11 @@ async def status(request: Request, who: Principal) -> Response:
     if who.role is Role.CLUSTER_ADMIN:
         doc["backlog"] = await api.store.backlog(api.clock.now())
         doc["queues"] = await api.store.queue_stats(api.clock.now())
+    if query_bool(request, "cluster"):
+        if who.role is not Role.CLUSTER_ADMIN:
+            raise Problem("forbidden", "the cluster's status (?cluster=true) needs a cluster-admin token")
+        if api.cluster_status is not None:
+            doc["cluster"] = await api.cluster_status()
     return answer(doc)
 
 

@@ -15,7 +15,7 @@ from clockd.api.auth import Principal, context, schedule_of, tenant_of
 from clockd.api.body import read_json
 from clockd.api.problems import FieldError, Problem
 from clockd.api.routes import Param, endpoint
-from clockd.api.routes.common import answer, if_match, query_int
+from clockd.api.routes.common import answer, if_match, query_bool, query_int
 from clockd.api.views import definition_from_body, etag, occurrence_view, page, schedule_view, summary_view
 from clockd.core.model import Schedule, ScheduleState
 from clockd.errors import Conflict, VersionMismatch
@@ -107,10 +107,7 @@ async def list_(request: Request, who: Principal) -> Response:
     rows = rows[:limit]
     now = api.clock.now()
     items = [schedule_view(s, now, runs=False) for s in rows]
-    summary = request.query_params.get("summary", "false")
-    if summary not in ("true", "false"):
-        raise Problem("invalid-input", f"summary: give true or false, not {summary!r}")
-    if summary == "true" and rows:  # one statement for the page (Store.run_summaries)
+    if query_bool(request, "summary") and rows:  # one statement for the page (Store.run_summaries)
         found = await api.store.run_summaries([s.id for s in rows])
         for item, s in zip(items, rows, strict=True):
             item["summary"] = summary_view(found.get(s.id))
