@@ -312,7 +312,17 @@ class RemoteOps:
         return occurrence_from_view(doc)
 
     async def versions(self, name: str, tenant: str = "default") -> list[VersionRow]:
-        return []  # the API does not serve version histories (yet); show prints none
+        doc = await self._call("GET", self._path(name) + "/versions", params=self._tenant(tenant))
+        rows: list[VersionRow] = []
+        for item in doc["items"]:
+            job, problems = job_from_mapping(item["job"], Location("server", 1))
+            if job is None:
+                raise errors.StoreUnavailable(f"the API answered a job this clockctl cannot read: {problems[0]}")
+            start = _when(item["valid_from"])
+            assert start is not None
+            state = ScheduleState(item["state"])
+            rows.append((int(item["version"]), start, _when(item["valid_to"]), job.definition, state))
+        return rows
 
     async def runs(
         self, name: str | None, limit: int = 50, tenant: str = "default", upcoming: bool = False
@@ -394,12 +404,6 @@ class RemoteOps:
 
         return decoded(TenantLimits, await self._call("PATCH", f"/v1/tenants/{quote(tenant, safe='')}", json=changes))
 
-    async def _own_tenant(self, tenant: str) -> str:
-        """``tenant``, or for "default" (no --tenant) the token's own tenant."""
-        if tenant != "default":
-            return tenant
-        return str((await self._call("GET", "/v1/status"))["tenant"])
-
     async def plan_apply(
         self,
         desired: Sequence[ScheduleDef],
@@ -411,9 +415,13 @@ class RemoteOps:
         """The plan ``Ops.plan_apply`` makes, over the tenant's schedules as the API lists
         them (its one store read), so the diff printed is the store path's. ``apply_plan``
         sends the document; the server plans again and writes all or nothing."""
-        tenant = await self._own_tenant(tenant)
-        listing = _Listing(await self.list_schedules(tenant))
-        ops = Ops(typing.cast(Store, listing), SystemClock())
+        # Planned under the tenant as the user named it ("default": the token's), so the
+        # messages read as on the store; the server applies in the token's tenant.
+        listed = [
+            dataclasses.replace(s, definition=dataclasses.replace(s.definition, tenant=tenant))
+            for s in await self.list_schedules(tenant)
+        ]
+        ops = Ops(typing.cast(Store, _Listing(listed)), SystemClock())
         return await ops.plan_apply(desired, tenant, prune=prune, progress=progress)
 
     async def apply_plan(self, plan: ApplyPlan) -> ApplyResult:

@@ -97,6 +97,24 @@ def _schemas() -> dict[str, Any]:
         "Logs": _OBJECT,
         "Explanation": _OBJECT,
         "Reconcile": _OBJECT,
+        "VersionList": {
+            "type": "object",
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "version": {"type": "integer"},
+                            "valid_from": instant,
+                            "valid_to": {"type": ["string", "null"], "format": "date-time"},
+                            "job": {"$ref": "#/components/schemas/Job"},
+                            "state": {"type": "string"},
+                        },
+                    },
+                }
+            },
+        },
         "Status": _OBJECT,
         "ApplyResult": _OBJECT,
         "Preview": {"type": "object", "properties": {"runs": {"type": "array", "items": run}}},

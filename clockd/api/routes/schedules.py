@@ -310,6 +310,24 @@ async def run_now(request: Request, who: Principal) -> Response:
 
 @endpoint(
     "GET",
+    "/v1/schedules/{name}/versions",
+    "Every version of the schedule's definition, oldest first (valid_from, valid_to, job, state)",
+    params=(_NAME,),
+    response="VersionList",
+)
+async def versions(request: Request, who: Principal) -> Response:
+    api = context(request)
+    schedule = await schedule_of(request, who, request.path_params["name"])
+    rows = await api.store.schedule_versions(schedule.id)
+    items = [
+        {"version": v, "valid_from": start, "valid_to": end, "job": job_document(d), "state": state.value}
+        for v, start, end, d, state in rows
+    ]
+    return answer({"items": items})
+
+
+@endpoint(
+    "GET",
     "/v1/schedules/{name}/explain",
     "Why the schedule did or did not run at an instant (?at=ISO instant, local time, or now-1h)",
     params=(_NAME, Param("at", required=True)),
