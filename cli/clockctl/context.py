@@ -35,6 +35,14 @@ def _egress() -> EgressPolicy:
     return egress_policy(load_settings())
 
 
+def server() -> tuple[str, str | None] | None:
+    """(server URL, token) when the command goes through the API, else None (the store).
+    --server beats --store (or CLOCKD_STORE), which beats CLOCKD_SERVER and the contexts."""
+    if state["server"] is None and state["store"] is not None:
+        return None
+    return resolve(state["server"], state["token"], state["context"])
+
+
 def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False, create: bool = False) -> T:
     """Run ``fn`` with the use cases: over the HTTP API when a server is configured
     (``--server``, ``CLOCKD_SERVER`` or a context; ``clockctl.remote``), else on the store.
@@ -45,9 +53,7 @@ def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False, create: 
     # 20,000-schedule apply plan).
     result: list[T] = []
 
-    # --server beats --store (or CLOCKD_STORE), which beats CLOCKD_SERVER and the contexts.
-    via_api = not local and (state["server"] is not None or state["store"] is None)
-    remote = resolve(state["server"], state["token"], state["context"]) if via_api else None
+    remote = None if local else server()
 
     async def over_api(server: str, token: str | None) -> None:
         from clockctl.remote import RemoteOps

@@ -20,9 +20,12 @@ and 5xx → a store error, exit 4).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, NoReturn
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 
@@ -30,6 +33,7 @@ from clockctl.contexts import config_path, resolve
 from clockd import errors
 from clockd.client import AsyncClient
 from clockd.client import errors as api_errors
+from clockd.core.clock import SystemClock
 from clockd.core.model import (
     Attempt,
     AttemptOutcome,
@@ -38,10 +42,17 @@ from clockd.core.model import (
     Schedule,
     ScheduleDef,
     ScheduleState,
+    TenantLimits,
+    TenantUsage,
 )
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
-from clockd.services.ops import Added, Change, ResumeFrom, VersionRow
-from clockd.store import RunSummary
+from clockd.formats.validate import MANAGED_BY
+from clockd.services.explain import Explanation
+from clockd.services.ops import Added, ApplyPlan, ApplyResult, Change, Ops, PlanAction, ResumeFrom, VersionRow
+from clockd.services.reconcile import Entry, Report, Status
+from clockd.store import RunSummary, Store
+
+T = TypeVar("T")
 
 
 def _raise(exc: api_errors.ApiError) -> NoReturn:
@@ -73,6 +84,9 @@ def schedule_from_view(doc: Mapping[str, Any]) -> Schedule:
     definition = job.definition
     if definition.tenant != doc["tenant"]:
         definition = dataclasses.replace(definition, tenant=doc["tenant"])
+    if doc.get("managed_by"):  # the reserved label the job document leaves out
+        labels = {pair for pair in definition.labels if pair[0] != MANAGED_BY} | {(MANAGED_BY, doc["managed_by"])}
+        definition = dataclasses.replace(definition, labels=tuple(sorted(labels)))
     created = _when(doc["created_at"])
     updated = _when(doc["updated_at"])
     assert created is not None and updated is not None
@@ -113,6 +127,54 @@ def occurrence_from_view(doc: Mapping[str, Any]) -> Occurrence:
     )
 
 
+def decode(kind: Any, value: Any) -> Any:
+    """A JSON value as ``kind`` (a dataclass, enum, datetime, timedelta, optional, tuple,
+    list or dict of those): how the API's answers of the services' own dataclasses
+    (``clockd.api.routes.common.answer`` dumps them field by field) become them again."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return decode(next(a for a in args if a is not type(None)), value)
+    if kind is datetime:
+        return _when(value)
+    if kind is timedelta:
+        return timedelta(seconds=float(value))
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind(value)
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        hints = typing.get_type_hints(kind)
+        fields = {f.name: decode(hints[f.name], value[f.name]) for f in dataclasses.fields(kind) if f.name in value}
+        return kind(**fields)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(decode(args[0], v) for v in value)
+        return tuple(decode(a, v) for a, v in zip(args, value, strict=True))
+    if origin is list:
+        return [decode(args[0], v) for v in value]
+    if origin is dict:
+        return {decode(args[0], k): decode(args[1], v) for k, v in value.items()}
+    return value
+
+
+def decoded(kind: type[T], value: Any) -> T:
+    result: T = decode(kind, value)
+    return result
+
+
+def summary_from_view(doc: Mapping[str, Any] | None) -> RunSummary | None:
+    if doc is None:
+        return None
+    state = doc.get("last_state")
+    return RunSummary(
+        next_start=_when(doc.get("next_start")),
+        last_scheduled_for=_when(doc.get("last_scheduled_for")),
+        last_started_at=_when(doc.get("last_started_at")),
+        last_state=None if state is None else OccurrenceState(state),
+        last_exit_code=doc.get("last_exit_code"),
+    )
+
+
 class _Unsupported:
     def __getattr__(self, name: str) -> NoReturn:
         raise errors.InvalidInput(
@@ -127,6 +189,7 @@ class RemoteOps:
     def __init__(self, client: AsyncClient) -> None:
         self.client = client
         self.store = _Unsupported()
+        self._summaries: dict[str, RunSummary | None] = {}  # by schedule id, from the answers
 
     async def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None) -> Any:
         try:
@@ -160,21 +223,36 @@ class RemoteOps:
             raise errors.StoreUnavailable(f"cannot reach the API at {self.client.http.base_url}: {exc}") from None
         return Added(schedule_from_view(response.json()), response.headers.get("idempotent-replayed") == "true")
 
+    def _keep_summary(self, doc: Mapping[str, Any]) -> Schedule:
+        schedule = schedule_from_view(doc)
+        if "summary" in doc:
+            self._summaries[schedule.id] = summary_from_view(doc["summary"])
+        return schedule
+
     async def summaries(self, schedules: Sequence[Schedule]) -> dict[str, RunSummary]:
-        """Not served by the API yet: over --server, NEXT RUN is the schedule's next planned
-        instant and LAST RUN / RESULT stay empty."""
-        return {}
+        """The summaries the list or get answers carried (``?summary=true``); one GET per
+        schedule not seen yet."""
+        out: dict[str, RunSummary] = {}
+        for schedule in schedules:
+            if schedule.id not in self._summaries:
+                await self.get(schedule.name, schedule.definition.tenant)
+            found = self._summaries.get(schedule.id)
+            if found is not None:
+                out[schedule.id] = found
+        return out
 
     async def get(self, name: str, tenant: str = "default") -> Schedule:
-        return schedule_from_view(await self._call("GET", self._path(name), params=self._tenant(tenant)))
+        return self._keep_summary(await self._call("GET", self._path(name), params=self._tenant(tenant)))
 
     async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
         out: list[Schedule] = []
         cursor = None
         while True:
-            params = {**self._tenant(tenant), "limit": 1000, **({"cursor": cursor} if cursor else {})}
+            params = {**self._tenant(tenant), "limit": 1000, "summary": "true"}
+            if cursor:
+                params["cursor"] = cursor
             doc = await self._call("GET", "/v1/schedules", params=params)
-            out.extend(schedule_from_view(item) for item in doc["items"])
+            out.extend(self._keep_summary(item) for item in doc["items"])
             cursor = doc.get("next_cursor")
             if not cursor:
                 return out
@@ -203,7 +281,17 @@ class RemoteOps:
         return occurrence_from_view(doc)
 
     async def versions(self, name: str, tenant: str = "default") -> list[VersionRow]:
-        return []  # the API does not serve version histories (yet); show prints none
+        doc = await self._call("GET", self._path(name) + "/versions", params=self._tenant(tenant))
+        rows: list[VersionRow] = []
+        for item in doc["items"]:
+            job, problems = job_from_mapping(item["job"], Location("server", 1))
+            if job is None:
+                raise errors.StoreUnavailable(f"the API answered a job this clockctl cannot read: {problems[0]}")
+            start = _when(item["valid_from"])
+            assert start is not None
+            state = ScheduleState(item["state"])
+            rows.append((int(item["version"]), start, _when(item["valid_to"]), job.definition, state))
+        return rows
 
     async def runs(
         self, name: str | None, limit: int = 50, tenant: str = "default", upcoming: bool = False
@@ -248,8 +336,99 @@ class RemoteOps:
     async def drop(self, id_or_prefix: str) -> Occurrence:
         return occurrence_from_view(await self._call("DELETE", f"/v1/dlq/{id_or_prefix}"))
 
+    async def explain(self, name: str, at: str, tenant: str = "default") -> Explanation:
+        doc = await self._call("GET", self._path(name) + "/explain", params={**self._tenant(tenant), "at": at})
+        return decoded(Explanation, doc)
+
+    async def reconcile(
+        self,
+        start: datetime,
+        end: datetime,
+        name: str | None = None,
+        tenant: str = "default",
+        *,
+        progress: Callable[[int], None] | None = None,
+        on_loaded: Callable[[int], None] | None = None,
+    ) -> Report:
+        """The server reconciles (``GET /v1/reconcile?all=true``); no progress to report.
+        Without ``name`` it takes a cluster-admin token (every tenant's schedules)."""
+        params = {**self._tenant(tenant), "from": start.isoformat(), "to": end.isoformat(), "all": "true"}
+        if name:
+            params["schedule"] = name
+        doc = await self._call("GET", "/v1/reconcile", params=params)
+        return Report(
+            start=start,
+            end=end,
+            schedules=int(doc["schedules"]),
+            expected=int(doc["expected"]),
+            counts={Status(k): int(v) for k, v in doc["counts"].items()},
+            entries=decoded(list[Entry], doc["entries"]),
+        )
+
+    async def tenants(self) -> list[TenantUsage]:
+        return decoded(list[TenantUsage], (await self._call("GET", "/v1/tenants"))["items"])
+
+    async def set_tenant(self, tenant: str, **changes: int | None) -> TenantLimits:
+        from urllib.parse import quote
+
+        return decoded(TenantLimits, await self._call("PATCH", f"/v1/tenants/{quote(tenant, safe='')}", json=changes))
+
+    async def plan_apply(
+        self,
+        desired: Sequence[ScheduleDef],
+        tenant: str = "default",
+        *,
+        prune: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> ApplyPlan:
+        """The plan ``Ops.plan_apply`` makes, over the tenant's schedules as the API lists
+        them (its one store read), so the diff printed is the store path's. ``apply_plan``
+        sends the document; the server plans again and writes all or nothing."""
+        # Planned under the tenant as the user named it ("default": the token's), so the
+        # messages read as on the store; the server applies in the token's tenant.
+        listed = [
+            dataclasses.replace(s, definition=dataclasses.replace(s.definition, tenant=tenant))
+            for s in await self.list_schedules(tenant)
+        ]
+        ops = Ops(typing.cast(Store, _Listing(listed)), SystemClock())
+        return await ops.plan_apply(desired, tenant, prune=prune, progress=progress)
+
+    async def apply_plan(self, plan: ApplyPlan) -> ApplyResult:
+        jobs = [job_document(i.desired) for i in sorted(plan.items, key=_index) if i.desired is not None]
+        params = {**self._tenant(plan.tenant), "prune": "true" if plan.count(PlanAction.DELETE) else "false"}
+        doc = await self._call("POST", "/v1/apply", params=params, json={"jobs": jobs})
+        after = {s.name: s for s in await self.list_schedules(plan.tenant)}
+        before = {i.name: i.current for i in plan.items if i.current is not None}
+        return ApplyResult(
+            created=[after[n] for n in doc["create"] if n in after],
+            updated=[after[n] for n in doc["update"] if n in after],
+            deleted=[s for n in doc["delete"] if (s := before.get(n)) is not None],
+            canceled=int(doc.get("canceled", 0)),
+        )
+
+    async def cluster_status(self) -> dict[str, Any]:
+        """``clockctl status``'s document as the api process sees the cluster (cluster-admin)."""
+        doc = await self._call("GET", "/v1/status", params={"cluster": "true"})
+        if "cluster" not in doc:
+            raise errors.StoreUnavailable("this api process does not serve the cluster's status")
+        return dict(doc["cluster"])
+
     def __getattr__(self, name: str) -> NoReturn:
         _Unsupported().__getattr__(name)
+
+
+def _index(item: Any) -> int:
+    return -1 if item.index is None else int(item.index)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Listing:
+    """The one store read ``Ops.plan_apply`` makes, answered from the API's list."""
+
+    schedules: list[Schedule]
+
+    async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
+        return self.schedules
 
 
 __all__ = ["RemoteOps", "config_path", "resolve"]

@@ -7,6 +7,8 @@ tokens, the admission buckets): api processes are stateless, any number may run.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +42,9 @@ class ApiContext:
     limits: Limits = field(default_factory=Limits)
     token_cache: dict[str, tuple[Principal, float]] = field(default_factory=dict)
     buckets: dict[str, _Bucket] = field(default_factory=dict)
+    # The cluster's status document as ``clockctl status -o json`` prints it, from this
+    # process's view (set by the api server; GET /v1/status?cluster=true, cluster-admin).
+    cluster_status: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
     def admit_write(self, tenant: str) -> None:
         """Per-tenant admission of writes (a token bucket, ``writes_per_second`` with a
@@ -60,7 +65,7 @@ class ApiContext:
             )
         bucket.tokens -= 1
 
-    async def audit(
+    def entry(
         self,
         who: Principal,
         tenant: str,
@@ -69,8 +74,22 @@ class ApiContext:
         before: int | None = None,
         after: int | None = None,
         **detail: Any,
-    ) -> None:
-        """Record a write that has succeeded (who, what, when, versions)."""
-        await self.store.record_audit(
-            AuditEntry(self.clock.now(), tenant, who.name, action, target, before, after, detail)
-        )
+    ) -> AuditEntry:
+        """An audit entry for a write (who, what, when, versions). Routes record it with
+        ``store.audited`` around the write, so it commits in the write's transaction."""
+        return AuditEntry(self.clock.now(), tenant, who.name, action, target, before, after, detail)
+
+    def audited(
+        self, who: Principal, tenant: str, action: str, target: str, before: int | None = None, **detail: Any
+    ) -> AbstractContextManager[None]:
+        """The common case of ``store.audited``: a schedule write whose result (a ``Schedule``,
+        or ``(Schedule, canceled)``) gives the after-version (and ``canceled``)."""
+
+        def describe(result: Any) -> AuditEntry:
+            if isinstance(result, tuple):
+                schedule, canceled = result
+                return self.entry(who, tenant, action, target, before, schedule.version, **detail, canceled=canceled)
+            after = getattr(result, "version", None)
+            return self.entry(who, tenant, action, target, before, after, **detail)
+
+        return self.store.audited(describe)

@@ -55,8 +55,23 @@ def _schemas() -> dict[str, Any]:
             "state": {"type": "string", "enum": ["active", "paused"]},
             "job": {"$ref": "#/components/schemas/Job"},
             "next_run_at": {"type": ["string", "null"], "format": "date-time"},
+            "managed_by": {
+                "type": ["string", "null"],
+                "description": "apply when apply created the schedule (and may update or prune it)",
+            },
             "next_runs": {"type": "array", "items": run},
             "recent": {"type": "array", "items": {"$ref": "#/components/schemas/Occurrence"}},
+            "summary": {
+                "type": ["object", "null"],
+                "description": "its runs as clockctl list shows them (GET one; a list with ?summary=true)",
+                "properties": {
+                    "next_start": {"type": ["string", "null"], "format": "date-time"},
+                    "last_scheduled_for": {"type": ["string", "null"], "format": "date-time"},
+                    "last_started_at": {"type": ["string", "null"], "format": "date-time"},
+                    "last_state": {"type": ["string", "null"]},
+                    "last_exit_code": {"type": ["integer", "null"]},
+                },
+            },
         },
     }
 
@@ -82,6 +97,24 @@ def _schemas() -> dict[str, Any]:
         "Logs": _OBJECT,
         "Explanation": _OBJECT,
         "Reconcile": _OBJECT,
+        "VersionList": {
+            "type": "object",
+            "properties": {
+                "items": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "version": {"type": "integer"},
+                            "valid_from": instant,
+                            "valid_to": {"type": ["string", "null"], "format": "date-time"},
+                            "job": {"$ref": "#/components/schemas/Job"},
+                            "state": {"type": "string"},
+                        },
+                    },
+                }
+            },
+        },
         "Status": _OBJECT,
         "ApplyResult": _OBJECT,
         "Preview": {"type": "object", "properties": {"runs": {"type": "array", "items": run}}},

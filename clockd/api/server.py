@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
+import os
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 import uvicorn
@@ -115,6 +117,36 @@ def dashboard_routes(
     return Dashboard(api.store, api.ops, api.clock, viewer, health, secure_cookies=tls).routes()
 
 
+def cluster_status(
+    api: ApiContext, settings: Settings, coordinator: Coordinator | None
+) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """``clockctl status``'s document, seen from this api process: what ``clockctl status
+    --server`` prints (the same keys, so the same rendering)."""
+    cache = ReconcileCache()
+    location = resolve_store(settings.store)
+
+    async def gather() -> dict[str, Any]:
+        coordination = await _coordination(settings, coordinator)
+        if coordination["kind"] == "embedded":  # this process is the clockd holding the store's lock
+            held = coordinator is not None
+            lock = {"path": f"{location.target}.lock", "held": held, "pid": os.getpid() if held else None}
+            coordination = {**coordination, "lock": lock}
+        elif coordination["kind"] == "etcd":
+            coordination = {**coordination, "endpoints": list(settings.etcd)}
+        doc = await status_doc.gather(api.store, settings.horizon, location, coordination, cache)
+        doc["job_containment"] = _containment()
+        return doc
+
+    return gather
+
+
+@functools.cache
+def _containment() -> str:
+    from clockd.runner.cgroups import detect
+
+    return detect().describe()
+
+
 async def _coordination(settings: Settings, coordinator: Coordinator | None) -> dict[str, Any]:
     """This process's view of the cluster, in the shape ``clockctl status`` prints."""
     if coordinator is None:
@@ -153,7 +185,9 @@ def build_api_server(
             extra={"action": "api_insecure"},
         )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it every answer (headers, then body) waited ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -173,6 +207,7 @@ def build_api_server(
         clock,
         Limits(writes_per_second=settings.api_writes_per_second),
     )
+    api.cluster_status = cluster_status(api, settings, coordinator)
     config = uvicorn.Config(
         build_app(api, dashboard_routes(api, settings, coordinator, tls)),
         log_config=None,

@@ -52,6 +52,8 @@ from clockd.core.planning import available_at
 from clockd.core.spec import Spec, compile_spec
 from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFires, NotFound, VersionMismatch
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
+from clockd.services.explain import Explanation, explain_at
+from clockd.services.reconcile import Report, run_reconcile
 from clockd.store import NewSchedule, Replanned, RunSummary, ScheduleChange, Store
 
 if TYPE_CHECKING:
@@ -390,6 +392,25 @@ class Ops:
         return await self._change(
             schedule, definition, schedule.state, nxt, f"schedule updated to version {schedule.version + 1}"
         )
+
+    async def explain(self, name: str, at: str, tenant: str = "default") -> Explanation:
+        """Why ``name`` did or did not run at ``at`` (``clockd.services.explain``)."""
+        return await explain_at(self.store, await self.get(name, tenant), at, self.clock.now())
+
+    async def reconcile(
+        self,
+        start: datetime,
+        end: datetime,
+        name: str | None = None,
+        tenant: str = "default",
+        *,
+        progress: Callable[[int], None] | None = None,
+        on_loaded: Callable[[int], None] | None = None,
+    ) -> Report:
+        """Is every instant each schedule (or ``name``) expected in [start, end] accounted
+        for exactly once (``clockd.services.reconcile``)? Every entry is kept."""
+        schedule_id = (await self.get(name, tenant)).id if name else None
+        return await run_reconcile(self.store, start, end, schedule_id, progress=progress, on_loaded=on_loaded)
 
     async def versions(self, name: str, tenant: str = "default") -> list[VersionRow]:
         """Every version of the schedule, oldest first: (version, valid_from, valid_to,

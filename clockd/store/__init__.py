@@ -66,10 +66,11 @@ Policies (DESIGN.md §4), where each is enforced:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from clockd.core.model import (
     Attempt,
@@ -662,6 +663,15 @@ class Store(Protocol):
 
     async def record_audit(self, entry: AuditEntry) -> int:
         """Append one audit entry (``entry.id`` ignored); returns its id (increasing)."""
+        ...
+
+    def audited(self, describe: Callable[[Any], AuditEntry | None]) -> AbstractContextManager[None]:
+        """Inside the block, the first write transaction (any write method) also appends
+        ``describe(result)`` — ``result`` is what that write method returns; None records
+        nothing — to the audit log *in that transaction*: the change and its audit entry
+        commit together or not at all. A block whose write never happens (a no-op, an
+        error before it) records nothing. Scoped to the current task (a context variable),
+        so concurrent requests never mix entries."""
         ...
 
     async def audit_page(self, tenant: str | None, before: int | None, limit: int) -> list[AuditEntry]:

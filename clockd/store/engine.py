@@ -33,7 +33,9 @@ import dataclasses
 import logging
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -107,6 +109,8 @@ from clockd.store.driver import Body, ClaimRequest, Driver, Integrity, Pipeline,
 log = logging.getLogger(__name__)
 
 S = OccurrenceState
+# The audit entries waiting for the current task's next write (``SqlStore.audited``).
+_AUDIT: ContextVar[list[Callable[[Any], AuditEntry | None]] | None] = ContextVar("clockd_store_audit", default=None)
 _DEFINITION_CACHE_MAX = 8192
 # Creates per statement in apply_schedules: 20,000 in a few statements of a few MB each.
 _APPLY_BATCH: Final = 5000
@@ -264,7 +268,26 @@ class SqlStore:
         return await self.driver.transaction(body, "read")
 
     async def _write(self, body: Body[Any]) -> Any:
+        pending = _AUDIT.get()
+        if pending:  # the audited block's first write carries its entry (see ``audited``)
+            body = self._then_audit(body, pending.pop())
         return await self.driver.transaction(body, "write")
+
+    def _then_audit(self, body: Body[Any], describe: Callable[[Any], AuditEntry | None]) -> Body[Any]:
+        result = yield from body
+        entry = describe(result)
+        if entry is not None:
+            yield Run("audit_insert", audit_params(entry, self.driver.instant), "one")
+        return result
+
+    @contextmanager
+    def audited(self, describe: Callable[[Any], AuditEntry | None]) -> Iterator[None]:
+        """See the port."""
+        token = _AUDIT.set([describe])
+        try:
+            yield
+        finally:
+            _AUDIT.reset(token)
 
     def _schedule(self, row: Sequence[Any]) -> Schedule:
         d = self.driver
@@ -695,21 +718,8 @@ class SqlStore:
             "max_attempts": max_attempts,
             "scheduled": S.SCHEDULED.value,
         }
-
-        def body() -> Body[None]:
-            try:
-                yield Run("occurrence_insert_manual", params, "none")
-            except Integrity as exc:
-                if exc.kind == "foreign_key":
-                    raise NotFound(f"no schedule with id {schedule.id}") from None
-                if exc.kind == "occurrence_id":
-                    raise Conflict(f"occurrence {occurrence_id} already exists") from None
-                raise
-            yield Run("outbox_insert", {"ids": d.array([occurrence_id]), "scheduled": S.SCHEDULED.value}, "none")
-
-        await self._write(body())
         at = d.read(stamp)
-        return Occurrence(
+        added = Occurrence(
             id=occurrence_id,
             schedule_id=schedule.id,
             schedule_name=schedule.name,
@@ -721,6 +731,22 @@ class SqlStore:
             queue=schedule.definition.queue,
             manual=True,
         )
+
+        # The body returns the occurrence, so an audited block (``audited``) can name it.
+        def body() -> Body[Occurrence]:
+            try:
+                yield Run("occurrence_insert_manual", params, "none")
+            except Integrity as exc:
+                if exc.kind == "foreign_key":
+                    raise NotFound(f"no schedule with id {schedule.id}") from None
+                if exc.kind == "occurrence_id":
+                    raise Conflict(f"occurrence {occurrence_id} already exists") from None
+                raise
+            yield Run("outbox_insert", {"ids": d.array([occurrence_id]), "scheduled": S.SCHEDULED.value}, "none")
+            return added
+
+        result: Occurrence = await self._write(body())
+        return result
 
     async def list_occurrences(
         self, schedule_id: str | None = None, limit: int = 50, before: datetime | None = None

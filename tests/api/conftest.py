@@ -30,6 +30,7 @@ class ApiServer:
     urls: list[str]
     env: dict[str, str]
     ns: str = ""  # each test's tenants are namespaced: the servers are shared by a module
+    store: str = ""  # the SQLite file, or the PostgreSQL DSN, the processes share
     _turn: Iterator[str] = field(init=False)
 
     def tenant(self, name: str) -> str:
@@ -91,7 +92,7 @@ def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         url = f"http://127.0.0.1:{port}"
         _wait_listening(url)
         try:
-            yield ApiServer([url], daemon.env)
+            yield ApiServer([url], daemon.env, store=str(daemon.home / "clockd.db"))
         finally:
             daemon.stop(timeout=30)
         return
@@ -110,7 +111,7 @@ def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
             urls.append(f"http://127.0.0.1:{port}")
         for url in urls:
             _wait_listening(url)
-        yield ApiServer(urls, cluster.env)
+        yield ApiServer(urls, cluster.env, store=dsn)
     finally:
         cluster.stop_all()
         pg_server.drop_database(name)
@@ -118,7 +119,7 @@ def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture
 def api(servers: ApiServer) -> ApiServer:
-    return ApiServer(servers.urls, servers.env, f"t{uuid.uuid4().hex[:8]}-")
+    return ApiServer(servers.urls, servers.env, f"t{uuid.uuid4().hex[:8]}-", servers.store)
 
 
 def job(name: str = "email", **fields: Any) -> dict[str, Any]:

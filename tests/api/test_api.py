@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -86,6 +89,59 @@ def test_create_list_get_pause_resume_update_delete_and_the_audit_log(api: ApiSe
         assert {e["actor"] for e in audit if e["action"].startswith("schedule.")} == {"ci"}
     cli = json.loads(api.ctl("audit", "--tenant", api.tenant("acme"), "-o", "json").stdout)
     assert cli[0]["action"] == "schedule.delete" and cli[0]["actor"] == "ci"
+
+
+@contextlib.contextmanager
+def _audit_refused(api: ApiServer, tenant: str) -> Iterator[None]:
+    """The store refuses audit entries of ``tenant`` (a trigger), the way a full or broken
+    audit table would: whatever was written with them must roll back."""
+    name = f"refuse_{tenant.replace('-', '_')}"
+    if api.store.endswith(".db"):
+        with contextlib.closing(sqlite3.connect(api.store, timeout=30)) as db:
+            db.execute(
+                f"CREATE TRIGGER {name} BEFORE INSERT ON audit_log WHEN NEW.tenant = '{tenant}' "
+                "BEGIN SELECT RAISE(ABORT, 'audit log refused'); END"
+            )
+            db.commit()
+            try:
+                yield
+            finally:
+                db.execute(f"DROP TRIGGER {name}")
+                db.commit()
+        return
+    import psycopg
+
+    with psycopg.connect(api.store, autocommit=True) as db:
+        db.execute(
+            f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN IF NEW.tenant = '{tenant}' THEN RAISE EXCEPTION 'audit log refused'; END IF; RETURN NEW; END $$"
+        )
+        db.execute(f"CREATE TRIGGER {name} BEFORE INSERT ON audit_log FOR EACH ROW EXECUTE FUNCTION {name}()")
+        try:
+            yield
+        finally:
+            db.execute(f"DROP TRIGGER {name} ON audit_log")
+            db.execute(f"DROP FUNCTION {name}()")
+
+
+def test_a_write_and_its_audit_entry_commit_together_or_not_at_all(api: ApiServer) -> None:
+    tenant = api.tenant("acme")
+    token = api.token("acme", "admin", "ci")
+    with api.client(token) as http:
+        assert http.post("/v1/schedules", json=job("kept")).status_code == 201
+        with _audit_refused(api, tenant):
+            failed = http.post("/v1/schedules", json=job(), headers={"Idempotency-Key": "k1"})
+            assert failed.status_code >= 500, failed.text
+            paused = http.post("/v1/schedules/kept/pause", json={"reason": "x"})
+            assert paused.status_code >= 500, paused.text
+        problem(http.get("/v1/schedules/email"), 404, "not-found")  # the change rolled back with its entry
+        assert http.get("/v1/schedules/kept").json()["state"] == "active"
+        audit = [(e["action"], e["target"]) for e in http.get("/v1/audit").json()["items"]]
+        assert [a for a in audit if a[0].startswith("schedule.")] == [("schedule.create", "kept")]
+        again = http.post("/v1/schedules", json=job(), headers={"Idempotency-Key": "k1"})
+        assert again.status_code == 201 and "idempotent-replayed" not in again.headers  # the key was not kept
+        audit = [(e["action"], e["target"]) for e in http.get("/v1/audit").json()["items"]]
+        assert audit[0] == ("schedule.create", "email")
 
 
 def _fill(path: str, name: str, occurrence: str) -> str:

@@ -20,25 +20,17 @@ from rich.console import Console
 
 from clockctl.commands.files import PROGRESS_THRESHOLD, _progress
 from clockd.formats.schedfile import FIELD_NAMES
-from tests.harness.home import existing_store
+from tests.cli.conftest import STORE_AND_API, make_ctl
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "schedules.d"
 
 
-@pytest.fixture
-def ctl(tmp_path: Path) -> Any:
-    env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
-    env.pop("CLOCKD_STORE", None)
-    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path
-        )
-
-    return run
+@pytest.fixture(params=STORE_AND_API)
+def ctl(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """clockctl on the store, and through a real clockd's HTTP API (tests.cli.conftest)."""
+    return make_ctl(tmp_path, request, columns="200", cwd=tmp_path)
 
 
 def write(path: Path, text: str) -> Path:

@@ -3,68 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness.home import existing_store
-
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="module")
-def api_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """One clockd (every mode, the api on a free port) for the module's API runs; each test
-    gets a token of its own new tenant, so each starts from an empty store as seen."""
-    from tests.api.conftest import _wait_listening
-    from tests.e2e.conftest import Clockd
-    from tests.harness.procs import free_port
-
-    home = tmp_path_factory.mktemp("cli-api") / "home"
-    home.mkdir(mode=0o700)
-    daemon = Clockd(home)
-    port = free_port()
-    daemon.start("--api-addr", f"127.0.0.1:{port}")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_listening(url)
-        yield {"CLOCKD_HOME": str(home), "CLOCKD_SERVER": url}
-    finally:
-        daemon.stop(timeout=30)
-
-
-def serve_api(request: pytest.FixtureRequest) -> dict[str, str]:
-    """The environment that sends clockctl through the shared daemon's API, as a new tenant."""
-    env = dict(request.getfixturevalue("api_daemon"))
-    tenant = f"cli-{uuid.uuid4().hex[:8]}"
-    made = subprocess.run(
-        [str(BIN / "clockctl"), "token", "create", "--tenant", tenant, "--role", "admin", "-o", "json"],
-        env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    return {**env, "CLOCKD_TOKEN": json.loads(made.stdout)["token"]}
-
-
-@pytest.fixture(params=["store", pytest.param("api", marks=pytest.mark.e2e)])
-def ctl(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    """clockctl on the store, and the same commands through a real clockd's HTTP API
-    (``--server`` by CLOCKD_SERVER / CLOCKD_TOKEN): the same output and exit codes."""
-    env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
-    env.pop("CLOCKD_STORE", None)
-    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
-    if request.param == "api":
-        env.update(serve_api(request))
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "clockctl"), *args], env=env, capture_output=True, text=True, timeout=60)
-
-    run.home = tmp_path / "home"  # type: ignore[attr-defined]  # test helper attribute
-    return run
+@pytest.fixture
+def ctl(store_and_api: Any) -> Any:
+    """clockctl on the store, and the same commands through a real clockd's HTTP API."""
+    return store_and_api
 
 
 def test_add_prints_id_and_next_five_runs(ctl: Any) -> None:

@@ -5,9 +5,7 @@ unknown on this host listed), refusals, and the host's zone."""
 from __future__ import annotations
 
 import json
-import os
 import pwd
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,25 +13,17 @@ from typing import Any
 import pytest
 
 from clockd.formats.schedfile import load_text
-from tests.harness.home import existing_store
+from tests.cli.conftest import STORE_AND_API, make_ctl
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 DATA = "tests/data/crontabs"
 
 
-@pytest.fixture
-def ctl(tmp_path: Path) -> Any:
-    base = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
-    base.pop("CLOCKD_STORE", None)
-    existing_store(tmp_path / "home")  # clockd has run here: reads find an empty store
-
-    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(BIN / "clockctl"), *args], env={**base, **env}, capture_output=True, text=True, timeout=60, cwd=ROOT
-        )
-
-    return run
+@pytest.fixture(params=STORE_AND_API)
+def ctl(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """clockctl on the store, and through a real clockd's HTTP API (tests.cli.conftest)."""
+    return make_ctl(tmp_path, request, columns="200", cwd=ROOT)
 
 
 def listed(ctl: Any) -> dict[str, dict[str, Any]]:

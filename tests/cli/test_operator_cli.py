@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.cli.conftest import STORE_AND_API, make_ctl
+
 BIN = Path(sys.executable).parent
 
 
@@ -64,7 +66,14 @@ def test_reconcile_exit_codes_and_json(ctl: Any) -> None:
     assert ctl("reconcile", "ghost").returncode == 1
 
 
-def test_explain_table_and_json(ctl: Any) -> None:
+@pytest.fixture(params=STORE_AND_API)
+def both(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """clockctl on the store, and through a real clockd's HTTP API (tests.cli.conftest)."""
+    return make_ctl(tmp_path, request, columns="200")
+
+
+def test_explain_table_and_json(both: Any) -> None:
+    ctl = both
     ctl("add", "30 2 * * *", "--tz", "Europe/Paris", "--name", "paris", "--noop")
     gap = ctl("explain", "paris", "--at", "2027-03-28T02:30")
     assert gap.returncode == 0, gap.stderr
@@ -83,3 +92,27 @@ def test_status_without_a_daemon(ctl: Any) -> None:
     assert doc["unaccounted"]["count"] == 0
     table = ctl("status")
     assert "not held: no clockd is running on it" in table.stdout
+
+
+def test_reconcile_of_one_schedule_on_the_store_and_over_the_api(both: Any) -> None:
+    assert both("add", "* * * * *", "--name", "m", "--noop").returncode == 0
+    clean = both("reconcile", "m", "--from", "now-1h", "--to", "now+10m")
+    assert clean.returncode == 0, clean.stderr
+    assert "all accounted for" in clean.stdout and "not_yet_due" in clean.stdout
+    doc = json.loads(both("reconcile", "m", "--from", "now-1h", "--to", "now+10m", "--all", "-o", "json").stdout)
+    assert doc["ok"] is True and doc["schedules"] == 1 and doc["problems"] == []
+    assert {i["status"] for i in doc["instants"]} <= {"not_yet_due", "succeeded", "running", "queued"}
+    assert both("reconcile", "m", "--from", "now", "--to", "now-1h").returncode == 2
+    assert both("reconcile", "ghost").returncode == 1
+
+
+def test_status_on_the_store_and_over_the_api(both: Any) -> None:
+    both("add", "* * * * *", "--name", "m", "--noop")
+    result = both("status", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["coordination"]["kind"] == "embedded" and doc["unaccounted"]["count"] == 0
+    # Over the API it is the daemon's view: the daemon holds the store's lock.
+    assert doc["coordination"]["lock"]["held"] is (both.via == "api")
+    table = both("status")
+    assert table.returncode == 0 and "clock offset" in table.stdout and "backlog" in table.stdout

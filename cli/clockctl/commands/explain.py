@@ -5,7 +5,6 @@ The answers and the order they are tried in are in ``clockd.services.explain``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,7 +15,6 @@ from clockctl.render import attempt_doc, iso, local, occurrence_doc, stamp
 
 if TYPE_CHECKING:
     from clockd.services.explain import Explanation
-    from clockd.services.ops import Ops
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 
@@ -45,13 +43,7 @@ def register(app: typer.Typer) -> None:
         instant of the expression, DST gap, repeated hour), the version history (paused,
         updated, deleted), and the occurrence with its attempts (succeeded, running, queued,
         dead, missed, skipped by overlap, canceled)."""
-        from clockd.services.explain import explain_at
-
-        async def go(ops: Ops) -> Explanation:
-            schedule = await ops.get(name, tenant)
-            return await explain_at(ops.store, schedule, at, datetime.now(UTC))
-
-        found = with_ops(go)
+        found = with_ops(lambda ops: ops.explain(name, at, tenant))
         if output is OutputFormat.json:
             emit_json(explanation_doc(found))
             return

@@ -23,7 +23,7 @@ from clockctl.render import iso, stamp
 from clockd.core.instants import parse_instant
 from clockd.errors import InvalidInput
 from clockd.services.ops import Ops
-from clockd.services.reconcile import PROBLEMS, Entry, Report, Status, run_reconcile
+from clockd.services.reconcile import PROBLEMS, Entry, Report, Status
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 # Show a progress bar (on a terminal only) for ranges longer than this, or this many schedules.
@@ -69,9 +69,8 @@ def register(app: typer.Typer) -> None:
             raise InvalidInput(f"--to ({iso(last)}) is before --from ({iso(first)})")
 
         async def go(ops: Ops) -> Report:
-            schedule_id = (await ops.get(name, tenant)).id if name else None
             with _progress(last - first) as (loaded, advance):
-                return await run_reconcile(ops.store, first, last, schedule_id, progress=advance, on_loaded=loaded)
+                return await ops.reconcile(first, last, name, tenant, progress=advance, on_loaded=loaded)
 
         report = with_ops(go)
         overdue = sum(1 for e in report.entries if e.status is Status.NOT_YET_DUE and e.instant < now - OVERDUE)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -63,43 +64,60 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """One screen: leader and term, members and shards (etcd) or the lock holder
         (embedded), lag p50/p95/p99 over 5 and 60 minutes, backlog, queues, dead letters,
-        unaccounted occurrences of the last hour, and this host's clock offset to the store."""
-        settings = load_settings({"etcd": etcd, "cluster": cluster}, config)
-        location = resolve_store(context.state["store"])
+        unaccounted occurrences of the last hour, and this host's clock offset to the store.
+        With --server: all of it as the api process sees it (a cluster-admin token)."""
+        remote = context.server()
         try:
+            if remote is not None:  # the api process's view of the cluster (a cluster-admin token)
+                asyncio.run(_remote_status(*remote, output, watch))
+                return
+            settings = load_settings({"etcd": etcd, "cluster": cluster}, config)
+            location = resolve_store(context.state["store"])
             asyncio.run(_status(settings, location, output, watch))
         except KeyboardInterrupt:
             raise typer.Exit(0) from None
 
 
 async def _status(settings: Settings, location: StoreLocation, output: OutputFormat, watch: bool) -> None:
-    from rich.live import Live
-
     from clockd.services.status import ReconcileCache
 
     store = make_store(location, create=False)
     await store.open()
     cache = ReconcileCache()
     try:
-        doc = await gather(store, settings, location, cache)
-        if not watch:
-            if output is OutputFormat.json:
-                emit_json(doc)
-            else:
-                console.print(render(doc))
-            return
-        if output is OutputFormat.json:
-            while True:
-                emit_json(doc)
-                await asyncio.sleep(WATCH_EVERY)
-                doc = await gather(store, settings, location, cache)
-        with Live(render(doc), console=console, auto_refresh=False) as live:
-            while True:
-                await asyncio.sleep(WATCH_EVERY)
-                doc = await gather(store, settings, location, cache)
-                live.update(render(doc), refresh=True)
+        await _show(lambda: gather(store, settings, location, cache), output, watch)
     finally:
         await store.close()
+
+
+async def _remote_status(server: str, token: str | None, output: OutputFormat, watch: bool) -> None:
+    from clockctl.remote import RemoteOps
+    from clockd.client import AsyncClient
+
+    async with AsyncClient(server, token) as client:
+        await _show(RemoteOps(client).cluster_status, output, watch)
+
+
+async def _show(next_doc: Callable[[], Awaitable[dict[str, Any]]], output: OutputFormat, watch: bool) -> None:
+    doc = await next_doc()
+    if not watch:
+        if output is OutputFormat.json:
+            emit_json(doc)
+        else:
+            console.print(render(doc))
+        return
+    if output is OutputFormat.json:
+        while True:
+            emit_json(doc)
+            await asyncio.sleep(WATCH_EVERY)
+            doc = await next_doc()
+    from rich.live import Live  # only for --watch (start-up)
+
+    with Live(render(doc), console=console, auto_refresh=False) as live:
+        while True:
+            await asyncio.sleep(WATCH_EVERY)
+            doc = await next_doc()
+            live.update(render(doc), refresh=True)
 
 
 async def gather(

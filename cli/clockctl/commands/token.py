@@ -73,12 +73,11 @@ def create(
     issued = tokens.issue(tenant, role, name or role, datetime.now(UTC), expires_in)
 
     async def go(ops: Ops) -> None:
-        await ops.store.create_token(issued.record)
-        await ops.store.record_audit(
-            AuditEntry(
-                issued.record.created_at, tenant, _actor(), "token.create", issued.record.name, detail={"role": role}
-            )
+        entry = AuditEntry(
+            issued.record.created_at, tenant, _actor(), "token.create", issued.record.name, detail={"role": role}
         )
+        with ops.store.audited(lambda _: entry):  # the token and its audit entry commit together
+            await ops.store.create_token(issued.record)
 
     with_ops(go, local=True)
     if output is OutputFormat.json:
@@ -127,12 +126,16 @@ def revoke(
     async def go(ops: Ops) -> ApiToken:
         found = await ops.store.get_token(ref)
         owner = found.tenant if found is not None else tenant
-        revoked = await ops.store.revoke_token(owner, ref, datetime.now(UTC))
+
+        def describe(token: ApiToken | None) -> AuditEntry | None:
+            if token is None:
+                return None
+            return AuditEntry(token.revoked_at or token.created_at, token.tenant, _actor(), "token.revoke", token.name)
+
+        with ops.store.audited(describe):  # the revocation and its audit entry commit together
+            revoked = await ops.store.revoke_token(owner, ref, datetime.now(UTC))
         if revoked is None:
             raise NotFound(f"no live token {ref!r} in tenant {tenant!r} (clockctl token list shows them)")
-        await ops.store.record_audit(
-            AuditEntry(revoked.revoked_at or revoked.created_at, revoked.tenant, _actor(), "token.revoke", revoked.name)
-        )
         return revoked
 
     revoked = with_ops(go, local=True)

@@ -117,12 +117,10 @@ async def apply(request: Request, who: Principal) -> Response:
         "not_listed": plan.not_listed,
     }
     if not dry_run and plan.changes:
-        result = await api.ops.apply_plan(plan)
+        counts = {"created": len(doc["create"]), "updated": len(doc["update"]), "deleted": len(doc["delete"])}
+        with api.store.audited(lambda _: api.entry(who, tenant, "apply", "-", **counts)):
+            result = await api.ops.apply_plan(plan)
         doc["canceled"] = result.canceled
-        await api.audit(
-            who, tenant, "apply", "-", None, None,
-            created=len(result.created), updated=len(result.updated), deleted=len(result.deleted),
-        )  # fmt: skip
     return answer(doc)
 
 
@@ -158,8 +156,8 @@ async def replay(request: Request, who: Principal) -> Response:
     tenant = tenant_of(who, request)
     api.admit_write(tenant)
     occurrence = await occurrence_of(request, who, request.path_params["id"])
-    replayed = await api.ops.replay(occurrence.id)
-    await api.audit(who, tenant, "dlq.replay", occurrence.id, occurrence.version, occurrence.version)
+    with api.store.audited(lambda _: api.entry(who, tenant, "dlq.replay", occurrence.id, *[occurrence.version] * 2)):
+        replayed = await api.ops.replay(occurrence.id)
     return answer(occurrence_view(replayed))
 
 
@@ -177,8 +175,8 @@ async def drop(request: Request, who: Principal) -> Response:
     tenant = tenant_of(who, request)
     api.admit_write(tenant)
     occurrence = await occurrence_of(request, who, request.path_params["id"])
-    dropped = await api.ops.drop(occurrence.id)
-    await api.audit(who, tenant, "dlq.drop", occurrence.id, occurrence.version, occurrence.version)
+    with api.store.audited(lambda _: api.entry(who, tenant, "dlq.drop", occurrence.id, *[occurrence.version] * 2)):
+        dropped = await api.ops.drop(occurrence.id)
     return answer(occurrence_view(dropped))
 
 
@@ -187,7 +185,16 @@ async def drop(request: Request, who: Principal) -> Response:
     "/v1/reconcile",
     "Is every instant a schedule expected in [from, to] accounted for exactly once? "
     "(schedule= required, except for a cluster-admin)",
-    params=(Param("from"), Param("to"), Param("schedule")),
+    params=(
+        Param("from"),
+        Param("to"),
+        Param("schedule"),
+        Param(
+            "all",
+            description="true: entries lists every instant looked at (clockctl reconcile --all); else the problems",
+            schema={"type": "boolean", "default": False},
+        ),
+    ),
     response="Reconcile",
 )
 async def reconcile(request: Request, who: Principal) -> Response:
@@ -203,7 +210,7 @@ async def reconcile(request: Request, who: Principal) -> Response:
         schedule_id = (await schedule_of(request, who, name)).id
     elif who.role is not Role.CLUSTER_ADMIN:
         raise Problem("invalid-input", "schedule: name the schedule to reconcile (?schedule=NAME)")
-    report = await run_reconcile(api.store, start, end, schedule_id, keep_accounted=False)
+    report = await run_reconcile(api.store, start, end, schedule_id, keep_accounted=query_bool(request, "all"))
     return answer(
         {
             "from": start,
@@ -216,11 +223,24 @@ async def reconcile(request: Request, who: Principal) -> Response:
                 {"schedule": e.schedule, "instant": e.instant, "status": str(e.status), "detail": e.detail}
                 for e in report.problems
             ],
+            "entries": report.entries,  # each instant with its occurrences (clockctl reconcile over --server)
         }
     )
 
 
-@endpoint("GET", "/v1/status", "The tenant's schedules, limits and use; versions", response="Status")
+@endpoint(
+    "GET",
+    "/v1/status",
+    "The tenant's schedules, limits and use; versions",
+    params=(
+        Param(
+            "cluster",
+            description="true (cluster-admin): also the cluster's status as clockctl status -o json prints it",
+            schema={"type": "boolean", "default": False},
+        ),
+    ),
+    response="Status",
+)
 async def status(request: Request, who: Principal) -> Response:
     api = context(request)
     tenant = tenant_of(who, request)
@@ -236,6 +256,11 @@ async def status(request: Request, who: Principal) -> Response:
     if who.role is Role.CLUSTER_ADMIN:
         doc["backlog"] = await api.store.backlog(api.clock.now())
         doc["queues"] = await api.store.queue_stats(api.clock.now())
+    if query_bool(request, "cluster"):
+        if who.role is not Role.CLUSTER_ADMIN:
+            raise Problem("forbidden", "the cluster's status (?cluster=true) needs a cluster-admin token")
+        if api.cluster_status is not None:
+            doc["cluster"] = await api.cluster_status()
     return answer(doc)
 
 
@@ -290,8 +315,8 @@ async def create_token(request: Request, who: Principal) -> Response:
     except InvalidInput as exc:
         field = exc.message.split(":", 1)[0]
         raise Problem("invalid-input", exc.message, [FieldError(f"/{field}", exc.message)]) from None
-    await api.store.create_token(issued.record)
-    await api.audit(who, tenant, "token.create", issued.record.name, role=role)
+    with api.store.audited(lambda _: api.entry(who, tenant, "token.create", issued.record.name, role=role)):
+        await api.store.create_token(issued.record)
     return answer({"token": issued.secret, **_token_view(issued.record)}, 201)
 
 
@@ -325,11 +350,11 @@ async def list_tokens(request: Request, who: Principal) -> Response:
 async def revoke_token(request: Request, who: Principal) -> Response:
     api = context(request)
     tenant = tenant_of(who, request)
-    revoked = await api.store.revoke_token(tenant, request.path_params["ref"], api.clock.now())
+    with api.store.audited(lambda token: token and api.entry(who, tenant, "token.revoke", token.name)):
+        revoked = await api.store.revoke_token(tenant, request.path_params["ref"], api.clock.now())
     if revoked is None:
         raise Problem("not-found", f"no live token {request.path_params['ref']!r}")
     api.token_cache.clear()  # this process forgets it at once; others within auth.CACHE_SECONDS
-    await api.audit(who, tenant, "token.revoke", revoked.name)
     return answer(_token_view(revoked))
 
 
@@ -356,6 +381,6 @@ async def set_tenant(request: Request, who: Principal) -> Response:
     for key, value in data.items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise Problem("invalid-input", f"{key}: give a whole number or null", [FieldError(f"/{key}", "integer")])
-    limits = await api.ops.set_tenant(tenant, **data)
-    await api.audit(who, tenant, "tenant.limits", tenant, **data)
+    with api.store.audited(lambda _: api.entry(who, tenant, "tenant.limits", tenant, **data)):
+        limits = await api.ops.set_tenant(tenant, **data)
     return answer(limits)

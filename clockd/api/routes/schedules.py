@@ -15,8 +15,8 @@ from clockd.api.auth import Principal, context, schedule_of, tenant_of
 from clockd.api.body import read_json
 from clockd.api.problems import FieldError, Problem
 from clockd.api.routes import Param, endpoint
-from clockd.api.routes.common import answer, if_match, query_int
-from clockd.api.views import definition_from_body, etag, occurrence_view, page, schedule_view
+from clockd.api.routes.common import answer, if_match, query_bool, query_int
+from clockd.api.views import definition_from_body, etag, occurrence_view, page, schedule_view, summary_view
 from clockd.core.model import Schedule, ScheduleState
 from clockd.errors import Conflict, VersionMismatch
 from clockd.formats.schedfile import job_document
@@ -54,9 +54,9 @@ async def create(request: Request, who: Principal) -> Response:
     tenant = tenant_of(who, request)
     api.admit_write(tenant)
     definition = definition_from_body(await read_json(request, api.limits), tenant)
-    added = await api.ops.create(definition, request.headers.get("idempotency-key"))
-    if not added.existed:
-        await api.audit(who, tenant, "schedule.create", added.schedule.name, None, added.schedule.version)
+    # The audit entry commits with the schedule (and its idempotency key); a replay writes nothing.
+    with api.audited(who, tenant, "schedule.create", definition.name):
+        added = await api.ops.create(definition, request.headers.get("idempotency-key"))
     response = _one(request, added.schedule, 201)
     if added.existed:  # the first answer again; the header says so (clockctl --server prints it)
         response.headers["Idempotent-Replayed"] = "true"
@@ -73,6 +73,11 @@ async def create(request: Request, who: Principal) -> Response:
         Param("state", schema={"type": "string", "enum": ["active", "paused"]}),
         Param("label", description="KEY=VALUE: only schedules with that label"),
         Param("name_prefix"),
+        Param(
+            "summary",
+            description="true: each item carries its summary (next start, last run and result), as clockctl list",
+            schema={"type": "boolean", "default": False},
+        ),
     ),
     response="SchedulePage",
 )
@@ -102,6 +107,10 @@ async def list_(request: Request, who: Principal) -> Response:
     rows = rows[:limit]
     now = api.clock.now()
     items = [schedule_view(s, now, runs=False) for s in rows]
+    if query_bool(request, "summary") and rows:  # one statement for the page (Store.run_summaries)
+        found = await api.store.run_summaries([s.id for s in rows])
+        for item, s in zip(items, rows, strict=True):
+            item["summary"] = summary_view(found.get(s.id))
     return answer(page(items, cursors.encode(n=rows[-1].name) if more else None))
 
 
@@ -118,7 +127,8 @@ async def get(request: Request, who: Principal) -> Response:
     recent = await api.store.occurrences_page(
         schedule.definition.tenant, OccurrencePage(limit=RECENT, schedule_id=schedule.id)
     )
-    return _one(request, schedule, recent=[occurrence_view(o) for o in recent])
+    summary = (await api.store.run_summaries([schedule.id])).get(schedule.id)
+    return _one(request, schedule, recent=[occurrence_view(o) for o in recent], summary=summary_view(summary))
 
 
 async def _replace(request: Request, who: Principal, schedule: Schedule, data: Any, expected: int) -> Response:
@@ -134,16 +144,12 @@ async def _replace(request: Request, who: Principal, schedule: Schedule, data: A
             )
     definition = definition_from_body(data, schedule.definition.tenant)
     try:
-        change = await api.ops.update(name, definition, schedule.definition.tenant, expected_version=expected)
+        with api.audited(who, schedule.definition.tenant, "schedule.update", name, schedule.version):
+            change = await api.ops.update(name, definition, schedule.definition.tenant, expected_version=expected)
     except VersionMismatch:
         raise
     except Conflict as exc:  # the store's conditional write lost a race with another change
         raise VersionMismatch(exc.message) from None
-    if change.schedule.version != schedule.version:
-        await api.audit(
-            who, schedule.definition.tenant, "schedule.update", name, schedule.version, change.schedule.version,
-            canceled=change.canceled,
-        )  # fmt: skip
     return _one(request, change.schedule, canceled=change.canceled, still_running=[o.id for o in change.running])
 
 
@@ -226,11 +232,8 @@ async def delete(request: Request, who: Principal) -> Response:
     api.admit_write(tenant_of(who, request))
     schedule = await schedule_of(request, who, request.path_params["name"])
     _check_version(request, schedule)
-    change = await api.ops.remove(schedule.name, schedule.definition.tenant)
-    await api.audit(
-        who, schedule.definition.tenant, "schedule.delete", schedule.name, schedule.version, change.schedule.version,
-        canceled=change.canceled,
-    )  # fmt: skip
+    with api.audited(who, schedule.definition.tenant, "schedule.delete", schedule.name, schedule.version):
+        await api.ops.remove(schedule.name, schedule.definition.tenant)
     return Response(status_code=204)
 
 
@@ -253,12 +256,9 @@ async def pause(request: Request, who: Principal) -> Response:
         raise Problem("invalid-input", 'give {"reason": "why"} (or no body)', [FieldError("/reason", "a string")])
     schedule = await schedule_of(request, who, request.path_params["name"])
     _check_version(request, schedule)
-    change = await api.ops.pause(schedule.name, schedule.definition.tenant, reason)
-    if change.schedule.version != schedule.version:
-        await api.audit(
-            who, schedule.definition.tenant, "schedule.pause", schedule.name, schedule.version,
-            change.schedule.version, reason=reason,
-        )  # fmt: skip
+    tenant = schedule.definition.tenant
+    with api.audited(who, tenant, "schedule.pause", schedule.name, schedule.version, reason=reason):
+        change = await api.ops.pause(schedule.name, tenant, reason)
     return _one(request, change.schedule, canceled=change.canceled, reason=reason)
 
 
@@ -282,12 +282,9 @@ async def resume(request: Request, who: Principal) -> Response:
         raise Problem("invalid-input", 'from: give "now" or "paused-at"', [FieldError("/from", "now or paused-at")])
     schedule = await schedule_of(request, who, request.path_params["name"])
     _check_version(request, schedule)
-    change = await api.ops.resume(schedule.name, schedule.definition.tenant, ResumeFrom(start))
-    if change.schedule.version != schedule.version:
-        await api.audit(
-            who, schedule.definition.tenant, "schedule.resume", schedule.name, schedule.version,
-            change.schedule.version, **{"from": start},
-        )  # fmt: skip
+    tenant = schedule.definition.tenant
+    with api.audited(who, tenant, "schedule.resume", schedule.name, schedule.version, **{"from": start}):
+        change = await api.ops.resume(schedule.name, tenant, ResumeFrom(start))
     return _one(request, change.schedule)
 
 
@@ -305,9 +302,28 @@ async def run_now(request: Request, who: Principal) -> Response:
     api = context(request)
     api.admit_write(tenant_of(who, request))
     schedule = await schedule_of(request, who, request.path_params["name"])
-    occurrence = await api.ops.run_now(schedule.name, schedule.definition.tenant)
-    await api.audit(who, schedule.definition.tenant, "schedule.run_now", schedule.name, occurrence=occurrence.id)
+    tenant = schedule.definition.tenant
+    with api.store.audited(lambda occ: api.entry(who, tenant, "schedule.run_now", schedule.name, occurrence=occ.id)):
+        occurrence = await api.ops.run_now(schedule.name, tenant)
     return answer(occurrence_view(occurrence), 202, {"Location": f"/v1/occurrences/{occurrence.id}"})
+
+
+@endpoint(
+    "GET",
+    "/v1/schedules/{name}/versions",
+    "Every version of the schedule's definition, oldest first (valid_from, valid_to, job, state)",
+    params=(_NAME,),
+    response="VersionList",
+)
+async def versions(request: Request, who: Principal) -> Response:
+    api = context(request)
+    schedule = await schedule_of(request, who, request.path_params["name"])
+    rows = await api.store.schedule_versions(schedule.id)
+    items = [
+        {"version": v, "valid_from": start, "valid_to": end, "job": job_document(d), "state": state.value}
+        for v, start, end, d, state in rows
+    ]
+    return answer({"items": items})
 
 
 @endpoint(

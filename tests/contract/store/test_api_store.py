@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clockd.core.model import OccurrenceState, ScheduleState
+from clockd.core.model import OccurrenceState, Schedule, ScheduleState
 from clockd.errors import Conflict
 from clockd.store import ApiToken, AuditEntry, OccurrencePage, SchedulePage, Store
 
@@ -87,3 +87,28 @@ async def test_occurrence_pages_are_newest_first_by_keyset_within_the_tenant(sto
     scheduled = await store.occurrences_page("acme", OccurrencePage(state=OccurrenceState.SCHEDULED))
     assert len(scheduled) == 3
     assert await store.occurrences_page("acme", OccurrencePage(state=OccurrenceState.DEAD)) == []
+
+
+async def test_an_audited_write_commits_with_its_audit_entry_or_not_at_all(store: Store) -> None:
+    def entry(schedule: Schedule) -> AuditEntry:
+        return AuditEntry(T0, "acme", "ci", "schedule.create", schedule.name, None, schedule.version)
+
+    with store.audited(entry):
+        first = await add_schedule(store, "a", tenant="acme")
+        await add_schedule(store, "b", tenant="acme")  # the block's entry went with the first write only
+    assert [(e.target, e.after_version) for e in await store.audit_page("acme", None, 10)] == [("a", 1)]
+
+    with pytest.raises(Conflict), store.audited(entry):  # the write itself fails: no entry
+        await add_schedule(store, "a", tenant="acme")
+
+    def audit_fails(schedule: Schedule) -> AuditEntry:
+        raise RuntimeError("the audit log is unwritable")
+
+    with pytest.raises(RuntimeError), store.audited(audit_fails):  # the change rolls back with it
+        await store.change_schedule(first.id, 1, first.definition, ScheduleState.PAUSED, None, T0, "paused")
+    assert (await store.get_schedule("acme", "a")) == first
+    assert len(await store.audit_page("acme", None, 10)) == 1
+
+    with store.audited(lambda result: None):  # None: nothing to record
+        await store.change_schedule(first.id, 1, first.definition, ScheduleState.PAUSED, None, T0, "paused")
+    assert len(await store.audit_page("acme", None, 10)) == 1
