@@ -321,7 +321,10 @@ class Store(Protocol):
         live schedule of its tenant or by another create of the call; ``QuotaExceeded``
         (nothing committed) when the creates would pass a tenant's ``max_schedules``; of
         several faults, the one writing the creates one by one in order meets first. Empty
-        input commits nothing and returns empty lists."""
+        input commits nothing and returns empty lists. ``creates`` is read in order, a
+        slice at a time, as the transaction writes it (``clockctl apply`` hands in a
+        sequence that plans each slice as it is read, and raises — rolling back — when the
+        plan has a problem)."""
         ...
 
     async def schedule_versions(
