@@ -89,8 +89,8 @@ def run(quick: bool) -> list[Row]:
                 bare.append(_bare_create_rate(dsn, n))
                 applied.append(asyncio.run(_apply(dsn, definitions(n, f"r{round_}"), f"apply{round_}")))
                 a, b, c = applied[-1]
-                log(f"apply {n:,}: round {round_ + 1}: bare {bare[-1]:,.0f}/s, apply path (pipelined) "
-                    f"{n / a:,.0f}/s, plan then write {n / b:,.0f}/s, plan alone {n / c:,.0f}/s; {_load()}")  # fmt: skip
+                log(f"apply {n:,}: round {round_ + 1}: bare {bare[-1]:,.0f}/s, apply path (pipelined) {n / a:,.0f}/s, "
+                    f"plan then write {n / b:,.0f}/s, plan alone {n / c:,.0f}/s; {_load()}")  # fmt: skip
             rate = max(n / a for a, _, _ in applied)
             steps_rate = max(n / b for _, b, _ in applied)
             plan_rate = max(n / c for _, _, c in applied)

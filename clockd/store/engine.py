@@ -97,12 +97,12 @@ from clockd.store.codec import (
     schedule_from_row,
     spec_json,
 )
+from clockd.store.definition_cache import DefinitionCache
 from clockd.store.driver import Body, ClaimRequest, Driver, Integrity, Pipeline, Run
 
 log = logging.getLogger(__name__)
 
 S = OccurrenceState
-_DEFINITION_CACHE_MAX = 8192
 # Creates per statement in apply_schedules: 20,000 in a few statements of a few MB each.
 _APPLY_BATCH: Final = 5000
 # Leader's misfire sweep: rows waiting less than this are not even looked at.
@@ -212,8 +212,8 @@ class SqlStore:
         self.driver = driver
         # Writes refused by the fence (a zombie materializer or leader); a metric.
         self.fenced_writes_rejected: int = 0
-        # (schedule_id, version) -> definition; versions never change once written.
-        self._definitions: dict[tuple[str, int], ScheduleDef] = {}
+        # (schedule_id, version) -> definition for the claims (clockd.store.definition_cache).
+        self.definitions = DefinitionCache()
         self._rules = policy_rules()
         d = driver
         self._claimable = d.array([s.value for s in states.sources("claim")])
@@ -839,18 +839,12 @@ class SqlStore:
         return result
 
     def _definitions_for(self, keys: set[tuple[str, int]]) -> Body[dict[tuple[str, int], ScheduleDef]]:
-        cache = self._definitions
-        # Take the hits before the cache may be cleared below: a burst spanning more
-        # distinct schedules than the cache holds must not lose the ones it already had.
-        found = {key: cache[key] for key in keys if key in cache}
-        missing = [key for key in keys if key not in found]
+        found, missing = self.definitions.found(keys)
         if missing:
-            if len(cache) + len(missing) > _DEFINITION_CACHE_MAX:
-                cache.clear()
             rows = yield Run("schedule_definitions", self.driver.table("keys", ("schedule_ids", "versions"), missing))
             for schedule_id, version, document in rows:
                 definition = definition_from_dict(self.driver.document(document))
-                cache[(schedule_id, int(version))] = definition
+                self.definitions.put((schedule_id, int(version)), definition)
                 found[(schedule_id, int(version))] = definition
         return found
 
