@@ -376,12 +376,20 @@ class Store(Protocol):
         occurrences: Sequence[NewOccurrence],
         cursors: Sequence[CursorAdvance],
         now: datetime,
+        *,
+        direct: bool = False,
     ) -> MaterializeResult:
         """The materializer's transaction. In one transaction: advance the fence (or raise
         ``FencedOut`` and commit nothing); move each cursor only if the schedule is still
         active at that version with the expected cursor; insert the occurrences of the
         schedules whose cursor moved (``ON CONFLICT DO NOTHING`` on the id); write an
-        outbox row for every inserted SCHEDULED occurrence. MISSED ones get no outbox row."""
+        outbox row for every inserted SCHEDULED occurrence. MISSED ones get no outbox row.
+
+        ``direct`` (the ``direct_dispatch`` setting): the built-in queue is a table of this
+        same database, so this transaction is already the transactional outbox; each
+        inserted SCHEDULED occurrence is written ENQUEUED (``enqueued_at = now``) with its
+        ``dispatch`` row (``visible_at = available_at``) instead, exactly as the relay
+        would have moved it, and no outbox row. Nothing else changes for claims."""
         ...
 
     # -- relay ---------------------------------------------------------------------

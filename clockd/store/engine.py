@@ -719,6 +719,8 @@ class SqlStore:
         occurrences: Sequence[NewOccurrence],
         cursors: Sequence[CursorAdvance],
         now: datetime,
+        *,
+        direct: bool = False,
     ) -> MaterializeResult:
         d = self.driver
         stamp = d.instant(now)
@@ -754,13 +756,27 @@ class SqlStore:
                 moved = {(sid, int(version)) for sid, version in found}
             rows = [row for key, row in planned if key in moved]
             inserted = 0
-            if rows:
+            if rows and direct:
+                inserted = yield from self._materialize_enqueued(d.table("occurrences", columns, rows), stamp)
+            elif rows:
                 params = {**d.table("occurrences", columns, rows), "scheduled": scheduled.value}
                 inserted = yield from d.materialize_insert(params)
             return MaterializeResult(inserted=inserted, advanced=len(moved), stale=len(cursors) - len(moved))
 
         result: MaterializeResult = await self._write(body())
         return result
+
+    def _materialize_enqueued(self, table: dict[str, Any], stamp: Any) -> Body[int]:
+        """``materialize(direct=True)``'s writes: the occurrences, SCHEDULED ones already
+        ENQUEUED, then the ``dispatch`` rows of those inserted ENQUEUED (what the relay's
+        ``relay_dispatch`` would write for them). Returns the occurrences inserted."""
+        d = self.driver
+        rule = {"scheduled": S.SCHEDULED.value, "enqueued": states.target("relay").value, "now": stamp}
+        inserted = yield Run("materialize_insert_enqueued", {**table, **rule})
+        queued = [oid for oid, state in inserted if state == rule["enqueued"]]
+        if queued:
+            yield Run("dispatch_insert_enqueued", {"ids": d.array(queued), "enqueued": rule["enqueued"]}, "none")
+        return len(inserted)
 
     # -- relay ---------------------------------------------------------------------------------
 
@@ -1376,6 +1392,7 @@ ENGINE_QUERIES: Final = frozenset(
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
         "schedules_page", "occurrences_page", "run_summaries",
+        "materialize_insert_enqueued", "dispatch_insert_enqueued",
     }
 )  # fmt: skip
 

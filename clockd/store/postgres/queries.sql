@@ -1085,3 +1085,33 @@ LEFT JOIN LATERAL (
     SELECT o.scheduled_for, o.started_at, o.state, o.exit_code FROM occurrences AS o
     WHERE o.schedule_id = ids.id AND o.started_at IS NOT NULL
     ORDER BY o.scheduled_for DESC LIMIT 1) AS l ON true;
+
+-- ------------------------------------------------------------------ direct dispatch (issue 18)
+
+-- name: materialize_insert_enqueued
+-- materialize_insert with direct_dispatch: the occurrences, SCHEDULED ones written
+-- already ENQUEUED (enqueued_at = :now) and no outbox row; dispatch_insert_enqueued then
+-- queues those inserted. (One statement could chain both here; both dialects share the
+-- engine's two steps.)
+INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
+                         available_at, state, max_attempts, reason, finished_at, enqueued_at)
+SELECT u.id, u.schedule_id, u.version, u.tenant, u.queue, u.scheduled_for, u.available_at,
+       CASE WHEN u.state = %(scheduled)s::text THEN %(enqueued)s::text ELSE u.state END,
+       u.max_attempts, u.reason, u.finished_at,
+       CASE WHEN u.state = %(scheduled)s::text THEN %(now)s::timestamptz END
+FROM unnest(%(ids)b::text[], %(schedule_ids)b::text[], %(versions)b::integer[],
+            %(tenants)b::text[], %(queues)b::text[], %(scheduled_for)b::timestamptz[],
+            %(available_at)b::timestamptz[], %(states)b::text[],
+            %(max_attempts)b::integer[], %(reasons)b::text[], %(finished_at)b::timestamptz[])
+     AS u(id, schedule_id, version, tenant, queue, scheduled_for, available_at, state,
+          max_attempts, reason, finished_at)
+ON CONFLICT DO NOTHING
+RETURNING id, state;
+
+-- name: dispatch_insert_enqueued
+-- The dispatch rows relay_dispatch would write for these ENQUEUED occurrences.
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT id, queue, tenant, available_at FROM occurrences
+WHERE id = ANY(%(ids)b::text[]) AND state = %(enqueued)s::text
+ORDER BY available_at
+ON CONFLICT (occurrence_id) DO NOTHING;
