@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-SUITES = ("bench.time_core", "bench.embedded", "bench.api", "bench.distributed")
+SUITES = ("bench.time_core", "bench.embedded", "bench.api", "bench.apply", "bench.staging", "bench.distributed")
 
 
 def main() -> int:

@@ -390,6 +390,7 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
             )
             with psycopg.connect(dsn, autocommit=True) as conn:
                 time.sleep(warmup)
+                srv.db_time_ms(dsn, reset=True)
                 start = datetime.now(UTC)
                 depth0 = _one(conn, depth_sql, {"now": start})
                 cpu0 = {name: p.cpu() for name, p in cluster.procs.items()}
@@ -397,6 +398,7 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
                     cluster.sample()
                     time.sleep(0.5)
                 end = datetime.now(UTC)
+                db_ms = srv.db_time_ms(dsn)
                 depth1 = _one(conn, depth_sql, {"now": end})
                 cpu = {name: p.cpu() - cpu0[name] for name, p in cluster.procs.items()}
                 time.sleep(3)  # let the last instants of the window start
@@ -418,6 +420,10 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
             rss = cluster.peak_rss_mib()
         span = (end - start).total_seconds()
         executed = int(finished) / span
+        db_per_run = db_ms * 1000 / int(finished) if db_ms is not None and int(finished) else float("nan")
+        direct = os.environ.get("CLOCKD_DIRECT_DISPATCH", "").lower() in ("1", "true", "yes", "on")
+        log(f"{label}: {'direct dispatch' if direct else 'outbox → relay'}; database time per execution "
+            f"{db_per_run:.0f} µs; load {os.getloadavg()[0]:.1f}")  # fmt: skip
         p99 = percentile(lags, 0.99)
         # Rows due and not finished (queue + outbox), and how far behind the materializer's
         # oldest cursor is: neither may grow over the window.
@@ -440,6 +446,8 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
                 executed >= 0.98 * expected / span),
             row(f"{label}: lag p50", percentile(lags, 0.5), "s"),
             row(f"{label}: lag p99", p99, "s", "≤ 2 s", p99 <= 2.0),
+            row(f"{label}: database time per execution" + (" (direct dispatch)" if direct else ""), db_per_run,
+                "µs", "≤ 80 µs", db_per_run <= 80),
             row(f"{label}: backlog start→end", f"{backlog0:,}→{backlog1:,} rows", "", "no growth", steady),
             row(f"{label}: materializer behind start→end", f"{behind0:.1f}→{behind1:.1f}", "s", "no growth", steady),
             row(f"{label}: worker CPU", sum(v for k, v in cpu.items() if k.startswith("worker")) / span * 100, "%",

@@ -110,6 +110,23 @@ class Servers:
             for calls, total, mean, nrows, query in rows:
                 f.write(f"{calls}\t{total:.0f}\t{mean:.3f}\t{nrows}\t{' '.join(str(query).split())[:300]}\n")
 
+    def db_time_ms(self, dsn: str, reset: bool = False) -> float | None:
+        """Server execution time of ``dsn``'s database so far (pg_stat_statements, ms), then
+        reset with ``reset``; None when the server does not have the extension loaded."""
+        try:
+            with self.connect(dsn) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                found = conn.execute(
+                    "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements "
+                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                ).fetchone()
+                if reset:
+                    conn.execute("SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database "
+                                 "WHERE datname = current_database()), 0)")  # fmt: skip
+        except psycopg.Error:
+            return None
+        return None if found is None else float(found[0])
+
     def describe(self) -> str:
         pg = "own PostgreSQL 15 (fsync=on, synchronous_commit=on)" if self.own_postgres else "given PostgreSQL"
         etcd = "own etcd" if self.own_etcd else "given etcd"
@@ -126,9 +143,11 @@ def servers(store: str | None = None, etcd: str | None = None) -> Iterator[Serve
     found: Servers | None = None
     try:
         if store is None:
-            settings = dict(PG_SETTINGS)
+            # pg_stat_statements always (the sustained run prints database time per
+            # execution); every nested statement only when profiling.
+            settings = dict(PG_SETTINGS) | {"shared_preload_libraries": "'pg_stat_statements'"}
             if os.environ.get("BENCH_PROFILE"):
-                settings |= {"shared_preload_libraries": "'pg_stat_statements'", "pg_stat_statements.track": "all"}
+                settings |= {"pg_stat_statements.track": "all"}
             pg = PostgresServer(durable=True, settings=settings).start()
             admin = pg.dsn("postgres")
         else:

@@ -236,6 +236,7 @@ def _materializer(parts: Parts) -> Service:
 
     settings = MaterializerSettings(
         horizon=parts.settings.horizon,
+        direct=parts.settings.direct_dispatch,
         hold_before_commit=parts.faults.hold_before_commit,
         hold_while=parts.faults.hold_while,
     )

@@ -35,6 +35,7 @@ Invariants:
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -280,6 +281,9 @@ class CronExpr:
     _nearest: tuple[int, ...] = field(repr=False, compare=False)
     _proto: CronSim = field(repr=False, compare=False, hash=False)
     _day_ok: Callable[[date], bool] | None = field(repr=False, compare=False, hash=False)
+    # The first naive wall time after _PROBE_START that matches (the parse-time probe's
+    # answer, kept: ``validate_definition`` reads it instead of enumerating again).
+    probe_wall: datetime | None = field(default=None, repr=False, compare=False, hash=False)
 
     def walls_after(self, start: datetime) -> Iterator[datetime]:
         """Naive wall times matching the expression, strictly after the naive ``start``.
@@ -450,6 +454,7 @@ def parse_cron(expr: str) -> CronExpr:
         _proto=proto,
         _day_ok=day_ok,
     )
-    if result.first_wall_after(_PROBE_START) is None:
+    probe_wall = result.first_wall_after(_PROBE_START)
+    if probe_wall is None:
         raise NeverFires(f"{normalized}: no date ever matches every field")
-    return result
+    return dataclasses.replace(result, probe_wall=probe_wall)

@@ -29,7 +29,7 @@ from clockd.core.cron import parse_cron
 from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.model import ScheduleKind
-from clockd.core.timeline import CronTimeline, Fire, Skip, as_utc
+from clockd.core.timeline import CronTimeline, Fire, Skip, as_utc, is_unique_wall
 from clockd.core.zones import get_zone
 from clockd.errors import InvalidInput, NeverFires
 
@@ -50,6 +50,8 @@ MIN_INTERVAL = timedelta(seconds=1)
 _EPSILON = timedelta(microseconds=1)
 # validate_definition checks that a cron schedule fires in its zone from here on.
 _REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
+# A naive wall time from this day on is after _REFERENCE in every zone (offsets < 26 h).
+_AFTER_REFERENCE_ANYWHERE = datetime(2000, 1, 3)  # noqa: DTZ001  naive wall time on purpose
 
 
 class Spec(Protocol):
@@ -242,7 +244,7 @@ def validate_definition(kind: ScheduleKind | str, expr: str, tz: str) -> str:
     zone = get_zone(tz)
     if resolved is ScheduleKind.CRON:
         cron = parse_cron(expr)
-        if CronTimeline(cron, zone).next_after(_REFERENCE) is None:
+        if not _fires_at_probe(cron.probe_wall, zone) and CronTimeline(cron, zone).next_after(_REFERENCE) is None:
             raise NeverFires(
                 f"{cron.normalized} never fires in {tz}: "
                 "every matching local time falls in a clock-change gap"
@@ -257,3 +259,12 @@ def validate_definition(kind: ScheduleKind | str, expr: str, tz: str) -> str:
             f"got {format_duration(interval)}"
         )
     return format_duration(interval)
+
+
+def _fires_at_probe(wall: datetime | None, zone: ZoneInfo) -> bool:
+    """Whether the parse-time probe's first matching wall time already proves that a cron
+    fires in ``zone`` after ``_REFERENCE``: it is late enough, and unique in the zone (then
+    it is a fire). This answers most expressions without enumerating the timeline, so a
+    plan evaluates each (expression, zone) once — for its first run — not twice; when it
+    does not prove it, the caller enumerates from ``_REFERENCE`` as before."""
+    return wall is not None and wall >= _AFTER_REFERENCE_ANYWHERE and is_unique_wall(zone, wall)

@@ -104,6 +104,16 @@ def as_utc(instant: datetime) -> datetime:
     return instant.astimezone(UTC)
 
 
+def is_unique_wall(zone: ZoneInfo, wall: datetime) -> bool:
+    """Whether the naive ``wall`` time shows exactly once in ``zone`` with no clock change
+    within a day after it — the test the enumeration uses to take a matching wall time as
+    a fire at its one instant without resolving it (so such a match *is* a fire)."""
+    try:
+        return zone.utcoffset(wall) == zone.utcoffset(wall + _AHEAD)
+    except OverflowError:
+        return False
+
+
 class CronTimeline:
     """A cron expression evaluated in a zone, under the contract above."""
 

@@ -235,6 +235,7 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
     daemon = build_daemon(settings, faults=Faults.from_environ())
     store, coord, runner, clock, supervisor = daemon.store, daemon.coord, daemon.runner, daemon.clock, daemon.supervisor
     metrics.watch_coordinator(coord)
+    metrics.watch_store(store)
     await daemon.open()
     metrics.tzdata_info.labels(version=tzdata_version()).set(1)
     stopping = asyncio.Event()

@@ -60,6 +60,9 @@ class MaterializerSettings:
     instants_per_schedule: int = 500  # per schedule per tick; the cursor continues next tick
     interval: float = 0.5  # seconds between ticks when idle
     limits_every: float = 10.0  # seconds between reads of the tenants' catch-up rates
+    # direct_dispatch: write the dispatch rows in the materializer's own transaction
+    # (Store.materialize(direct=True)) instead of outbox rows for the relay.
+    direct: bool = False
     # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_BEFORE_COMMIT, read only by
     # clockd.wiring.Faults): hold each batch this long between the lease check and the
     # commit, as a GC pause or a VM migration would. Zero in production.
@@ -238,7 +241,9 @@ class Materializer:
             await asyncio.sleep(self.settings.hold_before_commit)
         await fault_hold_while(self.settings.hold_while, "a batch", shard=lease.shard)
         try:
-            result = await self.store.materialize(Fence(lease.resource, lease.token), occurrences, cursors, now)
+            result = await self.store.materialize(
+                Fence(lease.resource, lease.token), occurrences, cursors, now, direct=self.settings.direct
+            )
         except FencedOut:
             metrics.fenced_writes_rejected.labels(resource_kind="shard").inc()
             self.coord.lost(lease)

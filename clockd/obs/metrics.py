@@ -153,3 +153,40 @@ def watch_coordinator(coord: object) -> None:
     """Export ``coord``'s counters (``leadership_changes``, ``shard_moves``, ``etcd_up``)."""
     _coordinator.source = coord
 
+
+class _DefinitionCacheCollector(Collector):
+    """The claim path's definition cache (``clockd.store.definition_cache``) of the
+    process's store, read at scrape time; nothing until a store is watched."""
+
+    def __init__(self) -> None:
+        self.source: object | None = None
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        cache = getattr(self.source, "definitions", None)
+        if cache is None:
+            return
+        hits, misses = float(getattr(cache, "hits", 0)), float(getattr(cache, "misses", 0))
+        yield CounterMetricFamily(
+            "clockd_definition_cache_hits", "Claimed occurrences whose definition was cached", value=hits
+        )
+        yield CounterMetricFamily(
+            "clockd_definition_cache_misses", "Claimed occurrences whose definition was read from the store",
+            value=misses,
+        )
+        yield GaugeMetricFamily("clockd_definition_cache_entries", "Definitions cached", value=float(len(cache)))
+        yield GaugeMetricFamily(
+            "clockd_definition_cache_capacity", "Definitions the cache holds at most",
+            value=float(getattr(cache, "capacity", 0)),
+        )
+
+
+_definition_cache = _DefinitionCacheCollector()
+REGISTRY.register(_definition_cache)
+
+
+def watch_store(store: object) -> None:
+    """Export ``store``'s definition cache counters (``store.definitions``), if it has one."""
+    _definition_cache.source = store

@@ -26,13 +26,16 @@ front end (CLI, YAML apply) get the same rules:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from clockd.core.clock import Clock
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
@@ -54,7 +57,7 @@ from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFire
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
 from clockd.services.explain import Explanation, explain_at
 from clockd.services.reconcile import Report, run_reconcile
-from clockd.store import NewSchedule, Replanned, RunSummary, ScheduleChange, Store
+from clockd.store import AppliedSchedules, NewSchedule, Replanned, RunSummary, ScheduleChange, Store
 
 if TYPE_CHECKING:
     from clockd.runner.egress import EgressPolicy
@@ -514,125 +517,65 @@ class Ops:
         tenant that ``desired`` does not name become deletes; without it they are listed
         in ``not_listed``. Nothing is written; ``progress(n)`` is called as items are done.
         """
-        now = self.clock.now().replace(microsecond=0)
-        stored = {s.name: s for s in await self.store.list_schedules(tenant)}
-        items: list[PlanItem] = []
-        problems: list[ApplyProblem] = []
-        seen: dict[str, int] = {}
-        # first_run per (kind, expr, tz): ``now`` (also the ``every`` anchor) is fixed for
-        # the plan, and thousands of creates share a few expressions.
-        firsts: dict[tuple[str, str, str], datetime] = {}
-        for index, raw in enumerate(desired):
-            if progress is not None:
-                progress(1)
-            if raw.name in seen:
-                problems.append(
-                    ApplyProblem(index, f"name: {raw.name!r} is also defined by entry {seen[raw.name] + 1}")
-                )
-                continue
-            seen[raw.name] = index
-            try:
-                # The tenant and the apply label in one copy (none if the entry has both).
-                labels = managed_labels(raw.labels)
-                marked = raw
-                if raw.tenant != tenant or raw.labels != labels:
-                    marked = dataclasses.replace(raw, tenant=tenant, labels=labels)
-                definition = normalize(marked)
-                self._check_egress(definition)
-                current = stored.get(definition.name)
-                if current is None:
-                    key = (definition.kind, definition.expr, definition.tz)
-                    first = firsts.get(key)
-                    if first is None:
-                        first = firsts[key] = first_run(definition, now)
-                    schedule_id = new_schedule_id()
-                    items.append(
-                        PlanItem(
-                            PlanAction.CREATE,
-                            definition.name,
-                            index,
-                            definition,
-                            None,
-                            first,
-                            schedule_id,
-                            shard_of(schedule_id, self.shard_count),
-                        )
-                    )
-                elif not is_managed(current.definition):
-                    raise Conflict(
-                        f"name: schedule {definition.name!r} already exists and was not created by apply "
-                        f"(added with clockctl add?); apply does not take it over: rename the entry, or "
-                        f"remove the schedule first (clockctl rm {definition.name}"
-                        + (f" --tenant {tenant}" if tenant != "default" else "")
-                        + ")"
-                    )
-                elif current.definition == definition:
-                    items.append(
-                        PlanItem(PlanAction.UNCHANGED, definition.name, index, definition, current, current.next_run_at)
-                    )
-                else:
-                    nxt = cursor_after_update(current, definition, self.clock.now())
-                    items.append(PlanItem(PlanAction.UPDATE, definition.name, index, definition, current, nxt))
-            except (InvalidInput, Conflict) as exc:
-                problems.append(ApplyProblem(index, exc.message, exc.exit_code))
-        not_listed: list[str] = []
-        for name, schedule in sorted(stored.items()):
-            if name in seen or not is_managed(schedule.definition):
-                continue
-            if prune:
-                items.append(PlanItem(PlanAction.DELETE, name, None, None, schedule, None))
-            else:
-                not_listed.append(name)
-        return ApplyPlan(tenant, now, items, problems, not_listed)
+        planner = await self._planner(desired, tenant, prune, progress)
+        planner.plan_all()
+        return planner.plan()
+
+    async def apply(
+        self,
+        desired: Sequence[ScheduleDef],
+        tenant: str = "default",
+        *,
+        prune: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[ApplyPlan, ApplyResult | None]:
+        """:meth:`plan_apply` then :meth:`apply_plan`, pipelined: the store transaction
+        starts once the updates and deletes are planned, and the creates are planned while
+        it writes (ahead of it while the database works, the rest as it reads them). The
+        same plan, and the same all or nothing: when any entry is a problem the
+        transaction is rolled back and the plan (every problem in it) comes back with no
+        result; nothing is written either when nothing changes."""
+        planner = await self._planner(desired, tenant, prune, progress)
+        if planner.problems or not planner.pending:
+            planner.plan_all()
+            plan = planner.plan()
+            return plan, None if plan.problems or not plan.changes else await self.apply_plan(plan)
+        ahead = asyncio.create_task(planner.plan_ahead())
+        try:
+            written = await self.store.apply_schedules(
+                _PendingCreates(planner), [_change_of(item) for item in planner.changes], planner.now
+            )
+        except _PlanHasProblems:
+            planner.plan_all()
+            return planner.plan(), None
+        finally:
+            ahead.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ahead
+        return planner.plan(), _result(written, planner.changes)
+
+    async def _planner(
+        self, desired: Sequence[ScheduleDef], tenant: str, prune: bool, progress: Callable[[int], None] | None
+    ) -> _ApplyPlanner:
+        """A planner for ``desired`` with the stored side read and every entry but the
+        creates planned (duplicate names, updates, unchanged, deletes)."""
+        planner = _ApplyPlanner(self, desired, tenant, prune, progress, self.clock.now().replace(microsecond=0))
+        planner.start({s.name: s for s in await self.store.list_schedules(tenant)})
+        return planner
 
     async def apply_plan(self, plan: ApplyPlan) -> ApplyResult:
         """Write a plan's creates, updates and deletes in one store transaction (all or
         nothing: ``Conflict`` if anything moved since the plan was made)."""
         if plan.problems:
             raise InvalidInput(f"the plan has {len(plan.problems)} problem(s); nothing was applied")
-        creates: list[NewSchedule] = []
-        changes: list[ScheduleChange] = []
-        kinds: list[PlanAction] = []
-        for item in plan.items:
-            if item.action is PlanAction.CREATE:
-                assert item.desired is not None
-                creates.append(NewSchedule(item.schedule_id, item.desired, item.shard, item.next_run_at))
-            elif item.action is PlanAction.UPDATE:
-                assert item.desired is not None and item.current is not None
-                current = item.current
-                changes.append(
-                    ScheduleChange(
-                        current.id,
-                        current.version,
-                        item.desired,
-                        current.state,
-                        item.next_run_at,
-                        "schedule updated by apply",
-                    )
-                )
-                kinds.append(PlanAction.UPDATE)
-            elif item.action is PlanAction.DELETE:
-                assert item.current is not None
-                current = item.current
-                changes.append(
-                    ScheduleChange(
-                        current.id,
-                        current.version,
-                        current.definition,
-                        ScheduleState.DELETED,
-                        None,
-                        "schedule deleted by apply --prune",
-                    )
-                )
-                kinds.append(PlanAction.DELETE)
-        written = await self.store.apply_schedules(creates, changes, plan.now)
-        return ApplyResult(
-            created=written.created,
-            updated=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.UPDATE],
-            deleted=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.DELETE],
-            canceled=written.canceled,
-            replanned=written.replanned,
-        )
+        creates = [
+            NewSchedule(item.schedule_id, item.desired, item.shard, item.next_run_at)
+            for item in plan.items
+            if item.action is PlanAction.CREATE and item.desired is not None
+        ]
+        changed = [item for item in plan.items if item.action in (PlanAction.UPDATE, PlanAction.DELETE)]
+        written = await self.store.apply_schedules(creates, [_change_of(item) for item in changed], plan.now)
+        return _result(written, changed)
 
     async def _change(
         self,
@@ -651,3 +594,211 @@ class Ops:
         return Change(
             updated, written.canceled, tuple(o for o in running if o.version < updated.version), written.replanned
         )
+
+
+# -- apply: the planner ----------------------------------------------------------------------
+
+_PLAN_CHUNK = 200  # creates planned per turn of the event loop while the store writes
+
+
+class _PlanHasProblems(Exception):
+    """Raised into the apply transaction (rolling it back) once a create is a problem."""
+
+
+def _change_of(item: PlanItem) -> ScheduleChange:
+    """The store change for an UPDATE or DELETE plan item."""
+    current = item.current
+    assert current is not None
+    if item.action is PlanAction.UPDATE:
+        assert item.desired is not None
+        return ScheduleChange(
+            current.id, current.version, item.desired, current.state, item.next_run_at, "schedule updated by apply"
+        )
+    reason = "schedule deleted by apply --prune"
+    return ScheduleChange(current.id, current.version, current.definition, ScheduleState.DELETED, None, reason)
+
+
+def _result(written: AppliedSchedules, changed: Sequence[PlanItem]) -> ApplyResult:
+    kinds = [item.action for item in changed]
+    return ApplyResult(
+        created=written.created,
+        updated=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.UPDATE],
+        deleted=[s for s, k in zip(written.changed, kinds, strict=True) if k is PlanAction.DELETE],
+        canceled=written.canceled,
+        replanned=written.replanned,
+    )
+
+
+class _ApplyPlanner:
+    """One apply plan, made in two parts: :meth:`start` plans every entry but the creates
+    (so the store's changes are known before it writes anything), and the creates —
+    usually nearly all of a first apply — are planned in order by :meth:`plan_to` (called
+    by :class:`_PendingCreates` as the store reads them, and by :meth:`plan_ahead` while
+    it waits for the database).
+
+    Invariants: each entry is planned once and the plan is the one a single pass in
+    ``desired`` order gives (items in index order, then deletes; problems by index);
+    each distinct (kind, expression, zone) is planned once — its validation is cached by
+    ``validate_definition`` and its first run here; ``creates[i]`` is the create of
+    ``pending[i]`` while there is no problem. A lock keeps the planning to one thread at
+    a time (the SQLite store reads the creates on its own thread).
+    """
+
+    def __init__(
+        self,
+        ops: Ops,
+        desired: Sequence[ScheduleDef],
+        tenant: str,
+        prune: bool,
+        progress: Callable[[int], None] | None,
+        now: datetime,
+    ) -> None:
+        self.ops, self.desired, self.tenant, self.prune, self.progress, self.now = (
+            ops, desired, tenant, prune, progress, now,
+        )  # fmt: skip
+        self.items: dict[int, PlanItem] = {}
+        self.problems: list[ApplyProblem] = []
+        self.changes: list[PlanItem] = []  # updates by index, then deletes
+        self.deletes: list[PlanItem] = []
+        self.not_listed: list[str] = []
+        self.pending: list[int] = []  # indexes of the creates, in order
+        self.creates: list[NewSchedule] = []
+        self.done = 0  # how many of ``pending`` are planned
+        # first_run per (kind, expr, tz) as given: ``now`` (also the ``every`` anchor) is
+        # fixed for the plan, and thousands of creates share a few expressions.
+        self._firsts: dict[tuple[str, str, str], datetime] = {}
+        self._stored: dict[str, Schedule] = {}
+        self._lock = threading.Lock()
+
+    def start(self, stored: dict[str, Schedule]) -> None:
+        self._stored = stored
+        seen: dict[str, int] = {}
+        for index, raw in enumerate(self.desired):
+            if raw.name in seen:
+                self._tick()
+                self.problems.append(
+                    ApplyProblem(index, f"name: {raw.name!r} is also defined by entry {seen[raw.name] + 1}")
+                )
+                continue
+            seen[raw.name] = index
+            if raw.name in stored:
+                self._tick()
+                self._plan_stored(index, raw, stored[raw.name])
+            else:
+                self.pending.append(index)
+        self.changes = [item for _, item in sorted(self.items.items()) if item.action is PlanAction.UPDATE]
+        for name, schedule in sorted(stored.items()):
+            if name in seen or not is_managed(schedule.definition):
+                continue
+            if self.prune:
+                self.deletes.append(PlanItem(PlanAction.DELETE, name, None, None, schedule, None))
+            else:
+                self.not_listed.append(name)
+        self.changes += self.deletes
+
+    def _tick(self) -> None:
+        if self.progress is not None:
+            self.progress(1)
+
+    def _definition(self, raw: ScheduleDef) -> ScheduleDef:
+        """``raw`` in the plan's tenant with the apply label, normalized; the egress
+        policy checked."""
+        labels = managed_labels(raw.labels)
+        marked = raw
+        if raw.tenant != self.tenant or raw.labels != labels:  # one copy, none if it has both
+            marked = dataclasses.replace(raw, tenant=self.tenant, labels=labels)
+        definition = normalize(marked)
+        self.ops._check_egress(definition)
+        return definition
+
+    def _plan_stored(self, index: int, raw: ScheduleDef, current: Schedule) -> None:
+        try:
+            definition = self._definition(raw)
+            if not is_managed(current.definition):
+                raise Conflict(
+                    f"name: schedule {definition.name!r} already exists and was not created by apply "
+                    f"(added with clockctl add?); apply does not take it over: rename the entry, or "
+                    f"remove the schedule first (clockctl rm {definition.name}"
+                    + (f" --tenant {self.tenant}" if self.tenant != "default" else "")
+                    + ")"
+                )
+            if current.definition == definition:
+                self.items[index] = PlanItem(
+                    PlanAction.UNCHANGED, definition.name, index, definition, current, current.next_run_at
+                )
+            else:
+                nxt = cursor_after_update(current, definition, self.ops.clock.now())
+                self.items[index] = PlanItem(PlanAction.UPDATE, definition.name, index, definition, current, nxt)
+        except (InvalidInput, Conflict) as exc:
+            self.problems.append(ApplyProblem(index, exc.message, exc.exit_code))
+
+    def plan_to(self, count: int) -> None:
+        """Plan the creates up to ``pending[count - 1]``."""
+        with self._lock:
+            while self.done < min(count, len(self.pending)):
+                index = self.pending[self.done]
+                self.done += 1
+                self._tick()
+                self._plan_create(index, self.desired[index])
+
+    def plan_all(self) -> None:
+        self.plan_to(len(self.pending))
+
+    async def plan_ahead(self) -> None:
+        """Plan the creates a chunk per turn of the event loop (the store's transaction
+        runs between turns)."""
+        while self.done < len(self.pending):
+            self.plan_to(self.done + _PLAN_CHUNK)
+            await asyncio.sleep(0)
+
+    def _plan_create(self, index: int, raw: ScheduleDef) -> None:
+        try:
+            definition = self._definition(raw)
+            key = (definition.kind, definition.expr, definition.tz)
+            first = self._firsts.get(key)
+            if first is None:
+                first = self._firsts[key] = first_run(definition, self.now)
+            schedule_id = new_schedule_id()
+            shard = shard_of(schedule_id, self.ops.shard_count)
+            self.items[index] = PlanItem(
+                PlanAction.CREATE, definition.name, index, definition, None, first, schedule_id, shard
+            )
+            self.creates.append(NewSchedule(schedule_id, definition, shard, first))
+        except (InvalidInput, Conflict) as exc:
+            self.problems.append(ApplyProblem(index, exc.message, exc.exit_code))
+
+    def plan(self) -> ApplyPlan:
+        """The plan (every entry planned)."""
+        assert self.done == len(self.pending)
+        items = [item for _, item in sorted(self.items.items())] + self.deletes
+        problems = sorted(self.problems, key=lambda p: p.index)
+        return ApplyPlan(self.tenant, self.now, items, problems, self.not_listed)
+
+
+class _PendingCreates(Sequence[NewSchedule]):
+    """The creates of a plan in progress, as the store's ``apply_schedules`` reads them:
+    its length is known, and reading an item plans the creates up to it first. Once any
+    entry is a problem, reading raises ``_PlanHasProblems`` (the transaction rolls back)."""
+
+    def __init__(self, planner: _ApplyPlanner) -> None:
+        self._planner = planner
+
+    def __len__(self) -> int:
+        return len(self._planner.pending)
+
+    @overload
+    def __getitem__(self, index: int) -> NewSchedule: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[NewSchedule]: ...
+
+    def __getitem__(self, index: int | slice) -> NewSchedule | Sequence[NewSchedule]:
+        planner = self._planner
+        if isinstance(index, slice):
+            stop = len(self) if index.stop is None else index.stop
+        else:
+            stop = (index + len(self) if index < 0 else index) + 1
+        planner.plan_to(stop)
+        if planner.problems:
+            raise _PlanHasProblems
+        return planner.creates[index]

@@ -363,7 +363,10 @@ class Store(Protocol):
         live schedule of its tenant or by another create of the call; ``QuotaExceeded``
         (nothing committed) when the creates would pass a tenant's ``max_schedules``; of
         several faults, the one writing the creates one by one in order meets first. Empty
-        input commits nothing and returns empty lists."""
+        input commits nothing and returns empty lists. ``creates`` is read in order, a
+        slice at a time, as the transaction writes it (``clockctl apply`` hands in a
+        sequence that plans each slice as it is read, and raises — rolling back — when the
+        plan has a problem)."""
         ...
 
     async def schedule_versions(
@@ -415,12 +418,20 @@ class Store(Protocol):
         occurrences: Sequence[NewOccurrence],
         cursors: Sequence[CursorAdvance],
         now: datetime,
+        *,
+        direct: bool = False,
     ) -> MaterializeResult:
         """The materializer's transaction. In one transaction: advance the fence (or raise
         ``FencedOut`` and commit nothing); move each cursor only if the schedule is still
         active at that version with the expected cursor; insert the occurrences of the
         schedules whose cursor moved (``ON CONFLICT DO NOTHING`` on the id); write an
-        outbox row for every inserted SCHEDULED occurrence. MISSED ones get no outbox row."""
+        outbox row for every inserted SCHEDULED occurrence. MISSED ones get no outbox row.
+
+        ``direct`` (the ``direct_dispatch`` setting): the built-in queue is a table of this
+        same database, so this transaction is already the transactional outbox; each
+        inserted SCHEDULED occurrence is written ENQUEUED (``enqueued_at = now``) with its
+        ``dispatch`` row (``visible_at = available_at``) instead, exactly as the relay
+        would have moved it, and no outbox row. Nothing else changes for claims."""
         ...
 
     # -- relay ---------------------------------------------------------------------

@@ -104,6 +104,7 @@ from clockd.store.codec import (
     schedule_from_row,
     spec_json,
 )
+from clockd.store.definition_cache import DefinitionCache
 from clockd.store.driver import Body, ClaimRequest, Driver, Integrity, Pipeline, Run
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,6 @@ log = logging.getLogger(__name__)
 S = OccurrenceState
 # The audit entries waiting for the current task's next write (``SqlStore.audited``).
 _AUDIT: ContextVar[list[Callable[[Any], AuditEntry | None]] | None] = ContextVar("clockd_store_audit", default=None)
-_DEFINITION_CACHE_MAX = 8192
 # Creates per statement in apply_schedules: 20,000 in a few statements of a few MB each.
 _APPLY_BATCH: Final = 5000
 # Leader's misfire sweep: rows waiting less than this are not even looked at.
@@ -231,8 +231,8 @@ class SqlStore:
         self.driver = driver
         # Writes refused by the fence (a zombie materializer or leader); a metric.
         self.fenced_writes_rejected: int = 0
-        # (schedule_id, version) -> definition; versions never change once written.
-        self._definitions: dict[tuple[str, int], ScheduleDef] = {}
+        # (schedule_id, version) -> definition for the claims (clockd.store.definition_cache).
+        self.definitions = DefinitionCache()
         self._rules = policy_rules()
         d = driver
         self._claimable = d.array([s.value for s in states.sources("claim")])
@@ -680,7 +680,7 @@ class SqlStore:
             )
             for p in planned
         ]
-        yield from self._insert_planned([row for _, row in self._planned_rows(new, stamp)])
+        yield from self._insert_planned([row for _, row in self._planned_rows(new, stamp)], stamp)
         by_instant = {p.scheduled_for: p for p in planned}
         out = tuple(
             Replanned(
@@ -826,6 +826,8 @@ class SqlStore:
         occurrences: Sequence[NewOccurrence],
         cursors: Sequence[CursorAdvance],
         now: datetime,
+        *,
+        direct: bool = False,
     ) -> MaterializeResult:
         d = self.driver
         stamp = d.instant(now)
@@ -843,7 +845,7 @@ class SqlStore:
                 found = yield Run("materialize_advance", advance)
                 moved = {(sid, int(version)) for sid, version in found}
             rows = [row for key, row in planned if key in moved]
-            inserted = yield from self._insert_planned(rows)
+            inserted = yield from self._insert_planned(rows, stamp, direct=direct)
             return MaterializeResult(inserted=inserted, advanced=len(moved), stale=len(cursors) - len(moved))
 
         result: MaterializeResult = await self._write(body())
@@ -872,16 +874,32 @@ class SqlStore:
             for o in occurrences
         ]  # fmt: skip
 
-    def _insert_planned(self, rows: Sequence[tuple[Any, ...]]) -> Body[int]:
+    def _insert_planned(self, rows: Sequence[tuple[Any, ...]], stamp: Any, *, direct: bool = False) -> Body[int]:
         """Insert planned occurrence rows (``_planned_rows``) and the outbox rows of the
-        SCHEDULED ones: the materializer's one insert path (an id or (schedule, version,
-        instant) already there is skipped). The number inserted."""
+        SCHEDULED ones — or, ``direct`` (``direct_dispatch``), their ``dispatch`` rows
+        (``_materialize_enqueued``): the materializer's one insert path (an id or
+        (schedule, version, instant) already there is skipped). The number inserted."""
         if not rows:
             return 0
         d = self.driver
-        params = {**d.table("occurrences", _OCCURRENCE_COLUMNS, rows), "scheduled": S.SCHEDULED.value}
-        inserted: int = yield from d.materialize_insert(params)
+        table = d.table("occurrences", _OCCURRENCE_COLUMNS, rows)
+        if direct:
+            enqueued: int = yield from self._materialize_enqueued(table, stamp)
+            return enqueued
+        inserted: int = yield from d.materialize_insert({**table, "scheduled": S.SCHEDULED.value})
         return inserted
+
+    def _materialize_enqueued(self, table: dict[str, Any], stamp: Any) -> Body[int]:
+        """``materialize(direct=True)``'s writes: the occurrences, SCHEDULED ones already
+        ENQUEUED, then the ``dispatch`` rows of those inserted ENQUEUED (what the relay's
+        ``relay_dispatch`` would write for them). Returns the occurrences inserted."""
+        d = self.driver
+        rule = {"scheduled": S.SCHEDULED.value, "enqueued": states.target("relay").value, "now": stamp}
+        inserted = yield Run("materialize_insert_enqueued", {**table, **rule})
+        queued = [oid for oid, state in inserted if state == rule["enqueued"]]
+        if queued:
+            yield Run("dispatch_insert_enqueued", {"ids": d.array(queued), "enqueued": rule["enqueued"]}, "none")
+        return len(inserted)
 
     # -- relay ---------------------------------------------------------------------------------
 
@@ -960,18 +978,12 @@ class SqlStore:
         return result
 
     def _definitions_for(self, keys: set[tuple[str, int]]) -> Body[dict[tuple[str, int], ScheduleDef]]:
-        cache = self._definitions
-        # Take the hits before the cache may be cleared below: a burst spanning more
-        # distinct schedules than the cache holds must not lose the ones it already had.
-        found = {key: cache[key] for key in keys if key in cache}
-        missing = [key for key in keys if key not in found]
+        found, missing = self.definitions.found(keys)
         if missing:
-            if len(cache) + len(missing) > _DEFINITION_CACHE_MAX:
-                cache.clear()
             rows = yield Run("schedule_definitions", self.driver.table("keys", ("schedule_ids", "versions"), missing))
             for schedule_id, version, document in rows:
                 definition = definition_from_dict(self.driver.document(document))
-                cache[(schedule_id, int(version))] = definition
+                self.definitions.put((schedule_id, int(version)), definition)
                 found[(schedule_id, int(version))] = definition
         return found
 
@@ -1524,7 +1536,7 @@ ENGINE_QUERIES: Final = frozenset(
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
-        "start_lag_histogram",
+        "start_lag_histogram", "materialize_insert_enqueued", "dispatch_insert_enqueued",
     }
 )  # fmt: skip
 

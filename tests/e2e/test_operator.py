@@ -39,6 +39,10 @@ FAMILIES = (
     "clockd_shard_moves",
     "clockd_clock_offset_seconds",
     "clockd_tzdata_info",
+    "clockd_definition_cache_hits",  # the claims' definition cache (hit rate = hits / (hits + misses))
+    "clockd_definition_cache_misses",
+    "clockd_definition_cache_entries",
+    "clockd_definition_cache_capacity",
 )
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -151,6 +155,14 @@ def test_metrics_carry_every_family_and_no_occurrence_id(clockd: Clockd) -> None
     text = wait_for("the leader to sample the store", sampled, 40, 0.5)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert [name for name in FAMILIES if name not in families] == []
+
+    def cache_hits() -> float | None:
+        found = {f.name: f for f in text_string_to_metric_families(scrape())}
+        hits = found["clockd_definition_cache_hits"].samples[0].value
+        return hits if hits >= 1 else None
+
+    # The ticker's second claim finds its definition cached.
+    wait_for("a claim to find its definition in the cache", cache_hits, 20, 0.5)
     steps = {s.labels.get("step") for s in families["clockd_schedule_lag_seconds"].samples}
     assert steps >= {"started", "enqueued"}
     assert {s.labels["queue"] for s in families["clockd_queue_depth"].samples} >= {"default"}

@@ -7,6 +7,8 @@ from itertools import islice
 
 import pytest
 
+from clockd.core import spec as spec_module
+from clockd.core.cron import parse_cron
 from clockd.core.model import ScheduleKind
 from clockd.core.spec import (
     CronSpec,
@@ -15,7 +17,8 @@ from clockd.core.spec import (
     compile_spec,
     validate_definition,
 )
-from clockd.core.timeline import Skip
+from clockd.core.timeline import CronTimeline, Skip
+from clockd.core.zones import get_zone
 from clockd.errors import InvalidCron, InvalidInput, NeverFires, UnknownZone
 
 ANCHOR = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -195,3 +198,24 @@ def test_validate_definition_refuses(
     with pytest.raises(error) as info:
         validate_definition(kind, expr, tz)
     assert info.value.message == message
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["30 2 * 3 0L", "30 2 25-31 3 SUN", "0 3 * 3 0L", "30 1 * 10 0L", "15 2 * * *", "0 9 1 * *", "5 4 * * 1-5",
+     "0 0 29 2 *", "30 2 LW 3 *", "0 12 15W * *", "* * * * *"],
+)  # fmt: skip
+@pytest.mark.parametrize("tz", ["Europe/Paris", "America/New_York", "Australia/Sydney", "Asia/Tokyo", "UTC"])
+def test_the_probe_shortcut_agrees_with_the_timeline(expr: str, tz: str) -> None:
+    """validate_definition answers from the parse-time probe when its wall time is unique
+    in the zone; the answer is the one enumerating the timeline from 2000 gives."""
+    cron = parse_cron(expr)
+    zone = get_zone(tz)
+    fires = CronTimeline(cron, zone).next_after(spec_module._REFERENCE) is not None
+    if spec_module._fires_at_probe(cron.probe_wall, zone):
+        assert fires
+    if fires:
+        assert validate_definition("cron", expr, tz) == cron.normalized
+    else:
+        with pytest.raises(NeverFires):
+            validate_definition("cron", expr, tz)

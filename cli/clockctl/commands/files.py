@@ -228,15 +228,18 @@ def _apply_jobs(
 
     async def go(ops: Ops) -> tuple[ApplyPlan, ApplyResult | None]:
         with _progress(len(jobs)) as advance:
-            plan = await ops.plan_apply(definitions, tenant, prune=prune, progress=advance("checking", len(jobs)))
-            if plan.problems:
-                return plan, None
-            if output is OutputFormat.table:
+            if dry_run:
+                plan = await ops.plan_apply(definitions, tenant, prune=prune, progress=advance("checking", len(jobs)))
+                result = None
+            else:
+                # Planned and written in one pipelined transaction (Ops.apply); the plan is
+                # printed once it is committed (or, with a problem, not at all).
+                plan, result = await ops.apply(
+                    definitions, tenant, prune=prune, progress=advance("checking and writing", len(jobs))
+                )
+            if not plan.problems and output is OutputFormat.table:
                 _print_plan(plan, jobs, dry_run, command)
-            if dry_run or not plan.changes:
-                return plan, None
-            advance("writing in one transaction", None)
-            return plan, await ops.apply_plan(plan)
+            return plan, result
 
     plan, result = with_ops(go, create=True)  # a dry run on a new machine shows every job as added
     if plan.problems:

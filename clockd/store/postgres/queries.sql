@@ -1107,3 +1107,33 @@ ORDER BY b.bin;
 -- name: occurrences_set_reason
 -- The reason of occurrences a change just canceled: re-planned, or dropped by the new version.
 UPDATE occurrences SET reason = %(reason)s WHERE id = ANY(%(ids)b::text[]);
+
+-- ------------------------------------------------------------------ direct dispatch (issue 18)
+
+-- name: materialize_insert_enqueued
+-- materialize_insert with direct_dispatch: the occurrences, SCHEDULED ones written
+-- already ENQUEUED (enqueued_at = :now) and no outbox row; dispatch_insert_enqueued then
+-- queues those inserted. (One statement could chain both here; both dialects share the
+-- engine's two steps.)
+INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
+                         available_at, state, max_attempts, reason, finished_at, enqueued_at)
+SELECT u.id, u.schedule_id, u.version, u.tenant, u.queue, u.scheduled_for, u.available_at,
+       CASE WHEN u.state = %(scheduled)s::text THEN %(enqueued)s::text ELSE u.state END,
+       u.max_attempts, u.reason, u.finished_at,
+       CASE WHEN u.state = %(scheduled)s::text THEN %(now)s::timestamptz END
+FROM unnest(%(ids)b::text[], %(schedule_ids)b::text[], %(versions)b::integer[],
+            %(tenants)b::text[], %(queues)b::text[], %(scheduled_for)b::timestamptz[],
+            %(available_at)b::timestamptz[], %(states)b::text[],
+            %(max_attempts)b::integer[], %(reasons)b::text[], %(finished_at)b::timestamptz[])
+     AS u(id, schedule_id, version, tenant, queue, scheduled_for, available_at, state,
+          max_attempts, reason, finished_at)
+ON CONFLICT DO NOTHING
+RETURNING id, state;
+
+-- name: dispatch_insert_enqueued
+-- The dispatch rows relay_dispatch would write for these ENQUEUED occurrences.
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT id, queue, tenant, available_at FROM occurrences
+WHERE id = ANY(%(ids)b::text[]) AND state = %(enqueued)s::text
+ORDER BY available_at
+ON CONFLICT (occurrence_id) DO NOTHING;

@@ -994,3 +994,29 @@ ORDER BY b.bin;
 -- name: occurrences_set_reason
 -- The reason of occurrences a change just canceled: re-planned, or dropped by the new version.
 UPDATE occurrences SET reason = :reason WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- ------------------------------------------------------------------ direct dispatch (issue 18)
+
+-- name: materialize_insert_enqueued
+-- materialize_insert with direct_dispatch: SCHEDULED occurrences are written already
+-- ENQUEUED (enqueued_at = :now) and get no outbox row; dispatch_insert_enqueued then
+-- queues those inserted.
+INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
+                         available_at, state, max_attempts, reason, finished_at, enqueued_at)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
+       json_extract(value, '$[6]'),
+       CASE WHEN json_extract(value, '$[7]') = :scheduled THEN :enqueued ELSE json_extract(value, '$[7]') END,
+       json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]'),
+       CASE WHEN json_extract(value, '$[7]') = :scheduled THEN :now END
+FROM json_each(:occurrences) WHERE true
+ON CONFLICT DO NOTHING
+RETURNING id, state;
+
+-- name: dispatch_insert_enqueued
+-- The dispatch rows relay_dispatch would write for these ENQUEUED occurrences.
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
+SELECT id, queue, tenant, available_at FROM occurrences
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :enqueued
+ORDER BY available_at
+ON CONFLICT (occurrence_id) DO NOTHING;

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
-import clockd.store.engine as engine
 from clockd.store import Store
+from clockd.store.engine import SqlStore
 from tests.contract.store.support import LEASE, T0, add_schedule, enqueue
 
 
-async def test_claims_survive_a_cache_overflow(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "_DEFINITION_CACHE_MAX", 4)
+async def test_claims_survive_a_cache_overflow(store: Store) -> None:
+    assert isinstance(store, SqlStore)
+    store.definitions.capacity = 4
     schedules = [await add_schedule(store, f"job-{i}") for i in range(10)]
     warm = schedules[:3]
     for i, s in enumerate(warm):
@@ -26,3 +25,6 @@ async def test_claims_survive_a_cache_overflow(store: Store, monkeypatch: pytest
     rest = await store.claim(["default"], "w1", 100, LEASE, T0 + timedelta(minutes=5))
     names = sorted(c.schedule_name for c in rest)
     assert names == sorted(f"job-{i}" for i in range(10))
+    assert len(store.definitions) == 4
+    # job-0..2 were found in the cache unless a new definition took their place.
+    assert store.definitions.misses >= 3 + 7 and store.definitions.hits + store.definitions.misses == 3 + 10

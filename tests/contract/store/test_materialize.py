@@ -8,7 +8,7 @@ from clockd.core.model import OccurrenceState, ScheduleState
 from clockd.errors import FencedOut
 from clockd.store import CursorAdvance, Fence, MaterializeResult, Store
 
-from .support import FENCE, MIN, SEC, T0, Backend, add_schedule, materialize_next, planned
+from .support import FENCE, LEASE, MIN, SEC, T0, Backend, add_schedule, materialize_next, planned
 
 
 def fenced_count(store: Store) -> int:
@@ -207,3 +207,39 @@ async def test_only_scheduled_or_terminal_occurrences_can_be_planned(store: Stor
         )
     fresh = await store.get_schedule_by_id(a.id)
     assert fresh is not None and fresh.next_run_at == T0
+
+
+async def test_direct_materialize_queues_what_the_relay_would(store: Store) -> None:
+    """``direct=True`` (direct_dispatch): the same transaction writes the queue rows. The
+    occurrences end as the relay would leave them, nothing is left for the relay, a row is
+    claimable from its available_at (not before), and MISSED ones are not queued."""
+    a = await add_schedule(store, "a", next_run_at=T0)
+    b = await add_schedule(store, "b", next_run_at=T0)
+    c = await add_schedule(store, "c", next_run_at=T0)
+    occs = [
+        planned(a, T0),
+        planned(b, T0, available_at=T0 + 3 * SEC),
+        planned(c, T0, state=OccurrenceState.MISSED, reason="late"),
+    ]
+    cursors = [CursorAdvance(s.id, 1, T0, T0 + MIN) for s in (a, b, c)]
+    result = await store.materialize(FENCE, occs, cursors, T0 - MIN, direct=True)
+    assert result == MaterializeResult(inserted=3, advanced=3, stale=0)
+    backlog = await store.backlog(T0 - MIN)
+    assert backlog.outbox == 0
+    assert await store.relay(T0 + MIN, 100, T0) == 0  # nothing left to move
+    for occ_id in (occs[0].id, occs[1].id):
+        occ = await store.get_occurrence(occ_id)
+        assert occ is not None and occ.state is OccurrenceState.ENQUEUED and occ.enqueued_at == T0 - MIN
+    missed = await store.get_occurrence(occs[2].id)
+    assert missed is not None and missed.state is OccurrenceState.MISSED
+
+    assert await store.claim(["default"], "w1", 10, LEASE, T0 - SEC) == []  # not visible yet
+    first = await store.claim(["default"], "w1", 10, LEASE, T0)
+    assert [c.occurrence_id for c in first] == [occs[0].id]
+    second = await store.claim(["default"], "w1", 10, LEASE, T0 + 3 * SEC)
+    assert [c.occurrence_id for c in second] == [occs[1].id]
+
+    # Idempotent like the two-step path: the same batch again inserts and queues nothing.
+    again = await store.materialize(FENCE, occs, [CursorAdvance(a.id, 1, T0 + MIN, T0 + 2 * MIN)], T0, direct=True)
+    assert again.inserted == 0
+    assert await store.claim(["default"], "w1", 10, LEASE, T0 + MIN) == []
