@@ -20,7 +20,7 @@ import pytest
 from clockd.config import load_settings
 from clockd.core.model import AttemptOutcome, HttpTarget
 from clockd.errors import InvalidInput
-from clockd.runner.egress import EgressPolicy
+from clockd.runner.egress import EgressPolicy, LiveEgress
 from clockd.runner.http import HttpRunner
 from clockd.wiring import egress_policy
 from tests.harness.home import existing_store
@@ -35,6 +35,8 @@ def inside() -> Iterator[tuple[int, list[str]]]:
     hits: list[str] = []
 
     class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: the runner pools the connection
+
         def do_GET(self) -> None:
             hits.append(self.path)
             self.send_response(200)
@@ -165,3 +167,25 @@ def test_clockctl_refuses_a_denied_target_when_it_is_written(tmp_path: Path) -> 
     ]
     add = subprocess.run(argv, env=env, capture_output=True, text=True)
     assert add.returncode == 0, add.stderr
+
+
+async def test_a_policy_replaced_on_sighup_is_not_bypassed_by_a_pooled_connection(
+    inside: tuple[int, list[str]],
+) -> None:
+    """SIGHUP replaces the daemon's LiveEgress: the next request is judged by the new
+    policy, not sent over the keep-alive connection the old policy let open."""
+    port, hits = inside
+    live = LiveEgress(policy(http_allow="*=127.0.0.1"))
+    runner = HttpRunner(egress=live)
+    try:
+        target = HttpTarget(method="GET", url=f"http://127.0.0.1:{port}/allowed")
+        first = await runner.run(request(target), asyncio.Event())
+        assert first.outcome is AttemptOutcome.SUCCEEDED, first.error
+        live.replace(policy())  # the default again: loopback denied
+        after = HttpTarget(method="GET", url=f"http://127.0.0.1:{port}/after")
+        again = await runner.run(request(after), asyncio.Event())
+        assert again.outcome is AttemptOutcome.ERROR
+        assert again.error is not None and again.error.startswith("egress refused: 127.0.0.1 is a loopback address")
+        assert hits == ["/allowed"]
+    finally:
+        await runner.aclose()
