@@ -189,3 +189,22 @@ def test_second_clockd_on_the_same_store_exits_with_a_clear_message(clockd: Cloc
     assert second.returncode == 4
     assert "another clockd" in second.stderr and "already runs" in second.stderr
     assert len(second.stderr.strip().splitlines()) == 1
+
+
+def test_direct_dispatch_runs_jobs_on_time_without_a_relay(clockd: Clockd) -> None:
+    """direct_dispatch: the materializer queues the occurrence itself (visible at its due
+    time, not before), so the job runs on time with no relay at all (without the setting
+    it would wait in the outbox)."""
+    clockd.env["CLOCKD_DIRECT_DISPATCH"] = "true"
+    clockd.start("--mode", "leader,materializer,worker")
+    added = clockd.ctl_json("add", "--at", "now+2s", "--name", "direct", "--", "echo", "direct")
+    due = parse(added["next_runs"][0])
+
+    def succeeded() -> dict[str, object] | None:
+        runs = clockd.runs("direct")
+        return runs[0] if runs and runs[0]["state"] == "SUCCEEDED" else None
+
+    run = wait_for("the once job to succeed", succeeded, timeout=15)
+    started = parse(str(run["started_at"]))
+    assert 0 <= (started - due).total_seconds() <= 1.0, (started, due)
+    assert clockd.ctl("logs", str(run["id"])).stdout == "direct\n"
