@@ -1090,3 +1090,14 @@ LEFT JOIN LATERAL (
 -- name: occurrences_set_reason
 -- The reason of occurrences a change just canceled: re-planned, or dropped by the new version.
 UPDATE occurrences SET reason = %(reason)s WHERE id = ANY(%(ids)b::text[]);
+
+-- name: occurrences_started_after
+-- The latest instant at or after :after that an older version of the schedule started
+-- (an attempt was made): a change's new cursor must pass it.
+SELECT max(scheduled_for) FROM occurrences
+WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
+  AND scheduled_for >= %(after)s AND attempts > 0 AND NOT manual;
+
+-- name: schedule_cursor_move
+UPDATE schedules SET next_run_at = %(next_run_at)s::timestamptz
+WHERE id = %(id)s AND version = %(version)s;

@@ -966,3 +966,13 @@ LEFT JOIN occurrences AS l ON l.id = (
 -- name: occurrences_set_reason
 -- The reason of occurrences a change just canceled: re-planned, or dropped by the new version.
 UPDATE occurrences SET reason = :reason WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: occurrences_started_after
+-- The latest instant at or after :after that an older version of the schedule started
+-- (an attempt was made): a change's new cursor must pass it.
+SELECT max(scheduled_for) FROM occurrences
+WHERE schedule_id = :schedule_id AND schedule_version < :version
+  AND scheduled_for >= :after AND attempts > 0 AND manual = 0;
+
+-- name: schedule_cursor_move
+UPDATE schedules SET next_run_at = :next_run_at WHERE id = :id AND version = :version;
