@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, overload
 
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 
 DEFAULT_SHARD_COUNT = 64
 DLQ_DROP_REASON = "dropped from the dead-letter queue"
-_EPSILON = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,15 +122,17 @@ def first_run(definition: ScheduleDef, now: datetime) -> datetime:
 
 
 def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: datetime) -> datetime | None:
-    """The cursor of ``schedule`` once its definition becomes ``definition`` (normalized).
+    """The cursor of ``schedule`` once its definition becomes ``definition`` (normalized):
+    the new definition's first instant after ``now``, so none of its instants before the
+    old cursor is lost (moving a daily job from 09:00 to 08:00 keeps tomorrow's 08:00).
 
-    The cursor never goes back: instants before it were materialized for the old
-    version (and are canceled by the update unless claimed); the new version starts at
-    it. ``NeverFires`` when an active schedule would never fire again.
+    No instant runs twice all the same: the store, in the change's transaction, cancels
+    the old version's unclaimed occurrences and re-plans those the new definition fires
+    at under the new version (the materializer then finds their ids taken), and moves the
+    cursor past any instant an older version already started (a worker whose clock is
+    ahead of ours). ``NeverFires`` when an active schedule would never fire again.
     """
     after = now
-    if schedule.next_run_at is not None and schedule.next_run_at - _EPSILON > now:
-        after = schedule.next_run_at - _EPSILON
     spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
     nxt = spec.next_after(after)
     if nxt is None and schedule.state is ScheduleState.ACTIVE:

@@ -170,11 +170,14 @@ def windows(history: ScheduleHistory) -> list[Window]:
     """Each version's expectations (see the module docstring), oldest first."""
     out: list[Window] = []
     versions = history.versions
-    for index, v in enumerate(versions):
-        nxt = versions[index + 1] if index + 1 < len(versions) else None
+    for v in versions:
         until = v.valid_to
-        # The next version's start: where instants this one materialized ahead must stop.
-        optional_until = nxt.next_run_at if nxt is not None and nxt.next_run_at is not None else None
+        # Instants this version materialized ahead of its end lie before its cursor at the
+        # change, which is not recorded: since an update starts the new version at its first
+        # instant after the change (not at the old cursor), the next version's start no
+        # longer bounds them. Open: a CANCELED row of this version's definition after its
+        # end is history, whatever the next version does.
+        optional_until = None
         after = v.next_run_at - _EPSILON if v.next_run_at is not None else v.valid_from
         spec: Spec | None = None
         problem = ""

@@ -612,6 +612,8 @@ class SqlStore:
                 f"{found.version}, not {change.expected_version}; read it again and retry"
             )
         schedule = self._schedule(row)
+        if change.state is ScheduleState.ACTIVE and schedule.next_run_at is not None:
+            schedule = yield from self._cursor_past_started(schedule)
         cancel = {
             "schedule_id": schedule_id,
             "version": schedule.version,
@@ -641,6 +643,25 @@ class SqlStore:
         if change.state is ScheduleState.ACTIVE and canceled:
             replanned = yield from self._replan(schedule, canceled, change.reason, stamp)
         return ScheduleChanged(schedule, len(canceled), replanned)
+
+    def _cursor_past_started(self, schedule: Schedule) -> Body[Schedule]:
+        """``schedule`` (just written, active) with its cursor moved past the latest instant
+        at or after it that an older version already started (an attempt was made: a
+        worker whose clock runs ahead of the caller's), so the new version never plans an
+        instant that ran. Runs before ``schedule_version_insert``, which copies the cursor."""
+        d = self.driver
+        assert schedule.next_run_at is not None
+        params = {"schedule_id": schedule.id, "version": schedule.version, "after": d.instant(schedule.next_run_at)}
+        row = yield Run("occurrences_started_after", params, "one")
+        if row is None or row[0] is None:
+            return schedule
+        started = d.read(row[0])
+        definition = schedule.definition
+        spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
+        cursor = spec.next_after(started)
+        moved = {"id": schedule.id, "version": schedule.version, "next_run_at": d.opt_instant(cursor)}
+        yield Run("schedule_cursor_move", moved, "none")
+        return dataclasses.replace(schedule, next_run_at=None if cursor is None else d.read(d.instant(cursor)))
 
     def _replan(
         self, schedule: Schedule, canceled: Sequence[Sequence[Any]], reason: str, stamp: Any
@@ -1537,6 +1558,7 @@ ENGINE_QUERIES: Final = frozenset(
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram", "materialize_insert_enqueued", "dispatch_insert_enqueued",
+        "occurrences_started_after", "schedule_cursor_move",
     }
 )  # fmt: skip
 

@@ -85,13 +85,20 @@ async def test_update_moves_the_cursor_like_ops_update_and_cancels_old_occurrenc
     assert item.action is PlanAction.UPDATE and item.desired is not None
     expected_cursor = cursor_after_update(s, item.desired, T0)  # Ops.update's own rule
     assert item.next_run_at == expected_cursor
-    assert item.next_run_at is not None and item.next_run_at >= first + 10 * MIN  # never back
+    # The new version starts at its first instant after now (08:02), not at the old
+    # cursor: no */2 instant before 08:15 is lost. Of the two planned ahead, 08:10 is
+    # re-planned under version 2 (the materializer finds its id taken), 08:05 dropped.
+    assert item.next_run_at == T0.replace(microsecond=0) + 2 * MIN
     result = await ops.apply_plan(plan)
     assert result.canceled == 2
     (updated,) = result.updated
     assert (updated.version, updated.definition.expr, updated.next_run_at) == (2, "*/2 * * * *", expected_cursor)
     occurrences = await ops.store.list_occurrences(s.id, 10)
-    assert {(o.state, o.reason) for o in occurrences} == {(OccurrenceState.CANCELED, "schedule updated by apply")}
+    assert sorted((o.scheduled_for, o.version, o.state, o.reason) for o in occurrences) == [
+        (first, 1, OccurrenceState.CANCELED, "schedule updated by apply; version 2 does not fire at this instant"),
+        (first + 5 * MIN, 1, OccurrenceState.CANCELED, "schedule updated by apply; re-planned under version 2"),
+        (first + 5 * MIN, 2, OccurrenceState.SCHEDULED, None),
+    ]
 
 
 async def test_a_paused_schedule_stays_paused(ops: Ops) -> None:

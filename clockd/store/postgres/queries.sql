@@ -1137,3 +1137,14 @@ SELECT id, queue, tenant, available_at FROM occurrences
 WHERE id = ANY(%(ids)b::text[]) AND state = %(enqueued)s::text
 ORDER BY available_at
 ON CONFLICT (occurrence_id) DO NOTHING;
+
+-- name: occurrences_started_after
+-- The latest instant at or after :after that an older version of the schedule started
+-- (an attempt was made): a change's new cursor must pass it.
+SELECT max(scheduled_for) FROM occurrences
+WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
+  AND scheduled_for >= %(after)s AND attempts > 0 AND NOT manual;
+
+-- name: schedule_cursor_move
+UPDATE schedules SET next_run_at = %(next_run_at)s::timestamptz
+WHERE id = %(id)s AND version = %(version)s;

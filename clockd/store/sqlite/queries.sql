@@ -1020,3 +1020,13 @@ SELECT id, queue, tenant, available_at FROM occurrences
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :enqueued
 ORDER BY available_at
 ON CONFLICT (occurrence_id) DO NOTHING;
+
+-- name: occurrences_started_after
+-- The latest instant at or after :after that an older version of the schedule started
+-- (an attempt was made): a change's new cursor must pass it.
+SELECT max(scheduled_for) FROM occurrences
+WHERE schedule_id = :schedule_id AND schedule_version < :version
+  AND scheduled_for >= :after AND attempts > 0 AND manual = 0;
+
+-- name: schedule_cursor_move
+UPDATE schedules SET next_run_at = :next_run_at WHERE id = :id AND version = :version;

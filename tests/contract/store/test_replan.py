@@ -206,3 +206,34 @@ async def test_the_reconciler_flags_a_replan_that_is_missing(pipeline: Pipeline)
     [problem] = report.problems
     assert (problem.instant, problem.status, problem.expected_version) == (lost.scheduled_for, Status.MISSING, 2)
     assert "did not re-plan it" in problem.detail
+
+
+async def test_moving_a_daily_job_earlier_keeps_today_and_tomorrow(pipeline: Pipeline) -> None:
+    """`02 23 * * *` moved to `01 23 * * *` at 23:00:11 (23:02 already planned): the new
+    version starts at its first instant after now, 23:01 today; before, its cursor went
+    past the old one (tomorrow 23:02) and the next run was the day after tomorrow."""
+    await pipeline.ops.add(cron("daily", "02 23 * * *"))
+    await pipeline.cycle()
+    pipeline.clock.advance(timedelta(seconds=11))
+    change = await pipeline.ops.update("daily", cron("daily", "01 23 * * *"))
+    assert change.schedule.next_run_at == NIGHT + MIN
+    assert [r.scheduled_for for r in change.dropped] == [NIGHT + 2 * MIN]
+    await pipeline.advance(timedelta(days=1, minutes=2), step=timedelta(minutes=30))
+    ran = sorted(c.scheduled_for for c in pipeline.runner.calls)
+    assert ran == [NIGHT + MIN, NIGHT + timedelta(days=1) + MIN]
+    report = await run_reconcile(pipeline.store, NIGHT, pipeline.clock.now())
+    assert report.ok, report.problems
+
+
+async def test_the_new_cursor_passes_an_instant_an_older_version_already_started(store: Store) -> None:
+    s = await add_schedule(store, "a", next_run_at=T0)
+    s, _ = await enqueue(store, s)
+    s, ahead = await enqueue(store, s)  # T0+1m
+    # A worker whose clock runs ahead claimed T0+1m; the caller's clock says T0 + 30s and
+    # computes the new cursor T0+1m: the store moves it past what already started.
+    claims = await store.claim(["default"], "w", 10, LEASE, T0 + MIN)
+    assert ahead in {c.occurrence_id for c in claims}
+    changed = await store.change_schedule(s.id, 1, s.definition, ScheduleState.ACTIVE, T0 + MIN, T0 + 30 * SEC, "u")
+    assert changed.schedule.next_run_at == T0 + 2 * MIN
+    assert (await store.get_schedule_by_id(s.id)).next_run_at == T0 + 2 * MIN  # type: ignore[union-attr]
+    assert changed.replanned == ()  # both started: nothing to re-plan
