@@ -22,8 +22,8 @@ def answer(doc: Any, status: int = 200, headers: dict[str, str] | None = None) -
 
 
 def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return format_instant(value)
+    if isinstance(value, datetime):  # naive: a wall-clock time (explain's local "at"), as written
+        return format_instant(value) if value.tzinfo is not None else value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, Enum):
