@@ -377,8 +377,8 @@ class Ops:
     ) -> Change:
         """A new version: unclaimed occurrences of older versions are CANCELED in the same
         transaction and their instants re-planned under the new version where it still
-        fires (``Change.replanned``), the cursor never moves back (no instant is
-        materialized twice), and claimed ones finish under their version
+        fires (``Change.replanned``), the new version starts at its first instant after
+        now (``cursor_after_update``; no instant runs twice), and claimed ones finish under their version
         (``Change.running`` lists them). With
         ``expected_version`` (HTTP If-Match): ``VersionMismatch`` unless the schedule is at
         that version, checked again by the store's conditional write."""

@@ -292,8 +292,9 @@ async def test_a_two_hour_job_on_an_hourly_schedule(
 
 async def test_update_while_one_runs_and_two_are_queued(make_node: object) -> None:
     """23:01 starts (a 10-minute job); 23:02 and 23:03 wait in the queue (no worker
-    claims). The update to version 2 cancels them and what was planned ahead; 23:01
-    finishes under version 1; later runs are version 2; no instant is planned twice."""
+    claims). The update to version 2 cancels them and what was planned ahead, re-planning
+    the instants */2 still has; 23:01 finishes under version 1; later runs are version 2;
+    no instant runs twice."""
     node = await make_node()  # type: ignore[operator]
     node.runner.durations["minutely"] = 10 * MIN
     await node.ops.add(cron("minutely", "* * * * *"))
@@ -318,8 +319,12 @@ async def test_update_while_one_runs_and_two_are_queued(make_node: object) -> No
         assert next(x for x in occ if x.id == o.id).state is OccurrenceState.CANCELED
     v2 = [o for o in occ if o.version == 2]
     assert v2 and all(o.scheduled_for.minute % 2 == 0 for o in v2)
-    assert min(o.scheduled_for for o in v2) > max(o.scheduled_for for o in occ if o.version == 1)
-    assert len({o.scheduled_for for o in occ}) == len(occ)  # no instant materialized twice
+    # The queued 23:02 and the planned-ahead 23:04 were re-planned under version 2 (issue
+    # 15 item 1: an edit keeps the next runs); 23:03 and 23:05 stay canceled (*/2 skips them).
+    assert min(o.scheduled_for for o in v2) == T0 + 2 * MIN
+    assert {o.scheduled_for for o in v2} >= {T0 + 2 * MIN, T0 + 4 * MIN}
+    live = [o for o in occ if o.state is not OccurrenceState.CANCELED]
+    assert len({o.scheduled_for for o in live}) == len(live)  # no instant runs twice
     assert all(o.state is OccurrenceState.SUCCEEDED for o in v2 if o.scheduled_for <= node.clock.now() - MIN)
 
 

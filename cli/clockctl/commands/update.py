@@ -3,8 +3,8 @@
 The store writes the new version, cancels the not-yet-claimed occurrences of
 older versions and re-plans those instants under the new version where it still
 fires, in one transaction (the command says how many it re-planned and dropped); the
-cursor never moves back, so no instant is materialized twice; occurrences already
-claimed finish under their version (the command says how many).
+new version starts at its first instant after now and no instant runs twice;
+occurrences already claimed finish under their version (the command says how many).
 """
 
 from __future__ import annotations
