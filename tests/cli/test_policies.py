@@ -18,6 +18,7 @@ from clockd.core.ids import occurrence_id
 from clockd.core.model import AttemptOutcome, OccurrenceState
 from clockd.store import Completion, CursorAdvance, Fence, NewOccurrence
 from clockd.store.sqlite import SqliteStore
+from tests.cli.conftest import STORE_AND_API, make_ctl
 from tests.harness.home import existing_store
 
 BIN = Path(sys.executable).parent
@@ -34,6 +35,12 @@ def ctl(tmp_path: Path) -> Any:
 
     run.db = tmp_path / "home" / "clockd.db"  # type: ignore[attr-defined]  # test helper attribute
     return run
+
+
+@pytest.fixture(params=STORE_AND_API)
+def both(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """clockctl on the store, and through a real clockd's HTTP API (tests.cli.conftest)."""
+    return make_ctl(tmp_path, request)
 
 
 def doc(result: subprocess.CompletedProcess[str]) -> Any:
@@ -79,7 +86,8 @@ def test_bad_policy_options_exit_2_and_add_nothing(ctl: Any, args: list[str], ne
     assert doc(ctl("list", "-o", "json")) == []
 
 
-def test_an_idempotency_key_adds_once_and_refuses_another_definition(ctl: Any) -> None:
+def test_an_idempotency_key_adds_once_and_refuses_another_definition(both: Any) -> None:
+    ctl = both
     args = ("add", "0 3 * * *", "--name", "nightly", "--idempotency-key", "deploy-42")
     first = doc(ctl(*args, "-o", "json", "--", "/bin/true"))
     assert first["already_existed"] is False
@@ -92,7 +100,8 @@ def test_an_idempotency_key_adds_once_and_refuses_another_definition(ctl: Any) -
     assert [d["name"] for d in doc(ctl("list", "-o", "json"))] == ["nightly"]
 
 
-def test_update_writes_a_version_and_show_lists_the_versions(ctl: Any) -> None:
+def test_update_writes_a_version_and_show_lists_the_versions(both: Any) -> None:
+    ctl = both
     ctl("add", "*/5 * * * *", "--name", "report", "--", "/usr/bin/report", "--full")
     result = ctl("update", "report", "--cron", "30 9 * * 1-5", "--tz", "Europe/Paris", "--overlap", "skip")
     assert result.returncode == 0, result.stderr
@@ -114,7 +123,8 @@ def test_update_writes_a_version_and_show_lists_the_versions(ctl: Any) -> None:
     assert bad.returncode == 2 and "one of --cron, --every or --at" in bad.stderr
 
 
-def test_resume_from_now_or_from_the_pause(ctl: Any) -> None:
+def test_resume_from_now_or_from_the_pause(both: Any) -> None:
+    ctl = both
     ctl("add", "*/5 * * * *", "--name", "job", "--", "/bin/true")
     ctl("pause", "job")
     assert doc(ctl("resume", "job", "--from", "paused-at", "-o", "json"))["state"] == "active"
