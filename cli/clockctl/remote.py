@@ -393,6 +393,21 @@ class RemoteOps:
         ops = Ops(typing.cast(Store, _Listing(listed)), SystemClock())
         return await ops.plan_apply(desired, tenant, prune=prune, progress=progress)
 
+    async def apply(
+        self,
+        desired: Sequence[ScheduleDef],
+        tenant: str = "default",
+        *,
+        prune: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[ApplyPlan, ApplyResult | None]:
+        """``Ops.apply`` over the API: the plan (as ``plan_apply``), then the document sent
+        when it has changes and no problem (the server plans again, all or nothing)."""
+        plan = await self.plan_apply(desired, tenant, prune=prune, progress=progress)
+        if plan.problems or not plan.changes:
+            return plan, None
+        return plan, await self.apply_plan(plan)
+
     async def apply_plan(self, plan: ApplyPlan) -> ApplyResult:
         jobs = [job_document(i.desired) for i in sorted(plan.items, key=_index) if i.desired is not None]
         params = {**self._tenant(plan.tenant), "prune": "true" if plan.count(PlanAction.DELETE) else "false"}

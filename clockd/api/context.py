@@ -16,7 +16,7 @@ from clockd.api.auth import Principal
 from clockd.api.problems import Problem
 from clockd.core.clock import Clock
 from clockd.services.ops import Ops
-from clockd.store import AuditEntry, Store
+from clockd.store import AuditEntry, ScheduleChanged, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +83,14 @@ class ApiContext:
         self, who: Principal, tenant: str, action: str, target: str, before: int | None = None, **detail: Any
     ) -> AbstractContextManager[None]:
         """The common case of ``store.audited``: a schedule write whose result (a ``Schedule``,
-        or ``(Schedule, canceled)``) gives the after-version (and ``canceled``)."""
+        or a ``ScheduleChanged``) gives the after-version (and ``canceled``, ``replanned``)."""
 
         def describe(result: Any) -> AuditEntry:
-            if isinstance(result, tuple):
-                schedule, canceled = result
-                return self.entry(who, tenant, action, target, before, schedule.version, **detail, canceled=canceled)
+            if isinstance(result, ScheduleChanged):
+                return self.entry(
+                    who, tenant, action, target, before, result.schedule.version, **detail,
+                    canceled=result.canceled, replanned=len(result.replanned),
+                )  # fmt: skip
             after = getattr(result, "version", None)
             return self.entry(who, tenant, action, target, before, after, **detail)
 
