@@ -10,7 +10,9 @@ import json
 import os
 import resource
 import signal
+import statistics
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -96,23 +98,26 @@ def test_zone_data_and_help_come_from_the_bundle(art: Artefacts, tmp_path: Path)
     assert helped.returncode == 0 and "Usage: clockctl" in helped.stdout, helped.stderr
 
 
-@pytest.mark.xfail(
-    reason="issue 20's 0.5 s start-up is not met yet: 0.50-0.57 s of CPU measured (README Install)", strict=False
-)
-def test_clockctl_list_starts_within_half_a_second_of_cpu(art: Artefacts, home: Path) -> None:
-    """The one-directory layout (the .deb's): CPU time, not wall time, so a loaded CI
-    machine does not fail it; README "Install" gives the wall-clock figures."""
+def test_clockctl_list_starts_within_half_a_second(art: Artefacts, home: Path) -> None:
+    """Issue 20's budget, on the one-directory layout (the .deb's): the median wall time
+    of seven warm calls (the first call creates the database and fills the page cache).
+    tests/cli/test_startup.py says which modules a call must not load when this fails."""
     link = home / "clockctl"
     link.symlink_to(art.onedir)
     env = clean_env(home)
-    assert _run([str(link), "list"], env).returncode == 0  # creates the database
-    costs = []
-    for _ in range(3):
+    assert _run([str(link), "add", "*/5 * * * *", "--name", "hello", "--", "/bin/true"], env).returncode == 0
+    assert _run([str(link), "list"], env).returncode == 0
+    walls, cpus = [], []
+    for _ in range(7):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        assert _run([str(link), "list"], env).returncode == 0
+        start = time.perf_counter()
+        listed = _run([str(link), "list"], env)
+        walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        costs.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    assert min(costs) <= 0.5, costs
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        assert listed.returncode == 0 and "hello" in listed.stdout, listed.stderr
+    # The CPU times and the load say, when it fails, whether the machine was busy.
+    assert statistics.median(walls) <= 0.5, (walls, cpus, os.getloadavg())
 
 
 class Frozen:
@@ -150,6 +155,14 @@ class Frozen:
         assert result.returncode == 0, result.stderr
         return result.stdout
 
+    def logged(self, action: str, schedule: str) -> bool:
+        """Whether a clockd logged ``action`` for ``schedule`` (its JSON log lines)."""
+        for _, log in self.procs:
+            for line in log.read_text().splitlines():
+                if f'"{action}"' in line and json.loads(line).get("schedule") == schedule:
+                    return True
+        return False
+
     def run_in(self, name: str, state: str) -> dict[str, Any] | None:
         runs: list[dict[str, Any]] = self.ctl("runs", name, "-n", "10")
         return next((r for r in runs if r["state"] == state), None)
@@ -182,7 +195,9 @@ def test_embedded_flow_runs_on_time_logs_and_drains_on_sigterm(frozen: Frozen) -
 
     # SIGTERM while a job runs: clockd lets it finish (drain), then exits 0.
     frozen.ctl("add", "--at", "now+1s", "--name", "slow", "--", "/bin/sh", "-c", "sleep 2; echo drained")
-    wait_for("the slow job to run", lambda: frozen.run_in("slow", "RUNNING"), 20)
+    # From clockd's log, not `clockctl runs`: a call of the one file can take longer than
+    # the job's two seconds of RUNNING on a busy machine.
+    wait_for("the slow job to run", lambda: frozen.logged("run_started", "slow"), 20)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(40) == 0
     drained = frozen.run_in("slow", "SUCCEEDED")
