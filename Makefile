@@ -48,7 +48,7 @@ lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
 
 .PHONY: test
 test: install servers lint deb ## Lint, build the executable and the .deb, then run the whole suite against real PostgreSQL and etcd
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 SOAK_MINUTES ?= 30
 SOAK_SEED ?= 1

@@ -55,12 +55,12 @@ from clockd.core.planning import available_at
 from clockd.core.spec import Spec, compile_spec
 from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFires, NotFound, VersionMismatch
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
-from clockd.services.explain import Explanation, explain_at
-from clockd.services.reconcile import Report, run_reconcile
 from clockd.store import AppliedSchedules, NewSchedule, Replanned, RunSummary, ScheduleChange, Store
 
 if TYPE_CHECKING:
     from clockd.runner.egress import EgressPolicy
+    from clockd.services.explain import Explanation
+    from clockd.services.reconcile import Report
 
 DEFAULT_SHARD_COUNT = 64
 DLQ_DROP_REASON = "dropped from the dead-letter queue"
@@ -399,6 +399,8 @@ class Ops:
 
     async def explain(self, name: str, at: str, tenant: str = "default") -> Explanation:
         """Why ``name`` did or did not run at ``at`` (``clockd.services.explain``)."""
+        from clockd.services.explain import explain_at  # with the verb: every clockctl call imports ops (start-up)
+
         return await explain_at(self.store, await self.get(name, tenant), at, self.clock.now())
 
     async def reconcile(
@@ -413,6 +415,8 @@ class Ops:
     ) -> Report:
         """Is every instant each schedule (or ``name``) expected in [start, end] accounted
         for exactly once (``clockd.services.reconcile``)? Every entry is kept."""
+        from clockd.services.reconcile import run_reconcile  # with the verb (start-up)
+
         schedule_id = (await self.get(name, tenant)).id if name else None
         return await run_reconcile(self.store, start, end, schedule_id, progress=progress, on_loaded=on_loaded)
 
