@@ -29,12 +29,26 @@ class ReleaseError(RuntimeError):
     pass
 
 
-def build_release(commit: str, root: Path) -> Path:
-    """Unpack ``commit`` under ``root`` and make its virtualenv; returns its ``bin``."""
-    archive = subprocess.run(
+def _archive(commit: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
         ["git", "-C", str(REPO), "archive", "--format=tar", commit, "pyproject.toml", "clockd", "cli"],
         capture_output=True, timeout=120, check=False,
     )  # fmt: skip
+
+
+def build_release(commit: str, root: Path) -> Path:
+    """Unpack ``commit`` under ``root`` and make its virtualenv; returns its ``bin``.
+
+    A shallow clone (CI's usual checkout) lacks the commit: it is fetched from the
+    clone's origin first, once; only if that fails too is it an error."""
+    archive = _archive(commit)
+    if archive.returncode != 0:
+        subprocess.run(
+            ["git", "-C", str(REPO), "fetch", "--quiet", "--unshallow"] if (REPO / ".git" / "shallow").exists()
+            else ["git", "-C", str(REPO), "fetch", "--quiet", "origin", commit],
+            capture_output=True, timeout=300, check=False,
+        )  # fmt: skip
+        archive = _archive(commit)
     if archive.returncode != 0:
         raise ReleaseError(
             f"git archive {commit} failed (a shallow clone? fetch the history: git fetch --unshallow): "
