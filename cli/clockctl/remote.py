@@ -50,7 +50,7 @@ from clockd.formats.validate import MANAGED_BY
 from clockd.services.explain import Explanation
 from clockd.services.ops import Added, ApplyPlan, ApplyResult, Change, Ops, PlanAction, ResumeFrom, VersionRow
 from clockd.services.reconcile import Entry, Report, Status
-from clockd.store import RunSummary, Store
+from clockd.store import Replanned, RunSummary, Store
 
 T = TypeVar("T")
 
@@ -269,7 +269,9 @@ class RemoteOps:
 
     async def update(self, name: str, definition: ScheduleDef, tenant: str = "default") -> Change:
         doc = await self._call("PUT", self._path(name), params=self._tenant(tenant), json=job_document(definition))
-        return Change(schedule_from_view(doc), int(doc.get("canceled", 0)))
+        schedule = schedule_from_view(doc)
+        replanned = tuple(_replanned(schedule.id, r) for r in doc.get("replanned") or ())
+        return Change(schedule, int(doc.get("canceled", 0)), replanned=replanned)
 
     async def remove(self, name: str, tenant: str = "default") -> Change:
         schedule = await self.get(name, tenant)
@@ -419,6 +421,9 @@ class RemoteOps:
             updated=[after[n] for n in doc["update"] if n in after],
             deleted=[s for n in doc["delete"] if (s := before.get(n)) is not None],
             canceled=int(doc.get("canceled", 0)),
+            replanned=[
+                _replanned(after[r["schedule"]].id, r) for r in doc.get("replanned") or () if r.get("schedule") in after
+            ],
         )
 
     async def cluster_status(self) -> dict[str, Any]:
@@ -430,6 +435,18 @@ class RemoteOps:
 
     def __getattr__(self, name: str) -> NoReturn:
         _Unsupported().__getattr__(name)
+
+
+def _replanned(schedule_id: str, doc: Mapping[str, Any]) -> Replanned:
+    state = doc.get("state")
+    return Replanned(
+        schedule_id,
+        int(doc["version"]),
+        datetime.fromisoformat(doc["scheduled_for"]),
+        str(doc["replaces"]),
+        doc.get("occurrence_id"),
+        None if state is None else OccurrenceState(state),
+    )
 
 
 def _index(item: Any) -> int:

@@ -61,6 +61,21 @@ def _schemas() -> dict[str, Any]:
             },
             "next_runs": {"type": "array", "items": run},
             "recent": {"type": "array", "items": {"$ref": "#/components/schemas/Occurrence"}},
+            "replanned": {
+                "type": "array",
+                "description": "PUT/PATCH: the pending runs the new version took over (occurrence_id null: "
+                "dropped, the new version does not fire then)",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "scheduled_for": instant,
+                        "version": {"type": "integer"},
+                        "replaces": {"type": "string"},
+                        "occurrence_id": {"type": ["string", "null"]},
+                        "state": {"type": ["string", "null"]},
+                    },
+                },
+            },
             "summary": {
                 "type": ["object", "null"],
                 "description": "its runs as clockctl list shows them (GET one; a list with ?summary=true)",

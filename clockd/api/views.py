@@ -25,7 +25,7 @@ from clockd.core.timeline import CronTimeline, Skip
 from clockd.core.zones import get_zone
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
 from clockd.formats.validate import MANAGED_BY
-from clockd.store import AuditEntry, RunSummary
+from clockd.store import AuditEntry, Replanned, RunSummary
 
 NEXT_RUNS = 5
 
@@ -144,6 +144,18 @@ def summary_view(summary: RunSummary | None) -> dict[str, Any] | None:
         "last_started_at": _opt(summary.last_started_at),
         "last_state": None if summary.last_state is None else summary.last_state.value,
         "last_exit_code": summary.last_exit_code,
+    }
+
+
+def replanned_view(item: Replanned) -> dict[str, Any]:
+    """One instant an update took over from the older version (``occurrence_id`` and
+    ``state`` null: the new version does not fire then, and it was canceled)."""
+    return {
+        "scheduled_for": format_instant(item.scheduled_for),
+        "version": item.version,
+        "replaces": item.replaced,
+        "occurrence_id": item.occurrence_id,
+        "state": None if item.state is None else item.state.value,
     }
 
 

@@ -3,6 +3,8 @@ instant keeps that run, under the new version (``clockctl update`` and ``apply``
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -85,3 +87,43 @@ def test_apply_keeps_the_next_run_of_a_changed_job(clockd: Clockd, tmp_path: Pat
     out = clockd.ctl("apply", "-f", str(schedules)).stdout
     assert f"re-planned 1 upcoming run of nightly under version 2: {_iso(at)}" in out, out
     assert {r["version"]: r["state"] for r in _planned(clockd, "nightly", at)}[2] in ("SCHEDULED", "ENQUEUED")
+
+
+def _api_env(clockd: Clockd) -> dict[str, str]:
+    """CLOCKD_SERVER/CLOCKD_TOKEN for clockctl through this clockd's API (an operator
+    token of the default tenant, made on the store as an admin would)."""
+    line = wait_for("the api to listen", lambda: re.search(r"api listening on (http://[\d.:]+)", clockd.log()), 30)
+    token = json.loads(clockd.ctl("token", "create", "--tenant", "default", "--role", "operator", "-o", "json").stdout)
+    return {"CLOCKD_SERVER": line.group(1), "CLOCKD_TOKEN": token["token"]}
+
+
+def test_update_over_the_api_says_what_it_replanned(clockd: Clockd) -> None:
+    """``clockctl --server … update`` prints the re-plan as on the store (the API's answer
+    carries ``replanned``)."""
+    clockd.start()
+    at = _soon()
+    clockd.ctl("add", f"{at.minute:02d} {at.hour:02d} * * *", "--tz", "UTC", "--name", "daily", "--", "echo", "v1")
+    wait_for("the daily run to be planned", lambda: _planned(clockd, "daily", at))
+    clockd.env.update(_api_env(clockd))
+
+    out = clockd.ctl("update", "daily", "--command", "echo v2").stdout
+    assert f"re-planned 1 upcoming run under version 2: {_iso(at)}" in out, out
+    doc = clockd.ctl_json("update", "daily", "--cron", f"{(at.minute + 30) % 60:02d} {at.hour:02d} * * *")
+    assert [r["scheduled_for"] for r in doc["dropped"]] == [_iso(at)], doc
+
+
+def test_apply_over_the_api_says_what_it_replanned(clockd: Clockd, tmp_path: Path) -> None:
+    clockd.start()
+    clockd.env.update(_api_env(clockd))
+    at = _soon()
+    schedules = tmp_path / "jobs.yaml"
+    job = (
+        f'jobs:\n  - name: nightly\n    schedule: "{at.minute:02d} {at.hour:02d} * * *"\n'
+        "    tz: UTC\n    command: [echo, {v}]\n"
+    )
+    schedules.write_text(job.format(v="v1"))
+    clockd.ctl("apply", "-f", str(schedules))
+    wait_for("the nightly run to be planned", lambda: _planned(clockd, "nightly", at))
+    schedules.write_text(job.format(v="v2"))
+    out = clockd.ctl("apply", "-f", str(schedules)).stdout
+    assert f"re-planned 1 upcoming run of nightly under version 2: {_iso(at)}" in out, out

@@ -16,7 +16,7 @@ from clockd.api.body import read_json
 from clockd.api.problems import FieldError, Problem
 from clockd.api.routes import Param, endpoint
 from clockd.api.routes.common import answer, query_bool, query_instant, query_int
-from clockd.api.views import audit_view, definition_from_body, next_runs, occurrence_view, page
+from clockd.api.views import audit_view, definition_from_body, next_runs, occurrence_view, page, replanned_view
 from clockd.core.durations import parse_duration
 from clockd.core.instants import parse_instant
 from clockd.core.model import ScheduleDef
@@ -121,6 +121,8 @@ async def apply(request: Request, who: Principal) -> Response:
         with api.store.audited(lambda _: api.entry(who, tenant, "apply", "-", **counts)):
             result = await api.ops.apply_plan(plan)
         doc["canceled"] = result.canceled
+        names = {s.id: s.name for s in result.updated}
+        doc["replanned"] = [{"schedule": names.get(r.schedule_id), **replanned_view(r)} for r in result.replanned]
     return answer(doc)
 
 

@@ -16,7 +16,15 @@ from clockd.api.body import read_json
 from clockd.api.problems import FieldError, Problem
 from clockd.api.routes import Param, endpoint
 from clockd.api.routes.common import answer, if_match, query_bool, query_int
-from clockd.api.views import definition_from_body, etag, occurrence_view, page, schedule_view, summary_view
+from clockd.api.views import (
+    definition_from_body,
+    etag,
+    occurrence_view,
+    page,
+    replanned_view,
+    schedule_view,
+    summary_view,
+)
 from clockd.core.model import Schedule, ScheduleState
 from clockd.errors import Conflict, VersionMismatch
 from clockd.formats.schedfile import job_document
@@ -150,7 +158,13 @@ async def _replace(request: Request, who: Principal, schedule: Schedule, data: A
         raise
     except Conflict as exc:  # the store's conditional write lost a race with another change
         raise VersionMismatch(exc.message) from None
-    return _one(request, change.schedule, canceled=change.canceled, still_running=[o.id for o in change.running])
+    return _one(
+        request,
+        change.schedule,
+        canceled=change.canceled,
+        still_running=[o.id for o in change.running],
+        replanned=[replanned_view(r) for r in change.replanned],
+    )
 
 
 @endpoint(
