@@ -121,9 +121,11 @@ class Cluster:
         assert proc.alive(), proc.log_path.read_text()
         return proc
 
-    def ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def ctl(self, *args: str, bin_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """clockctl of this release (or of the one in ``bin_dir``: an older release's, which
+        a schema it does not know yet would refuse)."""
         result = subprocess.run(
-            [str(BIN / "clockctl"), *args], env=self.env, capture_output=True, text=True, timeout=60
+            [str((bin_dir or BIN) / "clockctl"), *args], env=self.env, capture_output=True, text=True, timeout=60
         )
         assert result.returncode == 0, result.stderr
         return result

@@ -68,11 +68,12 @@ def island(cluster: Cluster, etcd_server: EtcdServer, pg_server: PostgresServer)
         ns.close()
 
 
-def add_logged_load(c: Cluster, log: Path, *, sleep: float = 0.0) -> list[str]:
-    """Schedules whose jobs write their own execution log (the checker reads it)."""
-    c.ctl("add", "--every", "1s", "--name", "tick-1s", "--", *job_argv(log, sleep=sleep))
-    c.ctl("add", "--every", "2s", "--name", "tick-2s", "--", *job_argv(log, sleep=sleep))
-    c.ctl("add", "* * * * *", "--name", "minutely", "--", *job_argv(log))
+def add_logged_load(c: Cluster, log: Path, *, sleep: float = 0.0, bin_dir: Path | None = None) -> list[str]:
+    """Schedules whose jobs write their own execution log (the checker reads it), added
+    with the clockctl in ``bin_dir`` (default: this release's)."""
+    c.ctl("add", "--every", "1s", "--name", "tick-1s", "--", *job_argv(log, sleep=sleep), bin_dir=bin_dir)
+    c.ctl("add", "--every", "2s", "--name", "tick-2s", "--", *job_argv(log, sleep=sleep), bin_dir=bin_dir)
+    c.ctl("add", "* * * * *", "--name", "minutely", "--", *job_argv(log), bin_dir=bin_dir)
     return ["tick-1s", "tick-2s", "minutely"]
 
 

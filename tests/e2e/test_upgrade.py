@@ -76,7 +76,7 @@ def test_rolling_upgrade_under_load_loses_nothing_and_old_workers_never_run_what
     cluster.migrate(old_bin)  # the old release's schema
     for name, modes in CONTROL + WORKERS:
         cluster.start(name, modes, bin_dir=old_bin)
-    names = add_logged_load(cluster, log)
+    names = add_logged_load(cluster, log, bin_dir=old_bin)  # as its operators would, before the upgrade
     start_at = now() + timedelta(seconds=1)
     more_runs(log, 5, "runs on the old release", 30)
 
