@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from clockd.core.durations import format_duration
+from clockd.core.instants import iso_utc
 from clockd.core.model import (
     Attempt,
     CommandTarget,
@@ -31,7 +32,6 @@ from clockd.core.model import (
 )
 from clockd.core.sizes import format_size
 from clockd.runner import secrets
-from clockd.services.status import iso as iso
 
 if TYPE_CHECKING:
     from clockd.store import Replanned
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 REDACTED = "***"
 _SENSITIVE = re.compile(r"(?i)pass|secret|token|key|auth|cookie|credential|session|signature|private")
 
+
+# Every JSON instant clockctl prints (the commands import it from here).
+iso = iso_utc
 
 def redact_value(name: str, value: str) -> str:
     """``value`` for display: kept if it references secrets or its name looks harmless."""

@@ -95,3 +95,15 @@ def _from_wall(text: str, wall: datetime, tz: str) -> datetime:
             "(the clocks skip it at a DST change); give an offset or another time"
         )
     return min(found)
+
+
+def iso_utc(dt: datetime | None) -> str | None:
+    """UTC ISO 8601 ending in Z, microseconds only when there are any (trailing zeros cut):
+    the form every JSON document of clockctl and the API uses."""
+    if dt is None:
+        return None
+    return (
+        dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        + (f".{dt.microsecond:06d}".rstrip("0") if dt.microsecond else "")
+        + "Z"
+    )

@@ -13,6 +13,7 @@ from typing import Any
 
 from clockd.config import StoreLocation
 from clockd.coord import Member
+from clockd.core.instants import iso_utc as iso
 from clockd.services.reconcile import Report, run_reconcile
 from clockd.store import LagStats, Store
 
@@ -23,18 +24,6 @@ PROBLEMS_SHOWN = 10
 # A member's clock reading older than this (by the database's clock) is flagged stale: its
 # clock watch measures every 10 s, so it has missed several (its store is unreachable).
 CLOCK_STALE_AFTER = 60.0
-
-
-def iso(dt: datetime | None) -> str | None:
-    """UTC ISO 8601 ending in Z, microseconds only when there are any (trailing zeros cut):
-    the form every JSON document of clockctl and the API uses."""
-    if dt is None:
-        return None
-    return (
-        dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        + (f".{dt.microsecond:06d}".rstrip("0") if dt.microsecond else "")
-        + "Z"
-    )
 
 
 def member_doc(member: Member) -> dict[str, Any]:

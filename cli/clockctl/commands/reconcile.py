@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -23,7 +23,9 @@ from clockctl.render import iso, stamp
 from clockd.core.instants import parse_instant
 from clockd.errors import InvalidInput
 from clockd.services.ops import Ops
-from clockd.services.reconcile import PROBLEMS, Entry, Report, Status
+
+if TYPE_CHECKING:  # the reconciler is imported by the verb (start-up)
+    from clockd.services.reconcile import Entry, Report, Status
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 # Show a progress bar (on a terminal only) for ranges longer than this, or this many schedules.
@@ -31,8 +33,13 @@ LONG_RANGE = timedelta(hours=6)
 MANY_SCHEDULES = 200
 # A not-yet-materialized instant due longer ago than this is worth a note (not a failure).
 OVERDUE = timedelta(minutes=1)
-# Accounted states in the order the summary lists them.
-ORDER = [s for s in Status if s not in PROBLEMS] + sorted(PROBLEMS)
+
+
+def _order() -> list[Status]:
+    """Accounted states in the order the summary lists them."""
+    from clockd.services.reconcile import PROBLEMS, Status
+
+    return [s for s in Status if s not in PROBLEMS] + sorted(PROBLEMS)
 
 
 def register(app: typer.Typer) -> None:
@@ -73,6 +80,8 @@ def register(app: typer.Typer) -> None:
                 return await ops.reconcile(first, last, name, tenant, progress=advance, on_loaded=loaded)
 
         report = with_ops(go)
+        from clockd.services.reconcile import Status
+
         overdue = sum(1 for e in report.entries if e.status is Status.NOT_YET_DUE and e.instant < now - OVERDUE)
         if output is OutputFormat.json:
             emit_json({**report_doc(report, everything), "overdue": overdue})
@@ -113,7 +122,7 @@ def report_doc(report: Report, everything: bool = False) -> dict[str, Any]:
         "schedules": report.schedules,
         "expected": report.expected,
         "unaccounted": report.unaccounted,
-        "counts": {str(s): report.counts[s] for s in ORDER if report.counts.get(s)},
+        "counts": {str(s): report.counts[s] for s in _order() if report.counts.get(s)},
         "problems": [entry_doc(e) for e in report.problems],
     }
     if everything:
@@ -122,7 +131,7 @@ def report_doc(report: Report, everything: bool = False) -> dict[str, Any]:
 
 
 def _summary(report: Report) -> str:
-    counts = ", ".join(f"{report.counts[s]} {s}" for s in ORDER if report.counts.get(s))
+    counts = ", ".join(f"{report.counts[s]} {s}" for s in _order() if report.counts.get(s))
     head = (
         f"{report.schedules} schedule(s), {report.expected} expected instant(s) "
         f"from {stamp(report.start)} to {stamp(report.end)}"

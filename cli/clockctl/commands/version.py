@@ -7,12 +7,14 @@ from typing import Annotated
 import typer
 
 from clockctl.output import OutputFormat, console, emit_json
-from clockd import __version__
-from clockd.buildinfo import commit, describe
-from clockd.core.zones import tzdata_version
+
+# buildinfo (importlib.metadata, git) and the zone data are read by the verb only: every
+# clockctl call imports this module to register it (start-up).
 
 
 def version_text() -> str:
+    from clockd.buildinfo import describe
+
     return describe("clockctl")
 
 
@@ -27,6 +29,10 @@ def register(app: typer.Typer) -> None:
 
         JSON (-o json): {"clockctl": "0.1.0", "commit": "0123456789ab", "tzdata": "2026a"}."""
         if output is OutputFormat.json:
+            from clockd import __version__
+            from clockd.buildinfo import commit
+            from clockd.core.zones import tzdata_version
+
             emit_json({"clockctl": __version__, "commit": commit(), "tzdata": tzdata_version()})
             return
         console.print(version_text())
