@@ -211,20 +211,8 @@ class Materializer:
                 continue
             plan = plan_schedule(schedule, spec.next_after, until, now, self.settings.instants_per_schedule)
             for p in plan.occurrences:
-                occurrences.append(
-                    NewOccurrence(
-                        id=p.id,
-                        schedule_id=schedule.id,
-                        version=schedule.version,
-                        scheduled_for=p.scheduled_for,
-                        available_at=self._paced(d.tenant, p.available_at, now) if p.catch_up else p.available_at,
-                        queue=d.queue,
-                        tenant=d.tenant,
-                        max_attempts=d.retry.max_attempts,
-                        state=p.state,
-                        reason=p.reason,
-                    )
-                )
+                paced = self._paced(d.tenant, p.available_at, now) if p.catch_up else None
+                occurrences.append(NewOccurrence.planned(schedule, p, paced))
             cursors.append(CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, plan.next_run_at))
         # The deadline check comes last, right before the write: planning took time (and
         # the wall clock may have jumped meanwhile: the plan would then be wrong).

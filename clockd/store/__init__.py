@@ -84,6 +84,7 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
+from clockd.core.planning import PlannedOccurrence
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,27 @@ class NewOccurrence:
     max_attempts: int
     state: OccurrenceState = OccurrenceState.SCHEDULED
     reason: str | None = None
+
+    @classmethod
+    def planned(
+        cls, schedule: Schedule, planned: PlannedOccurrence, available_at: datetime | None = None
+    ) -> NewOccurrence:
+        """``planned`` (core.planning) as ``schedule``'s current version writes it: the one
+        mapping the materializer and an update's re-plan share. ``available_at`` overrides
+        the planned one (the materializer's catch-up pacing)."""
+        d = schedule.definition
+        return cls(
+            id=planned.id,
+            schedule_id=schedule.id,
+            version=schedule.version,
+            scheduled_for=planned.scheduled_for,
+            available_at=planned.available_at if available_at is None else available_at,
+            queue=d.queue,
+            tenant=d.tenant,
+            max_attempts=d.retry.max_attempts,
+            state=planned.state,
+            reason=planned.reason,
+        )
 
 
 @dataclass(frozen=True, slots=True)

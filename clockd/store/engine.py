@@ -686,21 +686,7 @@ class SqlStore:
         else:
             fires = [t for t in unstarted if fires_at(spec, t)]
         planned = plan_instants(schedule, fires, d.read(stamp))
-        new = [
-            NewOccurrence(
-                id=p.id,
-                schedule_id=schedule.id,
-                version=schedule.version,
-                scheduled_for=p.scheduled_for,
-                available_at=p.available_at,
-                queue=definition.queue,
-                tenant=definition.tenant,
-                max_attempts=definition.retry.max_attempts,
-                state=p.state,
-                reason=p.reason,
-            )
-            for p in planned
-        ]
+        new = [NewOccurrence.planned(schedule, p) for p in planned]
         yield from self._insert_planned([row for _, row in self._planned_rows(new, stamp)], stamp)
         by_instant = {p.scheduled_for: p for p in planned}
         out = tuple(
