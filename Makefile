@@ -46,9 +46,19 @@ lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
 	@for f in man/*.[158]; do [ -e "$$f" ] || continue; \
 	  out=$$(groff -man -ww -z "$$f" 2>&1); if [ -n "$$out" ]; then echo "$$f: $$out"; exit 1; fi; done
 
+# The suite runs on TEST_WORKERS pytest-xdist workers, one test file per worker at a time
+# (module fixtures stay shared; tests/conftest.py hands out the long drills first). Tests
+# marked `serial` assert wall time (a rejection, a start-up) and run alone, first.
+TEST_WORKERS ?= 2
+
 .PHONY: test
-test: install servers lint deb ## Lint, build the executable and the .deb, then run the whole suite against real PostgreSQL and etcd
-	$(BIN)/pytest -q --durations=25
+test: install servers ## Lint and build the .deb side by side, then run the whole suite against real PostgreSQL and etcd
+	$(MAKE) --no-print-directory -j2 -Otarget lint deb
+	@rc=0; \
+	$(BIN)/pytest -q -m 'serial and not soak' || rc=$$?; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  -m 'not serial and not soak' --durations=25 || rc=$$?; \
+	exit $$rc
 
 SOAK_MINUTES ?= 30
 SOAK_SEED ?= 1

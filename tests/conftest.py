@@ -45,6 +45,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     teardown_on_sigterm()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own fixture-driven ordering, which it keeps per file
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
@@ -52,6 +53,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
         if names & _ETCD_FIXTURES:
             item.add_marker(pytest.mark.etcd)
+    _long_files_first(items)
+
+
+def _long_files_first(items: list[pytest.Item]) -> None:
+    """Files of drills first, then files that start clockd processes, then the rest.
+
+    ``make test`` hands whole files to its xdist workers in this order
+    (``--dist loadfile --no-loadscope-reorder``): a 3-minute soak handed out last would
+    run alone at the end while the other worker idles. The order inside a file is kept.
+    """
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("drill") is not None:
+            return 0
+        return 1 if item.get_closest_marker("e2e") is not None else 2
+
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    by_file: dict[str, int] = {}
+    for item in items:
+        by_file[file_of(item)] = min(rank(item), by_file.get(file_of(item), 2))
+    items.sort(key=lambda item: by_file[file_of(item)])
 
 
 @pytest.fixture(scope="session")

@@ -380,6 +380,7 @@ def timed(ctl: Any, *args: str) -> tuple[subprocess.CompletedProcess[str], float
     return result, time.perf_counter() - started
 
 
+@pytest.mark.serial  # a wall-time limit: measured alone, not beside the parallel suite
 def test_anchor_bomb_and_oversize_file_are_refused_fast(ctl: Any, tmp_path: Path) -> None:
     empty = write(tmp_path / "empty.yaml", "jobs: []\n")
     baseline = min(timed(ctl, "apply", "-f", str(empty))[1] for _ in range(2))  # start-up cost

@@ -77,7 +77,10 @@ def test_each_nodes_clock_offset_is_shown_and_the_one_beyond_its_limit_flagged(
 
     table = status(cluster).stdout
     s1_row = next(line for line in table.splitlines() if line.lstrip().startswith("s1"))
-    assert "+30." in s1_row and "OVER LIMIT" in s1_row, table
+    # The table rounds the same measured offset the JSON carries (within 0.5 s of AHEAD; a
+    # loaded machine measures +29.9 as well as +30.1), and flags it.
+    shown = re.search(r"\+(\d+\.\d+)s", s1_row)
+    assert shown is not None and abs(float(shown.group(1)) - AHEAD) < 0.5 and "OVER LIMIT" in s1_row, table
     n1_row = next(line for line in table.splitlines() if line.lstrip().startswith("n1"))
     assert "OVER LIMIT" not in n1_row, table
 

@@ -98,6 +98,7 @@ def test_zone_data_and_help_come_from_the_bundle(art: Artefacts, tmp_path: Path)
     assert helped.returncode == 0 and "Usage: clockctl" in helped.stdout, helped.stderr
 
 
+@pytest.mark.serial  # a wall-time limit: measured alone, not beside the parallel suite
 def test_clockctl_list_starts_within_half_a_second(art: Artefacts, home: Path) -> None:
     """Issue 20's budget, on the one-directory layout (the .deb's): the median wall time
     of seven warm calls (the first call creates the database and fills the page cache).

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -42,6 +43,9 @@ T = TypeVar("T")
 REJECT_WITHIN = 0.100  # seconds
 HANG = 5.0  # seconds: far beyond any legitimate call
 NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
+# Every rejection must come back within 100 ms: wall time, so `make test` runs these alone.
+pytestmark = pytest.mark.serial
+
 FUZZ = settings(
     max_examples=300,
     deadline=None,  # timing is asserted per call below, without hypothesis' first-call noise
