@@ -316,6 +316,7 @@ def test_slow_lossy_link_to_postgres_lag_grows_nothing_lost_and_recovers(
 
     def lag(lo: datetime, hi: datetime) -> float:
         r = check(cluster.dsn, [log], lo, hi, schedules=names)
+        assert r.lag_p99 is not None, f"no run started between {lo} and {hi}: {r.summary()}"
         return r.lag_p99
 
     good, bad = lag(start_at, bad_from), lag(bad_from + timedelta(seconds=2), bad_to)
