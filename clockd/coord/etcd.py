@@ -268,6 +268,10 @@ class _Etcd:
         )
         self._tx: Any = self._client.transactions
         self._on_reachable = on_reachable
+        # Once closed, never reopened: aetcd reconnects lazily on the next call, so a
+        # call made after close() (a start-up or a status() racing stop()) would open a
+        # channel that nothing closes.
+        self._closed = False
 
     def _translate(self, exc: BaseException) -> CoordError:
         if isinstance(exc, _UNREACHABLE):
@@ -277,6 +281,10 @@ class _Etcd:
         return CoordError(f"etcd error: {exc}")
 
     async def _call(self, aw: Awaitable[Any], budget: float) -> Any:
+        if self._closed:
+            if asyncio.iscoroutine(aw):
+                aw.close()  # never started: no "never awaited" warning
+            raise CoordError("etcd client closed: the coordinator is stopping")
         task = asyncio.current_task()
         asked = task.cancelling() if task is not None else 0
         try:
@@ -284,6 +292,12 @@ class _Etcd:
                 result = await aw
         except (aetcd.ClientError, *_UNREACHABLE) as exc:
             raise self._translate(exc) from exc
+        except asyncio.CancelledError:
+            if task is not None and task.cancelling() > asked:
+                raise  # this task was cancelled
+            # gRPC ends the calls in flight on a channel closed under them (stop()) with a
+            # CancelledError: that is a failed call, not a cancellation of the caller.
+            raise CoordError("etcd client closed during the call: the coordinator is stopping") from None
         if task is not None and task.cancelling() > asked:
             # aetcd waits with asyncio.wait_for, which on Python 3.11 drops a cancellation
             # that arrives as its future completes: the call returns although we were
@@ -362,6 +376,7 @@ class _Etcd:
         # Not asyncio.timeout: aetcd's watcher shutdown swallows the CancelledError a
         # timeout would deliver (``except CancelledError: pass``), and what follows it
         # would then run unbounded. A separate task is abandoned at the deadline instead.
+        self._closed = True
         await _bounded(self._client.close(), CLOSE_TIMEOUT, "close the etcd client")
 
 
@@ -375,13 +390,19 @@ _abandoned: set[asyncio.Future[Any]] = set()
 def _abandon(task: asyncio.Future[Any], what: str, seconds: float) -> None:
     task.cancel()
     _abandoned.add(task)
-    task.add_done_callback(_abandoned.discard)
+    task.add_done_callback(_forget)
     log.warning(
         "gave up waiting after %.1fs to %s",
         seconds,
         what,
         extra={"action": "etcd_stop_abandoned", "what": what},
     )
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: how an abandoned step ended no longer matters
 
 
 async def _bounded(aw: Awaitable[Any], seconds: float, what: str) -> None:
@@ -490,6 +511,10 @@ class EtcdCoordinator:
 
         self._etcd: _Etcd | None = None
         self._running = False
+        # stop() was called (and start() not since): no client is made any more, status()
+        # answers "unreachable" without connecting, a start-up in progress is abandoned.
+        self._stopped = False
+        self._starting: asyncio.Task[None] | None = None  # start()'s connect-and-register
         self._lead = False
         self._materialize = False
         self._modes: tuple[str, ...] = ()
@@ -521,8 +546,13 @@ class EtcdCoordinator:
     # -- the port ----------------------------------------------------------------------
 
     async def start(self, *, lead: bool, materialize: bool, modes: Sequence[str]) -> None:
-        if self._running:
+        """See the port. A ``stop()`` during the start-up (SIGTERM while etcd is slow or
+        down) ends it: ``start()`` then raises ``CoordError`` ("stopped during start-up")
+        at once, having made no background task and holding nothing. A cancelled
+        ``start()`` stops the coordinator the same way before it re-raises."""
+        if self._running or self._starting is not None:
             raise CoordError("coordinator already started")
+        self._stopped = False
         self._lead, self._materialize = lead, materialize
         # The assignment counts members registered with "materializer"; register it
         # exactly when this node will claim shards, or shards would be left unowned.
@@ -531,6 +561,41 @@ class EtcdCoordinator:
             mode_list.append(MATERIALIZER)
         self._modes = tuple(mode_list)
 
+        loop = asyncio.get_running_loop()
+        # A task of its own, so that stop() can cancel the start-up without cancelling
+        # the caller of start().
+        connect = loop.create_task(self._connect(), name=f"clockd-coord-connect-{self.node_id}")
+        self._starting = connect
+        try:
+            await asyncio.wait({connect})
+        except asyncio.CancelledError:
+            await self.stop()
+            raise
+        finally:
+            self._starting = None
+        if self._stopped:
+            # stop() ran meanwhile: it cancelled the start-up, or found it done and
+            # dropped and revoked what it had registered. Checked with no await before
+            # the tasks are made, so a stop() cannot slip in between.
+            if not connect.cancelled():
+                connect.exception()  # retrieved: the stop is what start() reports
+            raise CoordError("coordinator stopped during start-up")
+        connect.result()  # CoordError when etcd stayed unreachable
+
+        self._running = True
+        names = {"session": self._session_loop(), "watch": self._watch_loop()}
+        if lead:
+            names["leader"] = self._leader_loop()
+        if materialize:
+            names["shards"] = self._shard_loop()
+            self._shard_wake.set()
+        self._tasks = [
+            loop.create_task(coro, name=f"clockd-coord-{name}-{self.node_id}")
+            for name, coro in names.items()
+        ]
+
+    async def _connect(self) -> None:
+        """Reach etcd and register the member key, retrying until ``connect_timeout``."""
         etcd = self._client()
         # Waiting for I/O is measured on the loop's clock; the injected clock is for lease
         # deadlines (a manual clock in a test must not make this loop spin forever).
@@ -550,30 +615,26 @@ class EtcdCoordinator:
                     ) from exc
                 await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0.0)))
 
-        self._running = True
-        names = {"session": self._session_loop(), "watch": self._watch_loop()}
-        if lead:
-            names["leader"] = self._leader_loop()
-        if materialize:
-            names["shards"] = self._shard_loop()
-            self._shard_wake.set()
-        self._tasks = [
-            loop.create_task(coro, name=f"clockd-coord-{name}-{self.node_id}")
-            for name, coro in names.items()
-        ]
-
     async def stop(self) -> None:
         """Release everything and close the client. Returns within ``STOP_BOUND`` seconds
         (4 s) whatever etcd does — answering, refusing connections, or frozen — and at
         once when called again: roles are dropped in-process first, so nothing is held
-        when it returns even if etcd never hears of it (the leases then expire by TTL)."""
+        when it returns even if etcd never hears of it (the leases then expire by TTL).
+        It ends what ``start()`` made, a start-up still in progress included, and no
+        client is opened after it (``status()`` then answers unreachable)."""
+        self._stopped = True
         self._running = False
         # 1. drop every role in-process before any await
         self._drop_leader("stopping")
         self._drop_session("stopping")
-        # 2. stop the background tasks (anything in flight is fenced by its token)
+        # 2. stop the background tasks and a start-up in progress (anything in flight is
+        # fenced by its token)
         tasks, self._tasks = self._tasks, []
+        if self._starting is not None and not self._starting.done():
+            tasks.append(self._starting)
         await _cancel_all(tasks, STOP_TASKS_TIMEOUT)
+        # a start-up may have registered its session as it ended: that goes too
+        self._drop_session("stopping")
         # 3. revoke, so successors take over in milliseconds instead of a TTL
         if self._etcd is not None and self._orphans:
             orphans, self._orphans = list(self._orphans), {}
@@ -656,6 +717,7 @@ class EtcdCoordinator:
             raise
 
     async def status(self) -> CoordStatus:
+        """What etcd says now; unreachable (without connecting) once ``stop()`` was called."""
         try:
             _, kvs = await self._client().get_prefix(self._prefix, RPC_TIMEOUT)
         except CoordError:
@@ -1040,8 +1102,8 @@ class EtcdCoordinator:
         )
 
     async def _revoke_orphans(self) -> None:
-        if not self._orphans:
-            return
+        if not self._orphans or self._stopped:
+            return  # stop() revokes what is left itself
         etcd = self._client()
         now = self._now()
         for lease_id, give_up in list(self._orphans.items()):
@@ -1060,6 +1122,8 @@ class EtcdCoordinator:
         return self._clock.monotonic()
 
     def _client(self) -> _Etcd:
+        if self._stopped:
+            raise CoordError("the coordinator is stopped")
         if self._etcd is None:
             self._etcd = _Etcd(self._target, self._reachable)
         return self._etcd

@@ -15,7 +15,9 @@ Between two measurements a wall clock can jump (a VM resumed, ``date -s``, an
 NTP step): ``ok`` also compares how far the wall clock moved against the
 monotonic clock since the last measurement, so a jump is caught on the very next
 check — before a materializer plans with it — not up to ``interval`` later; the
-watch then re-measures at once. Slow drift is caught by the measurements.
+watch then re-measures at once. Standing by, the same check sees a clock put
+right (estimate back within ``max_skew``) and re-measures at once too, so the
+node resumes within a tick of the fix. Slow drift is caught by the measurements.
 
 Invariant: ``ok`` is False until a first measurement succeeded (a process that
 starts with a wrong clock must not act on its first tick), and whenever the
@@ -61,6 +63,7 @@ class ClockWatch:
         self.reason: str | None = None  # why leader/materializer stepped down, while they are down
         self._healthy = True
         self._base: float | None = None  # wall minus monotonic at the last measurement
+        self._recheck_for: float | None = None  # the _base a re-measure was asked for, standing by
         self._remeasure = asyncio.Event()
 
     def _wall_minus_mono(self) -> float:
@@ -71,6 +74,14 @@ class ClockWatch:
         if self.offset is None or self._base is None:
             return False  # not measured yet
         if not self._healthy:
+            # Standing by: once the wall clock looks right again (NTP stepped it back),
+            # re-measure now, not up to ``interval`` later, so the node resumes within a
+            # tick as it stepped down within one. Only a measurement resumes it; asked
+            # once per measurement.
+            estimate = self.offset + self._wall_minus_mono() - self._base
+            if self._recheck_for != self._base and abs(estimate) <= self.max_skew:
+                self._recheck_for = self._base
+                self._remeasure.set()
             return False
         moved = self._wall_minus_mono() - self._base
         estimate = self.offset + moved

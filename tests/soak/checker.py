@@ -16,7 +16,9 @@ one planned occurrence (none doubled) that either ran (a log line) or is recorde
 its reason (MISSED, SKIPPED_OVERLAP, CANCELED, DEAD with a ``reason``); every log line
 has an attempt record of the same attempt; no run started before its instant; no
 attempt ran twice. It also counts executions, redeliveries (attempt > 1) and the start
-lag (p50/p99), optionally outside given fault windows.
+lag (p50/p99) of first attempts, optionally outside given fault windows, with the number
+of samples behind it: with none (a short run, or every instant inside a fault window)
+the lag is unknown, printed ``n/a``, never 0.
 """
 
 from __future__ import annotations
@@ -68,8 +70,10 @@ class Report:
     expected: int = 0
     executions: int = 0
     redeliveries: int = 0
-    lag_p50: float = 0.0
-    lag_p99: float = 0.0
+    # None when no first attempt started outside the fault windows: unknown, not 0.
+    lag_p50: float | None = None
+    lag_p99: float | None = None
+    lag_samples: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
 
@@ -77,11 +81,16 @@ class Report:
     def unaccounted(self) -> int:
         return len(self.problems)
 
+    def lag(self) -> str:
+        """``start lag p50 …s p99 …s (N samples)``, or ``n/a`` for both without samples."""
+        p50, p99 = (f"{v:.3f}s" if v is not None else "n/a" for v in (self.lag_p50, self.lag_p99))
+        samples = "1 sample" if self.lag_samples == 1 else f"{self.lag_samples} samples"
+        return f"start lag p50 {p50} p99 {p99} ({samples})"
+
     def summary(self) -> str:
         return (
             f"checker: {self.expected} instants checked, {self.executions} executions, "
-            f"{self.redeliveries} later attempts (retries and redeliveries), "
-            f"lag p50 {self.lag_p50:.3f}s p99 {self.lag_p99:.3f}s, "
+            f"{self.redeliveries} later attempts (retries and redeliveries), {self.lag()}, "
             f"outcomes {dict(self.outcomes)}, {self.unaccounted} unaccounted"
         )
 
@@ -129,9 +138,9 @@ def expected_instants(kind: str, expr: str, tz: str, anchor: datetime, lo: datet
     return [instant] if lo < instant <= hi else []
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def _percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
-        return 0.0
+        return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
 
@@ -230,7 +239,7 @@ def check(
                 report.problems.append(f"early: {oid} started {early:.3f}s before its instant")
             if e.attempt == 1 and not any(a <= e.scheduled_for <= b + timedelta(seconds=5) for a, b in fault_windows):
                 lags.append((e.started - e.scheduled_for).total_seconds())
-    report.lag_p50, report.lag_p99 = _percentile(lags, 0.5), _percentile(lags, 0.99)
+    report.lag_p50, report.lag_p99, report.lag_samples = _percentile(lags, 0.5), _percentile(lags, 0.99), len(lags)
     return report
 
 

@@ -62,7 +62,7 @@ class SoakResult:
         return (
             f"soak seed {self.seed}, {self.minutes:g} min, {self.schedules} schedules: {len(self.faults)} faults "
             f"{kinds}; clockctl reconcile: {self.reconcile_expected} expected, {self.reconcile_problems} problems; "
-            f"{self.report.summary()} (lag outside fault windows)"
+            f"{self.report.summary()} (start lag of first attempts outside the fault windows)"
         )
 
 

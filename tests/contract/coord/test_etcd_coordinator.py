@@ -7,6 +7,7 @@ TTLs are 2-3 s (etcd's minimum is 2) so that failovers stay short.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import subprocess
@@ -16,7 +17,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+import grpc.aio
 import pytest
+from grpc import ChannelConnectivity
 
 from clockd.coord import Lease
 from clockd.coord.etcd import STOP_BOUND, EtcdCoordinator, assign_shards, channel_target
@@ -529,3 +532,124 @@ async def test_stop_returns_within_its_bound_when_etcd_is_frozen_or_dead(
     finally:
         if fault == "frozen":
             own_etcd.thaw()
+
+
+# -- stop() leaves nothing behind -------------------------------------------------------------
+
+
+def open_channels() -> int:
+    """gRPC channels of this process not closed (whoever still holds them)."""
+    return sum(
+        1 for o in gc.get_objects() if isinstance(o, grpc.aio.Channel) and o.get_state() != ChannelConnectivity.SHUTDOWN
+    )
+
+
+class Baseline:
+    """What the process had before the test: tasks and open channels not the test's."""
+
+    def __init__(self) -> None:
+        self.tasks = asyncio.all_tasks()
+        self.channels = open_channels()
+
+    def leftover_tasks(self) -> set[asyncio.Task[object]]:
+        current = asyncio.current_task()
+        return {t for t in asyncio.all_tasks() if t not in self.tasks and t is not current}
+
+    async def nothing_left(self) -> None:
+        """No task the coordinator made and no gRPC channel it opened outlives its stop.
+
+        Channels, not sockets: gRPC's core may keep a closed channel's TCP connection
+        for ~15 s (until etcd answers its keepalive pings with a GOAWAY), with or
+        without this coordinator's changes and with no Python object left to close."""
+        await eventually(lambda: not self.leftover_tasks(), 3, f"no task left running: {self.leftover_tasks()}")
+        await eventually(lambda: open_channels() <= self.channels, 3, "no gRPC channel left open")
+
+
+async def test_status_after_stop_opens_no_client(make_coord: MakeCoord, own_etcd: EtcdServer) -> None:
+    # Regression: status() after stop() made a new etcd client and never closed it (a
+    # health probe racing the shutdown left a channel open for good).
+    baseline = Baseline()
+    a = make_coord("a", endpoints=own_etcd.endpoints)
+    await a.start(lead=True, materialize=True, modes=["leader", "materializer"])
+    await eventually(lambda: a.leader_lease() is not None, 10, "a leads")
+    assert (await a.status()).reachable
+    assert open_channels() > baseline.channels  # what nothing_left() looks for is seen
+    await timed_stop(a)
+    status = await a.status()
+    assert not status.reachable and status.leader_node is None and status.members == ()
+    await baseline.nothing_left()
+    # An observer (clockctl status): status() without start(), then stop(), closes its client.
+    observer = make_coord("observer", endpoints=own_etcd.endpoints)
+    assert (await observer.status()).reachable
+    await timed_stop(observer)
+    assert not (await observer.status()).reachable
+    await baseline.nothing_left()
+
+
+async def test_stop_during_start_with_etcd_unreachable_ends_the_start(cluster_name: str) -> None:
+    # SIGTERM while start() retries an etcd that refuses connections: start() must end
+    # with the stop, not at its connect timeout, and leave nothing running.
+    baseline = Baseline()
+    coord = EtcdCoordinator([f"http://127.0.0.1:{free_port()}"], cluster_name, "a", connect_timeout=10.0)
+    starting = asyncio.create_task(coord.start(lead=True, materialize=True, modes=["leader", "materializer"]))
+    await asyncio.sleep(0.3)  # where the stop lands (start-up retrying), not a wait for an event
+    await timed_stop(coord)
+    with pytest.raises(CoordError, match="stopped"):
+        async with asyncio.timeout(1.0):
+            await starting
+    assert coord.leader_lease() is None and coord.shard_leases() == []
+    assert not (await coord.status()).reachable
+    await baseline.nothing_left()
+
+
+async def test_stop_during_start_with_etcd_frozen_leaves_nothing_registered(
+    make_coord: MakeCoord, own_etcd: EtcdServer
+) -> None:
+    # SIGTERM while start() waits on a frozen etcd that answers only after the stop:
+    # start() must not register, spawn its loops or reopen the client afterwards.
+    baseline = Baseline()
+    coord = make_coord("a", endpoints=own_etcd.endpoints)
+    own_etcd.freeze()
+    try:
+        starting = asyncio.create_task(coord.start(lead=True, materialize=True, modes=["leader", "materializer"]))
+        await asyncio.sleep(0.3)  # where the stop lands (a call to etcd in flight), not a wait for an event
+        await timed_stop(coord)
+    finally:
+        own_etcd.thaw()
+    with pytest.raises(CoordError, match="stopped"):
+        async with asyncio.timeout(1.0):
+            await starting
+    observer = make_coord("observer", endpoints=own_etcd.endpoints)
+    status = await observer.status()
+    assert status.reachable and status.members == () and status.leader_node is None
+    await timed_stop(observer)
+    assert coord.leader_lease() is None and coord.shard_leases() == []
+    await baseline.nothing_left()
+
+
+async def test_stop_anywhere_in_start_up_leaves_nothing_behind(make_coord: MakeCoord, own_etcd: EtcdServer) -> None:
+    # stop() concurrent with start() at staggered points of its first milliseconds (etcd
+    # answering): either start() finished and the stop undid it, or start() raises; in
+    # both cases no loop runs on, no member key stays, no connection stays open.
+    baseline = Baseline()
+    for rnd in range(4):
+        coords = [make_coord(f"r{rnd}n{i}", endpoints=own_etcd.endpoints) for i in range(5)]
+        starts = [
+            asyncio.create_task(c.start(lead=True, materialize=True, modes=["leader", "materializer"])) for c in coords
+        ]
+
+        async def stop_after(coord: EtcdCoordinator, delay: float) -> float:
+            await asyncio.sleep(delay)  # where in the start-up the stop lands, not a wait for an event
+            return await timed_stop(coord)
+
+        await asyncio.gather(*(stop_after(c, i * 0.004 + rnd * 0.001) for i, c in enumerate(coords)))
+        async with asyncio.timeout(1.0):
+            outcomes = await asyncio.gather(*starts, return_exceptions=True)
+        for outcome in outcomes:
+            assert outcome is None or (isinstance(outcome, CoordError) and "stopped" in str(outcome)), outcome
+        assert not leaders(coords) and not ownership(coords)
+    observer = make_coord("observer", endpoints=own_etcd.endpoints)
+    status = await observer.status()
+    assert status.reachable and status.members == () and status.leader_node is None, status
+    await timed_stop(observer)
+    await baseline.nothing_left()
