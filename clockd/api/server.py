@@ -108,13 +108,18 @@ def dashboard_routes(
             return None
         return Viewer(principal.tenant, principal.role.value, principal.name)
 
-    cache = ReconcileCache()
+    # The health page never waits for the reconciler: it shows the last report and its age
+    # while a refresh runs in the background, the first one started by any page.
+    cache = ReconcileCache(background=True)
 
     async def health() -> dict[str, Any]:
         coordination = await _coordination(settings, coordinator)
         return await status_doc.gather(api.store, settings.horizon, resolve_store(settings.store), coordination, cache)
 
-    return Dashboard(api.store, api.ops, api.clock, viewer, health, secure_cookies=tls).routes()
+    def warm() -> None:
+        cache.refresh_soon(api.store, settings.horizon)
+
+    return Dashboard(api.store, api.ops, api.clock, viewer, health, secure_cookies=tls, warm=warm).routes()
 
 
 def cluster_status(
