@@ -86,6 +86,10 @@ class ReconcileCache:
     report: Report | None = None
     at: datetime | None = None
     background: bool = False
+    # None: always reconcile. Else above this many live schedules the report is not
+    # made, and ``skipped`` says why (the leader's rule: clockd.services.reconcile.RECONCILE_MAX_SCHEDULES).
+    max_schedules: int | None = None
+    skipped: str | None = None
     _running: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def _stale(self, now: datetime) -> bool:
@@ -102,7 +106,17 @@ class ReconcileCache:
 
     async def _run(self, store: Store, horizon: timedelta, now: datetime) -> None:
         start, end = reconcile_range(now, horizon)
+        if self.max_schedules is not None:
+            live = await store.live_schedules_count()
+            if live > self.max_schedules:
+                self.report, self.at = Report(start, end, live, 0, {}), now
+                self.skipped = (
+                    f"not checked: {live:,} live schedules exceed {self.max_schedules:,} "
+                    "(run clockctl reconcile per schedule or tenant)"
+                )
+                return
         self.report, self.at = await run_reconcile(store, start, end, keep_accounted=False), now
+        self.skipped = None
 
     async def _refresh(self, store: Store, horizon: timedelta, now: datetime) -> None:
         try:
@@ -169,7 +183,8 @@ async def gather(
         ],
         "dlq": dead,
         "unaccounted": {
-            "count": report.unaccounted,
+            "count": None if cache.skipped else report.unaccounted,
+            **({"skipped": cache.skipped} if cache.skipped else {}),
             "from": iso(report.start),
             "to": iso(report.end),
             "checked_at": iso(checked),
@@ -204,4 +219,3 @@ def shard_ranges(shards: list[int]) -> str:
         if s is not None:
             first = prev = s
     return f"{len(shards)}: {','.join(runs)}"
-

@@ -56,3 +56,29 @@ async def test_a_foreground_cache_recomputes_a_stale_report_before_answering(tmp
         assert cache._running is None
     finally:
         await store.close()
+
+
+async def test_above_its_limit_of_live_schedules_the_cache_says_it_did_not_check(tmp_path: Path) -> None:
+    from clockd.core.ids import new_schedule_id
+    from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
+
+    store = SqliteStore(tmp_path / "clockd.db")
+    await store.open()
+    try:
+        now = datetime.now(UTC)
+        for name in ("a", "b", "c"):
+            definition = ScheduleDef(name=name, kind=ScheduleKind.CRON, expr="0 0 1 1 *", tz="UTC", target=NoopTarget())
+            await store.create_schedule(new_schedule_id(), definition, 0, None, now)
+        cache = ReconcileCache(background=True, max_schedules=2)
+        doc = await gather(store, HORIZON, resolve_store(str(tmp_path / "clockd.db")), {"kind": "embedded"}, cache)
+        unaccounted = doc["unaccounted"]
+        assert unaccounted["count"] is None
+        assert unaccounted["skipped"] == (
+            "not checked: 3 live schedules exceed 2 (run clockctl reconcile per schedule or tenant)"
+        )
+        cache.max_schedules = 3
+        cache.at = None  # no report at all: this page waits for one
+        doc = await gather(store, HORIZON, resolve_store(str(tmp_path / "clockd.db")), {"kind": "embedded"}, cache)
+        assert (doc["unaccounted"]["count"], "skipped" in doc["unaccounted"]) == (0, False)
+    finally:
+        await store.close()
