@@ -76,18 +76,20 @@ class ReconcileCache:
 
     ``background`` false (``clockctl status``): a stale report is recomputed before the
     document is answered. ``background`` true (the dashboard's health page): a request
-    never runs the reconciler — at 100,000 schedules its read of every live schedule
-    costs ~0.1 s — but serves the last report with its age (``checked_at``) while one
-    refresh runs in the background; only a request that finds no report at all waits,
-    for the run already started (``refresh_soon``, which the dashboard calls on every
-    page, so a first health page normally finds one done). A failed refresh keeps the
-    previous report and is logged."""
+    never runs the reconciler — it reads every live schedule's versions — but serves the
+    last report with its age (``checked_at``) while one refresh runs in the background;
+    only a request that finds no report at all waits, for the run already started
+    (``refresh_soon``, which the dashboard calls on every page, so a first health page
+    normally finds one done). A failed refresh keeps the previous report and is logged.
+    ``max_schedules`` (the api's: the leader's limit) skips the run above that many live
+    schedules: on the embedded store the read holds its only database thread (100,000
+    took 37 s under load), stalling every page and the scheduler meanwhile."""
 
     report: Report | None = None
     at: datetime | None = None
     background: bool = False
-    # None: always reconcile. Else above this many live schedules the report is not
-    # made, and ``skipped`` says why (the leader's rule: clockd.services.reconcile.RECONCILE_MAX_SCHEDULES).
+    # None: always reconcile. Else above this many live schedules the report is not made
+    # and ``skipped`` says why (the leader's rule: services.reconcile.RECONCILE_MAX_SCHEDULES).
     max_schedules: int | None = None
     skipped: str | None = None
     _running: asyncio.Task[None] | None = field(default=None, repr=False)
