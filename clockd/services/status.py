@@ -148,8 +148,9 @@ async def gather(
 ) -> dict[str, Any]:
     """The status document (``-o json``: a stable interface). ``coordination`` is the
     caller's view of the leader and members; ``cache`` keeps the reconciler's report
-    (:class:`ReconcileCache`: a watch or a page refresh does not rerun it each time;
-    ``unaccounted.checked_at`` says when it ran)."""
+    (:class:`ReconcileCache`: a watch or a page refresh does not rerun it each time); a
+    background cache adds ``unaccounted.checked_at`` and ``age_seconds`` (when it ran) and
+    ``unaccounted.skipped`` (why it did not, with ``count`` null)."""
     cache = cache or ReconcileCache()
     before = datetime.now(UTC)
     server = await store.server_time()
@@ -186,11 +187,11 @@ async def gather(
         "dlq": dead,
         "unaccounted": {
             "count": None if cache.skipped else report.unaccounted,
-            **({"skipped": cache.skipped} if cache.skipped else {}),
             "from": iso(report.start),
             "to": iso(report.end),
-            "checked_at": iso(checked),
-            "age_seconds": _age(now, checked),
+            # A background report (the dashboard's) may be older than this document: say so.
+            **({"checked_at": iso(checked), "age_seconds": _age(now, checked)} if cache.background else {}),
+            **({"skipped": cache.skipped} if cache.skipped else {}),
             "problems": [
                 {"schedule": e.schedule, "instant": iso(e.instant), "problem": str(e.status), "detail": e.detail}
                 for e in report.problems[:PROBLEMS_SHOWN]

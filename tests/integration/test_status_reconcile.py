@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from clockd.config import resolve_store
+from clockd.core.instants import iso_utc
 from clockd.services.status import RECONCILE_EVERY, ReconcileCache, gather
 from clockd.store.sqlite import SqliteStore
 
@@ -36,7 +37,7 @@ async def test_a_background_cache_serves_the_last_report_and_refreshes_it_off_th
         cache.at = datetime.now(UTC)
         doc = await gather(store, HORIZON, resolve_store(str(tmp_path / "clockd.db")), {"kind": "embedded"}, cache)
         unaccounted = doc["unaccounted"]
-        assert unaccounted["checked_at"] == cache.at.isoformat().replace("+00:00", "Z")
+        assert unaccounted["checked_at"] == iso_utc(cache.at)
         assert 0 <= unaccounted["age_seconds"] < RECONCILE_EVERY.total_seconds()
     finally:
         await store.close()
