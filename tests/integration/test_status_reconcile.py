@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from clockd.config import resolve_store
+from clockd.core.ids import new_schedule_id
 from clockd.core.instants import iso_utc
+from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
 from clockd.services.status import RECONCILE_EVERY, ReconcileCache, gather
 from clockd.store.sqlite import SqliteStore
 
@@ -60,9 +62,6 @@ async def test_a_foreground_cache_recomputes_a_stale_report_before_answering(tmp
 
 
 async def test_above_its_limit_of_live_schedules_the_cache_says_it_did_not_check(tmp_path: Path) -> None:
-    from clockd.core.ids import new_schedule_id
-    from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
-
     store = SqliteStore(tmp_path / "clockd.db")
     await store.open()
     try:

@@ -12,15 +12,16 @@ from typing import Any
 
 import psycopg
 
+from clockd.core.ids import new_schedule_id
 from clockd.core.model import ScheduleState
-from clockd.store import SchedulePage, Store
+from clockd.store import NewSchedule, SchedulePage, Store
 from clockd.store.api_rows import ABOVE_EVERY_NAME, prefix_range, schedule_page_params
 from clockd.store.postgres import PostgresStore
 from clockd.store.postgres.store import Q as PG_Q
 from clockd.store.sqlite import SqliteStore
 from clockd.store.sqlite.store import Q as SQLITE_Q
 
-from .support import MIN, T0, Backend, add_schedule
+from .support import MIN, T0, Backend, add_schedule, definition
 
 TENANT = "acme"
 
@@ -66,11 +67,6 @@ async def test_a_label_search_follows_every_schedule_write(store: Store) -> None
 
 
 async def test_labels_written_in_a_batch_are_searchable(store: Store) -> None:
-    from clockd.core.ids import new_schedule_id
-    from clockd.store import NewSchedule
-
-    from .support import definition
-
     batch = [
         NewSchedule(new_schedule_id(), definition(f"n{i}", tenant=TENANT, labels=(("k", str(i % 2)),)), 0, T0)
         for i in range(6)
