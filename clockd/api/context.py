@@ -16,7 +16,7 @@ from clockd.api.auth import Principal
 from clockd.api.problems import Problem
 from clockd.core.clock import Clock
 from clockd.services.ops import Ops
-from clockd.store import AuditEntry, ScheduleChanged, Store
+from clockd.store import AuditEntry, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +86,6 @@ class ApiContext:
         or a ``ScheduleChanged``) gives the after-version (and ``canceled``, ``replanned``)."""
 
         def describe(result: Any) -> AuditEntry:
-            if isinstance(result, ScheduleChanged):
-                return self.entry(
-                    who, tenant, action, target, before, result.schedule.version, **detail,
-                    canceled=result.canceled, replanned=len(result.replanned),
-                )  # fmt: skip
-            after = getattr(result, "version", None)
-            return self.entry(who, tenant, action, target, before, after, **detail)
+            return AuditEntry.of_write(result, self.clock.now(), tenant, who.name, action, target, before, **detail)
 
         return self.store.audited(describe)

@@ -35,6 +35,7 @@ from clockd.errors import InvalidInput
 from clockd.runner.egress import EgressPolicy, LiveEgress
 from clockd.services import status as status_doc
 from clockd.services.ops import Ops
+from clockd.services.reconcile import RECONCILE_MAX_SCHEDULES
 from clockd.services.status import ReconcileCache
 from clockd.store import Store
 from clockd.ui.pages import Dashboard, Viewer
@@ -108,13 +109,19 @@ def dashboard_routes(
             return None
         return Viewer(principal.tenant, principal.role.value, principal.name)
 
-    cache = ReconcileCache()
+    # The health page never waits for the reconciler: it shows the last report and its age
+    # while a refresh runs in the background, the first one started by any page; above the
+    # leader's limit of live schedules it says it did not check (services.reconcile).
+    cache = ReconcileCache(background=True, max_schedules=RECONCILE_MAX_SCHEDULES)
 
     async def health() -> dict[str, Any]:
         coordination = await _coordination(settings, coordinator)
         return await status_doc.gather(api.store, settings.horizon, resolve_store(settings.store), coordination, cache)
 
-    return Dashboard(api.store, api.ops, api.clock, viewer, health, secure_cookies=tls).routes()
+    def warm() -> None:
+        cache.refresh_soon(api.store, settings.horizon)
+
+    return Dashboard(api.store, api.ops, api.clock, viewer, health, secure_cookies=tls, warm=warm).routes()
 
 
 def cluster_status(

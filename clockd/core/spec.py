@@ -76,6 +76,10 @@ class Spec(Protocol):
         """One line of English."""
         ...
 
+    def __hash__(self) -> int:
+        """By identity (``object``'s): a spec is immutable, so memos may key on it."""
+        ...
+
 
 class CronSpec:
     """A cron expression in a zone (the time contract lives in ``CronTimeline``)."""

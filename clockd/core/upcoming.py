@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
+from clockd.core.model import ScheduleKind
 from clockd.core.spec import Spec
 from clockd.core.timeline import Fire, Skip
 
@@ -46,6 +48,24 @@ def upcoming(spec: Spec, after: datetime, count: int) -> list[Upcoming]:
         if len(rows) >= count:
             break
     return rows
+
+
+def upcoming_shared(spec: Spec, after: datetime, count: int) -> list[Upcoming]:
+    """:func:`upcoming`, memoized: a page that lists many schedules on one expression and
+    zone (``compile_spec`` gives them one spec object) plans it once, and so do page loads
+    in the same second. A cron schedule fires and skips on whole seconds only, so for it
+    ``after`` counts to its second (the same fires strictly after either); ``once`` and
+    ``every`` instants may carry microseconds, so theirs is kept whole."""
+    if spec.kind is ScheduleKind.CRON:
+        after = after.replace(microsecond=0)
+    return list(_upcoming_memo(spec, after, count))
+
+
+@lru_cache(maxsize=8192)
+def _upcoming_memo(spec: Spec, after: datetime, count: int) -> tuple[Upcoming, ...]:
+    # Keyed by the spec object itself (identity): specs are immutable, so an entry never
+    # goes stale, and holding it keeps its id from being reused.
+    return tuple(upcoming(spec, after, count))
 
 
 def skip_notes(skips: tuple[Skip, ...] | list[Skip]) -> list[str]:

@@ -35,7 +35,7 @@ from clockd.core.clock import Clock
 from clockd.core.instants import format_instant
 from clockd.errors import StoreError
 from clockd.obs import metrics
-from clockd.services.reconcile import run_reconcile
+from clockd.services.reconcile import RECONCILE_MAX_SCHEDULES, run_reconcile
 from clockd.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class SamplerSettings:
     # occurrences into the leader's memory; above this many schedules it is skipped (and
     # the gauge reads -1) so the leader's memory never grows with the fleet. Run
     # `clockctl reconcile NAME` or per tenant for larger fleets.
-    reconcile_max_schedules: int = 20_000
+    reconcile_max_schedules: int = RECONCILE_MAX_SCHEDULES
 
 
 class Sampler:

@@ -843,6 +843,27 @@ class AuditEntry:
     detail: Mapping[str, object] = field(default_factory=dict)
     id: int = 0
 
+    @classmethod
+    def of_write(
+        cls,
+        result: object,
+        at: datetime,
+        tenant: str,
+        actor: str,
+        action: str,
+        target: str,
+        before: int | None = None,
+        **detail: object,
+    ) -> AuditEntry:
+        """The entry of a schedule write, from what the write returned (the ``describe`` of
+        ``Store.audited``, for the API and the dashboard alike): a ``ScheduleChanged`` gives
+        the after-version and what it ``canceled`` and ``replanned``; anything else with a
+        ``version`` (a ``Schedule``) that version; else none."""
+        if isinstance(result, ScheduleChanged):
+            return cls(at, tenant, actor, action, target, before, result.schedule.version,
+                       {**detail, "canceled": result.canceled, "replanned": len(result.replanned)})  # fmt: skip
+        return cls(at, tenant, actor, action, target, before, getattr(result, "version", None), detail)
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulePage:

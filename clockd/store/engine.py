@@ -90,6 +90,7 @@ from clockd.store.api_rows import (
     audit_params,
     occurrence_page_params,
     schedule_page_params,
+    schedule_page_query,
     token_conflict_message,
     token_from_row,
     token_params,
@@ -498,6 +499,7 @@ class SqlStore:
             },
             "none",
         )
+        yield from self._write_labels([(new.schedule_id, definition)])
         return self._created(new, stamp)
 
     def _created(self, new: NewSchedule, stamp: Any) -> Schedule:
@@ -551,7 +553,22 @@ class SqlStore:
             },
             "none",
         )
+        yield from self._write_labels([(n.schedule_id, n.definition) for n in batch])
         return [self._created(new, stamp) for new in batch]
+
+    def _write_labels(self, written: Sequence[tuple[str, ScheduleDef]]) -> Body[None]:
+        """The ``schedule_labels`` rows (schema 0009) of schedules just written, in the
+        write's transaction: the one place that keeps the label search's table in step
+        with the schedules (creates here; ``_change_schedule`` deletes a changed schedule's
+        rows first). No statement when none of them has a label."""
+        rows = [
+            (definition.tenant, key, value, definition.name, schedule_id)
+            for schedule_id, definition in written
+            for key, value in definition.labels
+        ]
+        if rows:
+            columns = ("tenants", "keys", "label_values", "names", "ids")
+            yield Run("schedule_labels_insert", self.driver.table("labels", columns, rows), "none")
 
     def _insert_one_by_one(self, batch: Sequence[NewSchedule], stamp: Any) -> Body[list[Schedule]]:
         created: list[Schedule] = []
@@ -612,6 +629,9 @@ class SqlStore:
                 f"{found.version}, not {change.expected_version}; read it again and retry"
             )
         schedule = self._schedule(row)
+        yield Run("schedule_labels_delete", {"schedule_id": schedule_id}, "none")
+        if change.state is not ScheduleState.DELETED:
+            yield from self._write_labels([(schedule_id, definition)])
         if change.state is ScheduleState.ACTIVE and schedule.next_run_at is not None:
             schedule = yield from self._cursor_past_started(schedule)
         cancel = {
@@ -1504,7 +1524,7 @@ class SqlStore:
 
     async def schedules_page(self, tenant: str, query: SchedulePage) -> list[Schedule]:
         def body() -> Body[list[Schedule]]:
-            rows = yield Run("schedules_page", schedule_page_params(tenant, query))
+            rows = yield Run(schedule_page_query(query), schedule_page_params(tenant, query))
             return [self._schedule(row) for row in rows]
 
         result: list[Schedule] = await self._read(body())
@@ -1545,6 +1565,7 @@ ENGINE_QUERIES: Final = frozenset(
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram", "materialize_insert_enqueued", "dispatch_insert_enqueued",
         "occurrences_started_after", "schedule_cursor_move",
+        "schedules_page_state", "schedules_page_label", "schedule_labels_insert", "schedule_labels_delete",
     }
 )  # fmt: skip
 

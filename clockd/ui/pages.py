@@ -13,8 +13,10 @@ import hashlib
 import hmac
 import secrets as token_bytes
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlencode
@@ -28,7 +30,8 @@ from starlette.staticfiles import StaticFiles
 from clockd.core.clock import Clock
 from clockd.core.durations import format_duration
 from clockd.core.model import HttpTarget, Occurrence, OccurrenceState, Schedule, ScheduleKind, ScheduleState
-from clockd.core.upcoming import Upcoming, upcoming
+from clockd.core.spec import Spec
+from clockd.core.upcoming import Upcoming, upcoming_shared
 from clockd.errors import ClockdError, NotFound
 from clockd.services.ops import Ops, next_run, spec_of
 from clockd.services.status import shard_ranges
@@ -94,9 +97,16 @@ def csrf_for(session_token: str) -> str:
 def describe(schedule: Schedule) -> str:
     """The schedule's timing in words: "At 09:00 on Monday through Friday"."""
     try:
-        return spec_of(schedule).describe()
+        return _words(spec_of(schedule))
     except ClockdError:
         return schedule.definition.expr
+
+
+@lru_cache(maxsize=4096)
+def _words(spec: Spec) -> str:
+    """Once per spec (compile_spec shares one per expression and zone): pure, and the
+    words cost as much as planning the next runs."""
+    return spec.describe()
 
 
 def local_text(instant: datetime, tz: str) -> str:
@@ -137,7 +147,8 @@ def start_lag(occ: Occurrence) -> float | None:
 
 class Dashboard:
     """The pages, over one store. ``authenticate`` turns a token into a :class:`Viewer`;
-    ``health`` returns the cluster document ``clockctl status -o json`` prints."""
+    ``health`` returns the cluster document ``clockctl status -o json`` prints (its
+    ``unaccounted`` part may be a report some seconds old: ``checked_at`` says when)."""
 
     def __init__(
         self,
@@ -148,9 +159,13 @@ class Dashboard:
         health: HealthSource,
         *,
         secure_cookies: bool = False,
+        warm: Callable[[], None] | None = None,
     ) -> None:
         self.store, self.ops, self.clock = store, ops, clock
         self.authenticate, self.health_source = authenticate, health
+        # Called on every signed-in page: lets the health source start its slow work
+        # (the reconciler) in the background before anyone opens the health page.
+        self.warm = warm
         self.secure_cookies = secure_cookies
         self.templates = Environment(
             loader=FileSystemLoader(_HERE / "templates"),
@@ -215,6 +230,8 @@ class Dashboard:
         if found is None:
             target = "/ui/login?" + urlencode({"next": request.url.path})
             return RedirectResponse(target, status_code=303)
+        if self.warm is not None:
+            self.warm()
         return found
 
     async def _form_checked(self, request: Request, *, write: bool) -> tuple[Viewer, dict[str, str]] | Response:
@@ -336,7 +353,7 @@ class Dashboard:
             nxt = []
             if first is not None:
                 after = min(first, first - schedule.definition.window) - timedelta(microseconds=1)
-                nxt = upcoming(spec_of(schedule), max(after, now - schedule.definition.max_lateness), 3)
+                nxt = upcoming_shared(spec_of(schedule), max(after, now - schedule.definition.max_lateness), 3)
             lag = None
             if summary is not None and summary.last_started_at and summary.last_scheduled_for:
                 lag = (summary.last_started_at - summary.last_scheduled_for).total_seconds()
@@ -364,7 +381,7 @@ class Dashboard:
         if schedule is None or schedule.state is ScheduleState.DELETED:
             return self._not_found(viewer)
         now = self.clock.now()
-        nxt = upcoming(spec_of(schedule), now, 10) if schedule.state is ScheduleState.ACTIVE else []
+        nxt = upcoming_shared(spec_of(schedule), now, 10) if schedule.state is ScheduleState.ACTIVE else []
         versions = await self.store.schedule_versions(schedule.id)
         runs = await self.store.list_occurrences(schedule.id, 25, now)
         # Who changed what: the tenant's recent audit entries about this schedule.
@@ -437,16 +454,16 @@ class Dashboard:
                 reason = form.get("reason", "").strip()
                 if not reason:
                     return self._error(viewer, 422, "Give a reason for the pause: it is shown to everyone who looks.")
-                change = await self.ops.pause(name, viewer.tenant, reason=reason)
-                await self._audit(viewer, "schedule.pause", name, schedule.version, change.schedule.version, reason)
+                with self._audited(viewer, "schedule.pause", name, schedule.version, reason=reason):
+                    await self.ops.pause(name, viewer.tenant, reason=reason)
                 done = "paused"
             elif action == "resume":
-                change = await self.ops.resume(name, viewer.tenant)
-                await self._audit(viewer, "schedule.resume", name, schedule.version, change.schedule.version)
+                with self._audited(viewer, "schedule.resume", name, schedule.version):
+                    await self.ops.resume(name, viewer.tenant)
                 done = "resumed"
             else:
-                occ = await self.ops.run_now(name, viewer.tenant)
-                await self._audit(viewer, "schedule.run_now", name, occurrence=occ.id)
+                with self.store.audited(lambda o: self._entry(viewer, "schedule.run_now", name, occurrence=o.id)):
+                    occ = await self.ops.run_now(name, viewer.tenant)
                 done = f"run-now:{occ.id}"
         except NotFound:
             return self._not_found(viewer)
@@ -454,22 +471,30 @@ class Dashboard:
             return self._error(viewer, 409, str(exc))
         return RedirectResponse(f"/ui/schedules/{name}?" + urlencode({"done": done}), status_code=303)
 
-    async def _audit(
+    def _entry(
         self,
         viewer: Viewer,
         action: str,
         target: str,
         before: int | None = None,
         after: int | None = None,
-        reason: str | None = None,
-        **detail: str,
-    ) -> None:
-        """Every write from a page is in the audit log, as the API's are (``via: ui``)."""
-        extra: dict[str, object] = {"via": "ui", **detail}
-        if reason is not None:
-            extra["reason"] = reason
-        entry = AuditEntry(self.clock.now(), viewer.tenant, viewer.name, action, target, before, after, extra)
-        await self.store.record_audit(entry)
+        **detail: object,
+    ) -> AuditEntry:
+        return AuditEntry(
+            self.clock.now(), viewer.tenant, viewer.name, action, target, before, after, {"via": "ui", **detail}
+        )
+
+    def _audited(
+        self, viewer: Viewer, action: str, target: str, before: int | None = None, **detail: object
+    ) -> AbstractContextManager[None]:
+        """Every write from a page is in the audit log, as the API's are (``via: ui``),
+        written in the write's own transaction (``Store.audited``): a schedule write's
+        result gives its after-version (``AuditEntry.of_write``)."""
+        return self.store.audited(
+            lambda result: AuditEntry.of_write(
+                result, self.clock.now(), viewer.tenant, viewer.name, action, target, before, via="ui", **detail
+            )
+        )
 
     # -- runs ------------------------------------------------------------------------
 
@@ -567,11 +592,11 @@ class Dashboard:
             return self._not_found(viewer)
         occ, _schedule = owned
         try:
-            if action == "replay":
-                await self.ops.replay(occ.id)
-            else:
-                await self.ops.drop(occ.id)
-            await self._audit(viewer, f"dlq.{action}", occ.id, occ.version, occ.version)
+            with self.store.audited(lambda _: self._entry(viewer, f"dlq.{action}", occ.id, occ.version, occ.version)):
+                if action == "replay":
+                    await self.ops.replay(occ.id)
+                else:
+                    await self.ops.drop(occ.id)
         except ClockdError as exc:
             return self._error(viewer, 409, str(exc))
         return RedirectResponse(f"/ui/runs/{occ.id}", status_code=303)

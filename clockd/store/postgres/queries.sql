@@ -1044,16 +1044,16 @@ ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: schedules_page
 -- A keyset page of a tenant's live schedules by name (schedules_live_name): the scan
--- starts after the cursor and stops at LIMIT, whatever the table holds. Names are
--- COLLATE "C" (schema 0001): the order, and so the cursor, is by code point as in SQLite.
+-- starts after the cursor and stops at LIMIT or at :upto, whatever the table holds. A name
+-- prefix narrows the range itself (clockd.store.api_rows.schedule_page_params: :after is
+-- at least just below the prefix, :upto just above it); the prefix test keeps it exact.
+-- Names are COLLATE "C" (schema 0001): the order, and so the cursor, is by code point as
+-- in SQLite.
 SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
        created_at, updated_at, paused_at, spec
 FROM schedules
-WHERE tenant = %(tenant)s AND state <> 'deleted' AND name > %(after)s
-  AND (%(state)s::text IS NULL OR state = %(state)s)
+WHERE tenant = %(tenant)s AND state <> 'deleted' AND name > %(after)s AND name < %(upto)s
   AND (%(prefix)s::text IS NULL OR starts_with(name, %(prefix)s))
-  AND (%(label_key)s::text IS NULL
-       OR spec -> 'labels' @> jsonb_build_array(jsonb_build_array(%(label_key)s::text, %(label_value)s::text)))
 ORDER BY name LIMIT %(limit)s;
 
 -- name: occurrences_page
@@ -1148,3 +1148,41 @@ WHERE schedule_id = %(schedule_id)s AND schedule_version < %(version)s
 -- name: schedule_cursor_move
 UPDATE schedules SET next_run_at = %(next_run_at)s::timestamptz
 WHERE id = %(id)s AND version = %(version)s;
+
+-- ------------------------------------------------------------------ schedule search (schema 0009)
+
+-- name: schedules_page_state
+-- schedules_page for one state: the keyset walk of schedules_state_name (tenant, state,
+-- name), so a state few schedules have stops at LIMIT (or at once) too.
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM schedules
+WHERE tenant = %(tenant)s AND state = %(state)s AND state <> 'deleted'
+  AND name > %(after)s AND name < %(upto)s
+  AND (%(prefix)s::text IS NULL OR starts_with(name, %(prefix)s))
+ORDER BY name LIMIT %(limit)s;
+
+-- name: schedules_page_label
+-- schedules_page for one label: the keyset walk of schedule_labels' key (tenant, key,
+-- value, name) joined to each schedule; a state and a prefix filter what it finds.
+SELECT s.id, s.tenant, s.name, s.kind, s.expr, s.tz, s.queue, s.state, s.version, s.next_run_at,
+       s.shard, s.created_at, s.updated_at, s.paused_at, s.spec
+FROM schedule_labels AS l JOIN schedules AS s ON s.id = l.schedule_id
+WHERE l.tenant = %(tenant)s AND l.key = %(label_key)s AND l.value = %(label_value)s
+  AND l.name > %(after)s AND l.name < %(upto)s AND s.state <> 'deleted'
+  AND (%(state)s::text IS NULL OR s.state = %(state)s)
+  AND (%(prefix)s::text IS NULL OR starts_with(l.name, %(prefix)s))
+ORDER BY l.name LIMIT %(limit)s;
+
+-- name: schedule_labels_insert
+-- The labels of schedules just written, one array per column (a pair given twice is
+-- kept once).
+INSERT INTO schedule_labels (tenant, key, value, name, schedule_id)
+SELECT n.tenant, n.key, n.value, n.name, n.schedule_id
+FROM unnest(%(tenants)b::text[], %(keys)b::text[], %(label_values)b::text[], %(names)b::text[],
+            %(ids)b::text[]) AS n(tenant, key, value, name, schedule_id)
+ON CONFLICT DO NOTHING;
+
+-- name: schedule_labels_delete
+-- Before a changed schedule's labels are written again (or it is deleted).
+DELETE FROM schedule_labels WHERE schedule_id = %(schedule_id)s;

@@ -931,16 +931,14 @@ ORDER BY id DESC LIMIT :limit;
 
 -- name: schedules_page
 -- A keyset page of a tenant's live schedules by name (schedules_live_name): the scan
--- starts after the cursor and stops at LIMIT, whatever the table holds.
+-- starts after the cursor and stops at LIMIT or at :upto, whatever the table holds. A name
+-- prefix narrows the range itself (clockd.store.api_rows.schedule_page_params: :after is
+-- at least just below the prefix, :upto just above it); the prefix test keeps it exact.
 SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
        created_at, updated_at, paused_at, spec
 FROM schedules
-WHERE tenant = :tenant AND state != 'deleted' AND name > :after
-  AND (:state IS NULL OR state = :state)
+WHERE tenant = :tenant AND state != 'deleted' AND name > :after AND name < :upto
   AND (:prefix IS NULL OR substr(name, 1, length(:prefix)) = :prefix)
-  AND (:label_key IS NULL OR EXISTS (
-        SELECT 1 FROM json_each(spec, '$.labels')
-        WHERE json_extract(value, '$[0]') = :label_key AND json_extract(value, '$[1]') = :label_value))
 ORDER BY name LIMIT :limit;
 
 -- name: occurrences_page
@@ -1030,3 +1028,39 @@ WHERE schedule_id = :schedule_id AND schedule_version < :version
 
 -- name: schedule_cursor_move
 UPDATE schedules SET next_run_at = :next_run_at WHERE id = :id AND version = :version;
+
+-- ------------------------------------------------------------------ schedule search (schema 0009)
+
+-- name: schedules_page_state
+-- schedules_page for one state: the keyset walk of schedules_state_name (tenant, state,
+-- name), so a state few schedules have stops at LIMIT (or at once) too.
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM schedules
+WHERE tenant = :tenant AND state = :state AND state != 'deleted' AND name > :after AND name < :upto
+  AND (:prefix IS NULL OR substr(name, 1, length(:prefix)) = :prefix)
+ORDER BY name LIMIT :limit;
+
+-- name: schedules_page_label
+-- schedules_page for one label: the keyset walk of schedule_labels' key (tenant, key,
+-- value, name) joined to each schedule; a state and a prefix filter what it finds.
+SELECT s.id, s.tenant, s.name, s.kind, s.expr, s.tz, s.queue, s.state, s.version, s.next_run_at,
+       s.shard, s.created_at, s.updated_at, s.paused_at, s.spec
+FROM schedule_labels AS l JOIN schedules AS s ON s.id = l.schedule_id
+WHERE l.tenant = :tenant AND l.key = :label_key AND l.value = :label_value
+  AND l.name > :after AND l.name < :upto AND s.state != 'deleted'
+  AND (:state IS NULL OR s.state = :state)
+  AND (:prefix IS NULL OR substr(l.name, 1, length(:prefix)) = :prefix)
+ORDER BY l.name LIMIT :limit;
+
+-- name: schedule_labels_insert
+-- The labels of schedules just written: :labels = [[tenant, key, value, name,
+-- schedule_id], ...] (a pair given twice is kept once).
+INSERT OR IGNORE INTO schedule_labels (tenant, key, value, name, schedule_id)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), json_extract(value, '$[4]')
+FROM json_each(:labels);
+
+-- name: schedule_labels_delete
+-- Before a changed schedule's labels are written again (or it is deleted).
+DELETE FROM schedule_labels WHERE schedule_id = :schedule_id;
