@@ -85,7 +85,11 @@ class ApiServer:
         # Said when serving starts, not when the socket is bound while the daemon is composed
         # (before its store lock: a clockd that cannot start says only why).
         host, port = self.address
-        log.info("api listening on %s://%s:%d", self.scheme, host, port, extra={"action": "api_listening"})
+        http = self.config.http if isinstance(self.config.http, str) else "httptools"  # clockd.api.http
+        log.info(
+            "api listening on %s://%s:%d (%s)", self.scheme, host, port, http,
+            extra={"action": "api_listening", "http": http},
+        )  # fmt: skip
         server = _EmbeddedServer(self.config)
         serving = asyncio.create_task(server.serve(sockets=[self.sock]), name="clockd-api-uvicorn")
         waiting = asyncio.create_task(stopping.wait())
