@@ -277,15 +277,18 @@ def schedule_from_row(
 # a page of schedules that share their shape (most do) decodes one spec, not one each
 # (~30 µs a row: a 100-row page spent 3.3 ms of its ~6.5 ms of CPU here). Definitions
 # are immutable, so one may be shared by every schedule of its shape.
+# Bounded: at most _SHAPES_MAX shapes, each of a spec of at most _SHAPE_TEXT_MAX characters
+# (a larger one, rare, is decoded each time).
 _SHAPES: dict[tuple[Any, ...], ScheduleDef] = {}
 _SHAPES_MAX = 4096
+_SHAPE_TEXT_MAX = 4096
 
 
 def _definition_of_row(
     name: str, kind: str, expr: str, tz: str, queue: str, tenant: str, document: Any,
     spec: Callable[[Any], dict[str, Any]],
 ) -> ScheduleDef:  # fmt: skip
-    if not isinstance(document, str):  # PostgreSQL's jsonb arrives decoded: nothing to key on cheaply
+    if not isinstance(document, str) or len(document) > _SHAPE_TEXT_MAX:  # PostgreSQL: jsonb arrives decoded
         return definition_from_parts(name=name, kind=kind, expr=expr, tz=tz, queue=queue, tenant=tenant,
                                      spec=spec(document))  # fmt: skip
     key = (kind, expr, tz, queue, tenant, document)
