@@ -96,7 +96,10 @@ async def _read(request: Request, limits: Limits) -> bytes:
             raise _too_large(limits)
 
     try:
-        await asyncio.wait_for(receive(), limits.body_timeout)
+        # A timeout scope, not wait_for: no task per request (a create's body is usually in
+        # already, and wait_for's task cost more than the read).
+        async with asyncio.timeout(limits.body_timeout):
+            await receive()
     except TimeoutError:
         raise Problem(
             "request-timeout",

@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute
 from clockd.api.app import build_app
 from clockd.api.auth import principal_for
 from clockd.api.context import ApiContext, Limits
+from clockd.api.http import HEAD_LIMIT, http_protocol
 from clockd.config import Settings, resolve_store
 from clockd.coord import Coordinator
 from clockd.core.clock import Clock
@@ -85,7 +86,11 @@ class ApiServer:
         # Said when serving starts, not when the socket is bound while the daemon is composed
         # (before its store lock: a clockd that cannot start says only why).
         host, port = self.address
-        log.info("api listening on %s://%s:%d", self.scheme, host, port, extra={"action": "api_listening"})
+        http = self.config.http if isinstance(self.config.http, str) else "httptools"  # clockd.api.http
+        log.info(
+            "api listening on %s://%s:%d (%s)", self.scheme, host, port, http,
+            extra={"action": "api_listening", "http": http},
+        )  # fmt: skip
         server = _EmbeddedServer(self.config)
         serving = asyncio.create_task(server.serve(sockets=[self.sock]), name="clockd-api-uvicorn")
         waiting = asyncio.create_task(stopping.wait())
@@ -224,10 +229,10 @@ def build_api_server(
         limit_concurrency=LIMIT_CONCURRENCY,
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=5,
-        h11_max_incomplete_event_size=64 * 1024,
+        h11_max_incomplete_event_size=HEAD_LIMIT,
         ssl_certfile=settings.api_tls_cert or None,
         ssl_keyfile=settings.api_tls_key or None,
-        http="h11",
+        http=http_protocol(),  # httptools when installed (clockd.api.http), else h11
         loop="none",
     )
     return ApiServer(sock, config, "https" if tls else "http")

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -263,15 +264,42 @@ def schedule_from_row(
         id=sid,
         version=int(version),
         state=ScheduleState(state),
-        definition=definition_from_parts(
-            name=name, kind=kind, expr=expr, tz=tz, queue=queue, tenant=tenant, spec=spec(document)
-        ),
+        definition=_definition_of_row(name, kind, expr, tz, queue, tenant, document, spec),
         next_run_at=opt_instant(next_run_at),
         shard=int(shard),
         created_at=instant(created_at),
         updated_at=instant(updated_at),
         paused_at=opt_instant(paused_at),
     )
+
+
+# Definitions decoded from rows, by everything but the name (SQLite's spec is JSON text):
+# a page of schedules that share their shape (most do) decodes one spec, not one each
+# (~30 µs a row: a 100-row page spent 3.3 ms of its ~6.5 ms of CPU here). Definitions
+# are immutable, so one may be shared by every schedule of its shape.
+# Bounded: at most _SHAPES_MAX shapes, each of a spec of at most _SHAPE_TEXT_MAX characters
+# (a larger one, rare, is decoded each time).
+_SHAPES: dict[tuple[Any, ...], ScheduleDef] = {}
+_SHAPES_MAX = 4096
+_SHAPE_TEXT_MAX = 4096
+
+
+def _definition_of_row(
+    name: str, kind: str, expr: str, tz: str, queue: str, tenant: str, document: Any,
+    spec: Callable[[Any], dict[str, Any]],
+) -> ScheduleDef:  # fmt: skip
+    if not isinstance(document, str) or len(document) > _SHAPE_TEXT_MAX:  # PostgreSQL: jsonb arrives decoded
+        return definition_from_parts(name=name, kind=kind, expr=expr, tz=tz, queue=queue, tenant=tenant,
+                                     spec=spec(document))  # fmt: skip
+    key = (kind, expr, tz, queue, tenant, document)
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = definition_from_parts(name="", kind=kind, expr=expr, tz=tz, queue=queue, tenant=tenant,
+                                      spec=spec(document))  # fmt: skip
+        if len(_SHAPES) >= _SHAPES_MAX:
+            _SHAPES.clear()
+        _SHAPES[key] = shape
+    return dataclasses.replace(shape, name=name)
 
 
 def occurrence_from_row(

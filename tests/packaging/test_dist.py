@@ -241,3 +241,22 @@ def test_the_bundle_carries_every_package_data_file_pyproject_declares(art: Arte
     bundle = art.onedir.parent / "_internal"
     assert [name for name in wanted if not (bundle / name).is_file()] == []
     assert (bundle / "tzdata" / "zoneinfo" / "Europe" / "Paris").is_file()
+
+
+def test_the_api_is_served_by_the_bundled_httptools(frozen: Frozen) -> None:
+    """httptools is a compiled dependency (clockd.api.http): the bundle must carry it, or
+    the API falls back to h11 and says so in this log line."""
+    import httpx
+
+    from tests.harness.procs import free_port
+
+    port = free_port()
+    frozen.start("--mode", "api", "--api-addr", f"127.0.0.1:{port}")
+    log = frozen.procs[-1][1]
+    listening = wait_for(
+        "the api to listen",
+        lambda: next((json.loads(line) for line in log.read_text().splitlines() if '"api_listening"' in line), None),
+        30,
+    )
+    assert listening["http"] == "httptools", listening
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/openapi.json", timeout=10).status_code == 200

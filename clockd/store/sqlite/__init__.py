@@ -8,7 +8,9 @@ Invariants:
 
 * One dedicated thread per ``SqliteStore`` owns its one connection; every method is
   one transaction body run whole on that thread (``BEGIN IMMEDIATE`` for writes), so
-  the event loop never blocks and a raised error leaves nothing half-written.
+  the event loop never blocks and a raised error leaves nothing half-written. Write
+  bodies waiting together share one transaction, each in its own savepoint (group
+  commit: ``store.py``'s docstring).
 * WAL journal, ``synchronous=NORMAL``: durable across a process crash; a power loss
   may lose the last commits. ``busy_timeout`` lets ``clockctl`` and ``clockd`` share
   the file; a lock held past it raises ``StoreLocked``.

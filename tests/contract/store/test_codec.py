@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -14,8 +16,10 @@ from clockd.core.model import (
     NoopTarget,
     OverlapPolicy,
     RetryPolicy,
+    Schedule,
     ScheduleDef,
     ScheduleKind,
+    ScheduleState,
 )
 from clockd.store import codec
 
@@ -73,6 +77,21 @@ def test_definitions_round_trip(definition: ScheduleDef) -> None:
         spec=spec,
     )
     assert rebuilt == definition
+
+
+@given(definitions, texts)
+def test_schedule_rows_round_trip_whether_their_shape_was_decoded_before(definition: ScheduleDef, other: str) -> None:
+    """Rows of one shape share a decoded definition (SQLite's JSON spec): each keeps its name."""
+
+    def row(d: ScheduleDef) -> tuple[object, ...]:
+        spec = codec.spec_json(d)
+        return ("id", d.tenant, d.name, d.kind.value, d.expr, d.tz, d.queue, "active", 1, None, 0, 0, 0, None, spec)
+
+    second = replace(definition, name=other)
+    for d in (definition, second, definition):
+        decoded = codec.schedule_from_row(row(d), codec.from_us, codec.opt_from_us, json.loads)
+        assert isinstance(decoded, Schedule) and decoded.state is ScheduleState.ACTIVE
+        assert decoded.definition == d
 
 
 @given(st.datetimes(timezones=st.just(UTC)))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clockd.core.ids import new_schedule_id
-from clockd.core.model import AttemptOutcome, OccurrenceState
+from clockd.core.model import AttemptOutcome, OccurrenceState, Schedule
 from clockd.errors import SchemaMismatch, StoreLocked, StoreUnavailable
 from clockd.store import Completion, CursorAdvance, NewOccurrence
 from clockd.store.codec import to_us
@@ -92,14 +95,16 @@ async def test_a_write_lock_held_past_the_busy_timeout_is_store_locked(tmp_path:
     await store.close()
 
 
-async def test_disk_full_commits_nothing_and_says_so(sqlite_store: SqliteStore) -> None:
-    schedule = await add_schedule(sqlite_store, "a", next_run_at=T0)
+async def _nearly_full(store: SqliteStore) -> tuple[Schedule, list[NewOccurrence], list[CursorAdvance]]:
+    """A schedule, then the file capped two pages above its size: the 2,000 occurrences
+    returned (and their cursor advance) do not fit."""
+    schedule = await add_schedule(store, "a", next_run_at=T0)
 
     def cap(conn: sqlite3.Connection) -> None:
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {pages + 2}")
 
-    await sqlite_store._call(cap, write=False)
+    await store._call(cap, write=False)
     big = [
         NewOccurrence(
             id=f"{i:08d}-0000-4000-8000-{'x' * 200}",
@@ -113,7 +118,11 @@ async def test_disk_full_commits_nothing_and_says_so(sqlite_store: SqliteStore) 
         )
         for i in range(2000)
     ]
-    cursor = [CursorAdvance(schedule.id, 1, T0, T0 + 2000 * MIN)]
+    return schedule, big, [CursorAdvance(schedule.id, 1, T0, T0 + 2000 * MIN)]
+
+
+async def test_disk_full_commits_nothing_and_says_so(sqlite_store: SqliteStore) -> None:
+    schedule, big, cursor = await _nearly_full(sqlite_store)
     with pytest.raises(StoreUnavailable, match="disk full"):
         await sqlite_store.materialize(FENCE, big, cursor, T0)
     assert await sqlite_store.list_occurrences(schedule.id) == []
@@ -222,3 +231,91 @@ async def test_a_0007_store_upgrades_and_its_running_claim_ends_in_place(tmp_pat
         assert occurrence.state is OccurrenceState.SUCCEEDED
     finally:
         await store.close()
+
+
+async def test_concurrent_writes_share_one_transaction_and_fail_alone(sqlite_store: SqliteStore) -> None:
+    from .test_concurrent_writes import concurrent_creates_with_failures
+
+    stats = sqlite_store.driver.batch_stats
+    await concurrent_creates_with_failures(sqlite_store)
+    # The first create ran alone; the 24 concurrent ones (failing ones among them) in one.
+    assert (stats.writes, stats.batches, stats.largest) == (25, 2, 24)
+
+
+async def test_a_disk_full_batch_acknowledges_exactly_what_it_wrote(sqlite_store: SqliteStore) -> None:
+    schedule, big, cursor = await _nearly_full(sqlite_store)
+    before, full, after = await asyncio.gather(
+        add_schedule(sqlite_store, "before"),
+        sqlite_store.materialize(FENCE, big, cursor, T0),
+        add_schedule(sqlite_store, "after"),
+        return_exceptions=True,
+    )
+    assert sqlite_store.driver.batch_stats.largest == 3
+    assert isinstance(full, StoreUnavailable) and "disk full" in str(full)
+    assert await sqlite_store.list_occurrences(schedule.id) == []
+    live = {s.name for s in await sqlite_store.list_schedules()}
+    for name, outcome in (("before", before), ("after", after)):
+        # Acknowledged exactly when written: SQLite may end the whole transaction on a full disk.
+        if isinstance(outcome, BaseException):
+            assert isinstance(outcome, StoreUnavailable) and name not in live, (name, outcome)
+        else:
+            assert name in live
+
+
+# A process that creates schedules 32 at a time and prints each name once its create returned.
+_BURST = """
+import asyncio, sys
+from datetime import UTC, datetime
+from clockd.core.ids import new_schedule_id
+from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
+from clockd.store import AuditEntry
+from clockd.store.sqlite import SqliteStore
+
+async def main():
+    store = SqliteStore(sys.argv[1])
+    await store.open()
+    now = datetime.now(UTC)
+    names = iter(range(10**9))
+    def entry(s):
+        return AuditEntry(now, "default", "burst", "schedule.create", s.name, None, s.version)
+    async def worker():
+        for i in names:
+            d = ScheduleDef(name=f"s{i:07d}", kind=ScheduleKind.CRON, expr="0 0 1 1 *", tz="UTC",
+                            target=NoopTarget())
+            with store.audited(entry):
+                await store.create_schedule(new_schedule_id(), d, 0, now, now, idempotency_key=f"k{i}")
+            sys.stdout.write(f"s{i:07d}\\n")
+            sys.stdout.flush()
+    await asyncio.gather(*(worker() for _ in range(32)))
+
+asyncio.run(main())
+"""
+
+
+def test_a_kill_during_a_burst_of_writes_keeps_every_acknowledged_one_whole(tmp_path: Path) -> None:
+    path = tmp_path / "clockd.db"
+    proc = subprocess.Popen([sys.executable, "-c", _BURST, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    acknowledged: list[str] = []
+    try:
+        while len(acknowledged) < 400:  # well into the burst: batches are in flight
+            line = proc.stdout.readline()
+            assert line, f"the burst process ended early ({proc.wait()})"
+            acknowledged.append(line.strip())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        acknowledged += [line.strip() for line in proc.stdout]  # printed before the kill
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    conn = raw(path)
+    try:
+        names = {n for (n,) in conn.execute("SELECT name FROM schedules")}
+        assert set(acknowledged) <= names
+        # Nothing half-written: every schedule has its version row, its key and its audit entry.
+        assert conn.execute("SELECT count(*) FROM schedules WHERE idempotency_key IS NULL").fetchone() == (0,)
+        versions = conn.execute("SELECT count(DISTINCT schedule_id) FROM schedule_versions").fetchone()[0]
+        audited = {t for (t,) in conn.execute("SELECT target FROM audit_log")}
+        assert versions == len(names) and audited == names
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        conn.close()
