@@ -7,13 +7,15 @@ run`` process on SQLite. Reports claim lag (claimed − scheduled) p50/p99 and e
   and whether spawning the child shows in the profile: with py-spy installed
   (``.venv/bin/pip install py-spy``) the process is sampled during the drill and the
   share of its samples inside ``subprocess``'s fork/exec (``_execute_child``,
-  ``fork_exec``, ``posix_spawn``) is printed; without it the row says so.
+  ``fork_exec``, ``posix_spawn``) is printed (``--profile DIR`` keeps the stacks as
+  ``DIR/embedded-true.txt``); without py-spy the row says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -63,7 +65,8 @@ async def _create(db: Path, n: int, due: datetime, target: Target) -> float:
 
 
 # Frames of starting a child process (asyncio's subprocess_exec goes through Popen).
-SPAWN_FRAMES = ("subprocess.py:_execute_child", "fork_exec", "posix_spawn", "subprocess.py:__init__")
+# Frames as bench.pyspy shortens them ("subprocess.py:Popen._execute_child").
+SPAWN_FRAMES = ("Popen.__init__", "Popen._execute_child", "fork_exec", "posix_spawn")
 
 
 def _spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
@@ -140,8 +143,11 @@ def _drill(n: int, target: Target, concurrency: int, profile: bool) -> tuple[flo
             if spy is None:
                 shown = "py-spy not installed"
             elif path.exists():
+                if keep := os.environ.get("BENCH_PROFILE"):  # kept for python -m bench.pyspy
+                    Path(keep).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(path, Path(keep) / "embedded-true.txt")
                 share, total = pyspy.share(path, SPAWN_FRAMES)
-                shown = f"{share * 100:.0f} % of {total:,} samples"
+                shown = f"{share * 100:.0f} % of {total:,} samples"  # the process's start-up included
             else:
                 shown = "py-spy wrote no profile"
     lags = [r[0] / 1e6 for r in rows]
