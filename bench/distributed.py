@@ -1,10 +1,13 @@
 """Distributed benchmarks: real ``clockd`` processes per mode on PostgreSQL and etcd.
 
-Goals (issue "Performance: the top-of-hour drill, sustained throughput and scale"):
-500,000 strict triggers at the top of an hour reaching the queue before they are due
-and claimed with p99 ≤ 6 s (≤ 1.25× the bare-SQL drill measured in the same run),
-10,000 executions/s within 2 s of due, 1,000,000 active schedules created at
-≥ 20,000/s with every clockd process under 300 MB resident.
+Goals (issue 18, "Performance, round two"): 10,000 executions/s sustained for 60 s with
+lag p99 ≤ 2 s, no backlog growth and the materializer never behind; the knee (the
+highest rate still meeting p99 ≤ 2 s) ≥ 12,000/s; database time per execution
+(pg_stat_statements) ≤ 80 µs and CPU per execution over every clockd process ≤ 60 µs;
+the 500,000 top-of-hour drill 100 % in the queue before T, drained at ≥ 30,000/s with
+claim lag p99 ≤ 17 s and ≤ 5× the bare-SQL drill of the same run (the 20,000 drill:
+p99 ≤ 5× bare); creation through the ``clockctl apply`` path ≥ 20,000/s; every clockd
+process under 300 MB resident (VmHWM) at 1,000,000 schedules.
 
 Scenarios, each on a fresh database of the same server, each with its own processes
 (``materializer``, ``relay``, ``leader`` and two ``worker`` processes, one mode each):
@@ -22,8 +25,16 @@ Scenarios, each on a fresh database of the same server, each with its own proces
    the materializer's CPU time per occurrence.
 2. **sustained load**: ``every`` schedules (1 s, 2 s, 5 s, 10 s; anchors spread over
    the period in 100 ms steps) firing R times a second; after a warm-up, a window of
-   W seconds: lag p99, executions/s, and queue depth (due rows in ``dispatch`` and
-   ``outbox``) at the start and the end of the window.
+   W seconds: lag p99, executions/s, queue depth (due rows in ``dispatch`` and
+   ``outbox``) at the start and the end of the window, the most overdue schedule
+   cursor (sampled every 2 s: > 1 s means the materializer fell behind), database time
+   per execution (pg_stat_statements of the scenario's database, the bench's own
+   ``/* bench */`` probes left out, ÷ attempts finished in the window; beside it the
+   bare-SQL drill's claim+complete time per row) and CPU per execution (utime + stime
+   of every clockd process from ``/proc/<pid>/stat``, summed, ÷ the same attempts).
+2b. **the knee**: more sustained runs (fresh database and processes each, shorter
+   windows) from R up by 25 % while p99 ≤ 2 s holds (down while it does not), then
+   bisection to 250/s; prints the highest rate that met it and every rate tried.
 3. **scale**: M active schedules (mixed zones and cron expressions, 10 % every
    minute): creation rate through ``clockctl apply``'s path (``Ops.plan_apply`` +
    ``Ops.apply_plan``) on a sample, and through the bare set-based SQL it could be;
@@ -34,11 +45,13 @@ Scenarios, each on a fresh database of the same server, each with its own proces
    concurrency 16: executions/s and lag p99.
 
 Sizes (``--quick`` / full; ``--scale F`` multiplies N, R and M): drill 20,000 /
-500,000; sustained 2,000/s for 8 s / 10,000/s for 60 s; scale 50,000 / 1,000,000.
+20,000 and 500,000 (each after a bare-SQL drill of its size); sustained 2,000/s for 8 s
+/ 10,000/s for 60 s; knee 2 runs of 8 s / 4 runs of 30 s (after a 20 s warm-up);
+scale 50,000 / 1,000,000.
 
 Run: ``python -m bench --only distributed [--quick] [--scale 0.2] [--store DSN]
-[--etcd URLS] [--profile DIR] [--scenario drill]`` or ``python -m bench.distributed
-[--quick]``. ``BENCH_DRILL_LEAD=SECONDS`` overrides the drill's lead (the time the
+[--etcd URLS] [--profile DIR] [--scenario drill|sustained|knee|scale|commands]`` or
+``python -m bench.distributed [--quick]``. ``BENCH_DRILL_LEAD=SECONDS`` overrides the drill's lead (the time the
 pipeline gets between the creation and T), e.g. to measure the claims alone with
 everything staged.
 """
