@@ -485,14 +485,15 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 start = datetime.now(UTC)
                 depth0 = _one(conn, depth_sql, {"now": start})
                 cpu0 = {name: p.cpu() for name, p in cluster.procs.items()}
-                behind_max = float(depth0[3])
+                behind = [float(depth0[3])]
                 next_probe = time.monotonic() + 2.0
                 while (datetime.now(UTC) - start).total_seconds() < window:
                     cluster.sample()
                     if time.monotonic() >= next_probe:  # every 2 s: a scan of the active schedules
-                        behind_max = max(behind_max, float(_one(conn, _BEHIND_SQL, {"now": datetime.now(UTC)})[0]))
+                        behind.append(float(_one(conn, _BEHIND_SQL, {"now": datetime.now(UTC)})[0]))
                         next_probe = time.monotonic() + 2.0
                     time.sleep(0.5)
+                behind_max = max(behind)
                 end = datetime.now(UTC)
                 db_ms = srv.db_time_ms(dsn)
                 depth1 = _one(conn, depth_sql, {"now": end})
@@ -521,7 +522,8 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
     log(f"{label}: {'direct dispatch' if _direct() else 'outbox → relay'}; database time per execution "
         f"{db_per_run:.0f} µs; load {os.getloadavg()[0]:.1f}")  # fmt: skip
     log(f"{label}: due rows (queued, outbox), schedules behind, oldest cursor age: "
-        f"{tuple(depth0)} → {tuple(depth1)}; max cursor age {behind_max:.1f}s")  # fmt: skip
+        f"{tuple(depth0)} → {tuple(depth1)}; oldest cursor age every 2 s: "
+        f"{' '.join(f'{b:.1f}' for b in behind)}")  # fmt: skip
     log(f"{label}: CPU seconds in the window: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
     # Instants due in the window, from the definitions (anchor + k·period).
     expected = sum(_fires_in(r.created_at, r.template.definition.expr, start, end) for r in rows)
@@ -544,7 +546,7 @@ def sustained(
     """Issue 18's sustained figures at ``rate`` (the run is appended to ``found``, for the
     knee search to start from); ``bare_db``: the bare-SQL drill's database time per row,
     the denominator of the database time's ratio."""
-    label = f"sustained {rate // 1000}k/s"
+    label = f"sustained {rate:,}/s"
     r = _run_load(srv, rate, window, warmup, label)
     if found is not None:
         found.append(r)
