@@ -51,9 +51,9 @@ scale 50,000 / 1,000,000.
 
 Run: ``python -m bench --only distributed [--quick] [--scale 0.2] [--store DSN]
 [--etcd URLS] [--profile DIR] [--scenario drill|sustained|knee|scale|commands]`` or
-``python -m bench.distributed [--quick]``. ``BENCH_DRILL_LEAD=SECONDS`` overrides the drill's lead (the time the
-pipeline gets between the creation and T), e.g. to measure the claims alone with
-everything staged.
+``python -m bench.distributed [--quick]``. ``BENCH_DRILL_LEAD=SECONDS`` overrides the
+drill's lead (the time the pipeline gets between the creation and T), e.g. to measure
+the claims alone with everything staged.
 """
 
 from __future__ import annotations
