@@ -4,8 +4,8 @@ run`` process on SQLite. Reports claim lag (claimed − scheduled) p50/p99 and e
 * **noop**: 10,000 no-op jobs. Goal (issue 18, unchanged from "clockd on one machine"):
   p99 ≤ 2 s and ≥ 3,000 executions/s.
 * **/bin/true**: 1,000 real commands (``--concurrency 16``). Issue 18 asks for the rate
-  and whether spawning the child shows in the profile: with py-spy installed
-  (``.venv/bin/pip install py-spy``) the process is sampled during the drill and the
+  and whether spawning the child shows in the profile: with py-spy installed (a dev
+  dependency, ``make install``) the process is sampled during the drill and the
   share of its samples inside ``subprocess``'s fork/exec (``_execute_child``,
   ``fork_exec``, ``posix_spawn``) is printed (``--profile DIR`` keeps the stacks as
   ``DIR/embedded-true.txt``); without py-spy the row says so.
