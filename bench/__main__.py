@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=["bare", "drill", "sustained", "scale", "commands"],
+        choices=["bare", "drill", "sustained", "knee", "scale", "commands"],
         help="run only these distributed scenarios (the drill also runs bare)",
     )
     parser.add_argument("--profile", metavar="DIR", help="py-spy record every clockd process into DIR")

@@ -203,10 +203,12 @@ class Cluster:
             if not p.alive() and not self._stopping
         }
 
-    def peak_rss_mib(self) -> dict[str, float]:
+    def peak_rss_mb(self) -> dict[str, float]:
+        """Peak resident memory (VmHWM) of every process so far, in MB (10^6 bytes: the
+        unit of issue 18's goal)."""
         for proc in self.procs.values():
             proc.sample()
-        return {p.name: p.peak_kib / 1024 for p in self.procs.values()}
+        return {p.name: p.peak_kib * 1024 / 1e6 for p in self.procs.values()}
 
     def stop(self) -> None:
         """SIGTERM every process (by PID), wait, SIGKILL what is left; profilers too."""

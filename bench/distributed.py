@@ -1,10 +1,13 @@
 """Distributed benchmarks: real ``clockd`` processes per mode on PostgreSQL and etcd.
 
-Goals (issue "Performance: the top-of-hour drill, sustained throughput and scale"):
-500,000 strict triggers at the top of an hour reaching the queue before they are due
-and claimed with p99 ≤ 6 s (≤ 1.25× the bare-SQL drill measured in the same run),
-10,000 executions/s within 2 s of due, 1,000,000 active schedules created at
-≥ 20,000/s with every clockd process under 300 MB resident.
+Goals (issue 18, "Performance, round two"): 10,000 executions/s sustained for 60 s with
+lag p99 ≤ 2 s, no backlog growth and the materializer never behind; the knee (the
+highest rate still meeting p99 ≤ 2 s) ≥ 12,000/s; database time per execution
+(pg_stat_statements) ≤ 80 µs and CPU per execution over every clockd process ≤ 60 µs;
+the 500,000 top-of-hour drill 100 % in the queue before T, drained at ≥ 30,000/s with
+claim lag p99 ≤ 17 s and ≤ 5× the bare-SQL drill of the same run (the 20,000 drill:
+p99 ≤ 5× bare); creation through the ``clockctl apply`` path ≥ 20,000/s; every clockd
+process under 300 MB resident (VmHWM) at 1,000,000 schedules.
 
 Scenarios, each on a fresh database of the same server, each with its own processes
 (``materializer``, ``relay``, ``leader`` and two ``worker`` processes, one mode each):
@@ -22,8 +25,16 @@ Scenarios, each on a fresh database of the same server, each with its own proces
    the materializer's CPU time per occurrence.
 2. **sustained load**: ``every`` schedules (1 s, 2 s, 5 s, 10 s; anchors spread over
    the period in 100 ms steps) firing R times a second; after a warm-up, a window of
-   W seconds: lag p99, executions/s, and queue depth (due rows in ``dispatch`` and
-   ``outbox``) at the start and the end of the window.
+   W seconds: lag p99, executions/s, queue depth (due rows in ``dispatch`` and
+   ``outbox``) at the start and the end of the window, the most overdue schedule
+   cursor (sampled every 2 s: > 1 s means the materializer fell behind), database time
+   per execution (pg_stat_statements of the scenario's database, the bench's own
+   ``/* bench */`` probes left out, ÷ attempts finished in the window; beside it the
+   bare-SQL drill's claim+complete time per row) and CPU per execution (utime + stime
+   of every clockd process from ``/proc/<pid>/stat``, summed, ÷ the same attempts).
+2b. **the knee**: more sustained runs (fresh database and processes each, shorter
+   windows) from R up by 25 % while p99 ≤ 2 s holds (down while it does not), then
+   bisection to 250/s; prints the highest rate that met it and every rate tried.
 3. **scale**: M active schedules (mixed zones and cron expressions, 10 % every
    minute): creation rate through ``clockctl apply``'s path (``Ops.plan_apply`` +
    ``Ops.apply_plan``) on a sample, and through the bare set-based SQL it could be;
@@ -34,13 +45,15 @@ Scenarios, each on a fresh database of the same server, each with its own proces
    concurrency 16: executions/s and lag p99.
 
 Sizes (``--quick`` / full; ``--scale F`` multiplies N, R and M): drill 20,000 /
-500,000; sustained 2,000/s for 8 s / 10,000/s for 60 s; scale 50,000 / 1,000,000.
+20,000 and 500,000 (each after a bare-SQL drill of its size); sustained 2,000/s for 8 s
+/ 10,000/s for 60 s; knee 2 runs of 8 s / 4 runs of 30 s (after a 20 s warm-up);
+scale 50,000 / 1,000,000.
 
 Run: ``python -m bench --only distributed [--quick] [--scale 0.2] [--store DSN]
-[--etcd URLS] [--profile DIR] [--scenario drill]`` or ``python -m bench.distributed
-[--quick]``. ``BENCH_DRILL_LEAD=SECONDS`` overrides the drill's lead (the time the
-pipeline gets between the creation and T), e.g. to measure the claims alone with
-everything staged.
+[--etcd URLS] [--profile DIR] [--scenario drill|sustained|knee|scale|commands]`` or
+``python -m bench.distributed [--quick]``. ``BENCH_DRILL_LEAD=SECONDS`` overrides the
+drill's lead (the time the pipeline gets between the creation and T), e.g. to measure
+the claims alone with everything staged.
 """
 
 from __future__ import annotations
@@ -75,7 +88,7 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
-    drill: int
+    drills: tuple[int, ...]  # each drill size runs with a bare-SQL drill of the same size
     sustained_rate: int
     sustained_window: float
     sustained_warmup: float
@@ -83,15 +96,18 @@ class Sizes:
     scale_sample: int  # schedules created through clockctl apply's path
     scale_run: float
     commands: int
+    knee_steps: int  # runs of the knee search besides the sustained one
+    knee_window: float
+    knee_warmup: float
 
     @classmethod
     def of(cls, quick: bool, factor: float) -> Sizes:
         if quick:
-            base = cls(20_000, 2_000, 8.0, 5.0, 50_000, 5_000, 8.0, 1000)
+            base = cls((20_000,), 2_000, 8.0, 5.0, 50_000, 5_000, 8.0, 1000, 2, 8.0, 5.0)
         else:
-            base = cls(500_000, 10_000, 60.0, 25.0, 1_000_000, 20_000, 60.0, 1000)
+            base = cls((20_000, 500_000), 10_000, 60.0, 25.0, 1_000_000, 20_000, 60.0, 1000, 4, 30.0, 20.0)
         return cls(
-            drill=max(1000, int(base.drill * factor)),
+            drills=tuple(sorted({max(1000, int(n * factor)) for n in base.drills})),
             sustained_rate=max(100, int(base.sustained_rate * factor)),
             sustained_window=base.sustained_window,
             sustained_warmup=base.sustained_warmup,
@@ -99,6 +115,9 @@ class Sizes:
             scale_sample=max(1000, int(base.scale_sample * min(1.0, factor))),
             scale_run=base.scale_run,
             commands=base.commands,
+            knee_steps=base.knee_steps,
+            knee_window=base.knee_window,
+            knee_warmup=base.knee_warmup,
         )
 
 
@@ -153,22 +172,31 @@ def _start_all(cluster: Cluster, *, horizon: str, concurrency: int = 1000, worke
 # -- 0. bare SQL ---------------------------------------------------------------------------
 
 
-def bare(srv: Servers, n: int) -> tuple[BareResult, list[Row]]:
+def bare(srv: Servers, n: int) -> tuple[BareResult, float, list[Row]]:
+    """The bare-SQL drill; also returns its database time per row claimed and completed
+    (µs: the claim's ``UPDATE`` and the complete's ``DELETE … INSERT``, pg_stat_statements)."""
     dsn = srv.new_database("bare")
     try:
         log(f"bare SQL: {n:,} rows due at one instant, 2 processes, batches of 1000")
         r = baseline.drill(dsn, n)
+        claim_ms = srv.db_time_ms(dsn, like="%UPDATE bench_queue%")
+        complete_ms = srv.db_time_ms(dsn, like="%DELETE FROM bench_queue%")
     finally:
         _finish(srv, dsn, "bare")
+    db_per_row = (
+        (claim_ms + complete_ms) * 1000 / r.done if claim_ms is not None and complete_ms is not None and r.done
+        else float("nan")
+    )  # fmt: skip
     label = f"bare SQL {n // 1000}k"
     rows = [
         row(f"{label}: INSERT…SELECT", r.stage_rate, "/s"),
+        row(f"{label}: database time per row (claim+complete)", db_per_row, "µs"),
         row(f"{label}: claim lag p50", r.lag_p50, "s"),
         row(f"{label}: claim lag p99", r.lag_p99, "s"),
         row(f"{label}: claim+complete", r.rate, "/s"),
         row(f"{label}: done", r.done, "", f"= {n:,}", r.done == n),
     ]
-    return r, rows
+    return r, db_per_row, rows
 
 
 # -- 1. top-of-hour drill ------------------------------------------------------------------
@@ -291,7 +319,7 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
                 ).fetchall()
                 (succeeded,) = _one(conn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'")
                 size = _size_mib(conn)
-            rss = cluster.peak_rss_mib()
+            rss = cluster.peak_rss_mb()
         mat_rate, mat_first, mat_full = progress.rate(1, n)
         _, _, staged_full = progress.rate(3, n)
         claim = [float(r[0]) for r in lags]
@@ -301,7 +329,9 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
         span = max(done, default=0.0)
         rate = len(done) / span if span > 0 else float("nan")
         share = int(at_t_queue) / n
-        p99_goal = max(1.0, 6.0 * n / 500_000)
+        # Issue 18: p99 ≤ 5× bare SQL at every size; at 500,000 also ≤ 17 s and a drain of
+        # ≥ 30,000/s (at other sizes those two are printed for reference, not judged).
+        full = n >= 500_000
         bare_p99 = bare_result.lag_p99 if bare_result else None
         ratio_p99 = p99 / bare_p99 if bare_p99 else None
         before_t = ""
@@ -318,15 +348,16 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
             row(f"{label}: materializer CPU/occurrence", cpu_mat / max(1, int(at_t_occ)) * 1e6, "µs"),
             row(f"{label}: in queue before T", share * 100, "%", f"= 100 % ({lead:.0f} s lead)", share >= 1.0),
             row(f"{label}: claim lag p50", p50, "s", "", None, p50 / bare_result.lag_p50 if bare_result else None),
-            row(f"{label}: claim lag p99", p99, "s", f"≤ {p99_goal:g} s, ≤ 1.25× bare",
-                p99 <= p99_goal and (ratio_p99 is None or ratio_p99 <= 1.25), ratio_p99),
+            row(f"{label}: claim lag p99", p99, "s", "≤ 17 s, ≤ 5× bare" if full else "≤ 5× bare",
+                (p99 <= 17.0 or not full) and (ratio_p99 is None or ratio_p99 <= 5.0), ratio_p99),
             row(f"{label}: claim lag max", worst, "s", "", None, worst / bare_result.lag_max if bare_result else None),
             row(f"{label}: completion p99", done_p99, "s", "", None,
                 done_p99 / bare_result.done_p99 if bare_result else None),
-            row(f"{label}: executions/s", rate, "/s", "", None, rate / bare_result.rate if bare_result else None),
+            row(f"{label}: drain, executions/s", rate, "/s", "≥ 30,000/s" if full else "(≥ 30,000/s at 500k)",
+                rate >= 30_000 if full else None, rate / bare_result.rate if bare_result else None),
             row(f"{label}: succeeded", int(succeeded), "", f"= {n:,}", int(succeeded) == n),
             row(f"{label}: db size per 1M executed", size / n * 1e6, "MiB"),
-            row(f"{label}: peak RSS ({max(rss, key=lambda k: rss[k])})", max(rss.values()), "MiB", "< 300 MiB",
+            row(f"{label}: peak RSS ({max(rss, key=lambda k: rss[k])})", max(rss.values()), "MB", "< 300 MB",
                 max(rss.values()) < 300),
         ]  # fmt: skip
     finally:
@@ -348,10 +379,70 @@ def _fires_in(anchor: datetime, expr: str, start: datetime, end: datetime) -> in
     return upto(end) - upto(start)
 
 
-def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row]:
+@dataclass(frozen=True, slots=True)
+class Load:
+    """What one sustained run at ``rate`` measured over its window."""
+
+    rate: int
+    span: float  # seconds of the window
+    due: float  # instants due per second in the window (from the definitions)
+    missing: int  # instants due in the window and not materialized by end + 3 s
+    executed: float  # attempts finished per second in the window
+    p50: float
+    p99: float  # lag of the window's instants (started − due; never materialized: late)
+    backlog: tuple[int, int]  # due rows in queue + outbox at the start, at the end
+    behind: tuple[float, float, float]  # oldest due cursor's age: start, end, max over the window
+    db_per_run: float  # µs of database execution time per finished attempt
+    cpu: dict[str, float]  # CPU seconds of each clockd process in the window
+    rss: dict[str, float]  # peak RSS (MB) of each process
+
+    @property
+    def finished(self) -> int:
+        return round(self.executed * self.span)
+
+    @property
+    def cpu_per_run(self) -> float:
+        """µs of CPU of every clockd process together per finished attempt."""
+        return sum(self.cpu.values()) / self.finished * 1e6 if self.finished else float("nan")
+
+    @property
+    def steady(self) -> bool:
+        """The backlog did not grow (by more than half a second of load)."""
+        return self.backlog[1] - self.backlog[0] <= max(self.rate // 2, 100)
+
+    @property
+    def never_behind(self) -> bool:
+        """No active schedule's cursor was more than a second in the past at any sample:
+        every instant was materialized by the time it was due (1 s: the sampling and
+        the materializer's poll)."""
+        return self.behind[2] <= 1.0
+
+    @property
+    def meets(self) -> bool:
+        """The issue's bar for a rate: p99 ≤ 2 s with every due instant materialized and
+        98 % of them executed within the window."""
+        return self.p99 <= 2.0 and self.missing <= 0 and self.executed >= 0.98 * self.due
+
+
+def _direct() -> bool:
+    """The processes write the queue from the materializer (``CLOCKD_DIRECT_DISPATCH``)."""
+    return os.environ.get("CLOCKD_DIRECT_DISPATCH", "").lower() in ("1", "true", "yes", "on")
+
+
+# Cursor age of the most overdue active schedule (> 0: an instant is due and not yet
+# materialized). Marked so the database time per execution leaves the bench's own
+# queries out (pg_stat_statements keeps comments in its query text).
+_BEHIND_SQL = (
+    "SELECT /* bench */ greatest(0, extract(epoch FROM %(now)s - (SELECT min(next_run_at) FROM schedules "
+    "WHERE state = 'active')))::float8"
+)
+
+
+def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str) -> Load:
+    """``every`` schedules firing ``rate`` times a second on a fresh database with its own
+    processes; after ``warmup`` seconds, a window of ``window`` seconds is measured."""
     dsn = srv.new_database("sustained")
     cluster = Cluster(dsn, srv.etcd, "sustained")
-    label = f"sustained {rate // 1000}k/s"
     try:
         with cluster:
             cluster.migrate()
@@ -382,7 +473,7 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
             # Backlog: due rows in the queue (claimed or not) and in the outbox, and schedules
             # whose cursor is already due (at least one instant not even materialized).
             depth_sql = (
-                "SELECT (SELECT count(*) FROM dispatch WHERE visible_at <= %(now)s), "
+                "SELECT /* bench */ (SELECT count(*) FROM dispatch WHERE visible_at <= %(now)s), "
                 "(SELECT count(*) FROM outbox WHERE available_at <= %(now)s), "
                 "(SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <= %(now)s), "
                 "greatest(0, extract(epoch FROM %(now)s - (SELECT min(next_run_at) FROM schedules "
@@ -394,9 +485,15 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
                 start = datetime.now(UTC)
                 depth0 = _one(conn, depth_sql, {"now": start})
                 cpu0 = {name: p.cpu() for name, p in cluster.procs.items()}
+                behind = [float(depth0[3])]
+                next_probe = time.monotonic() + 2.0
                 while (datetime.now(UTC) - start).total_seconds() < window:
                     cluster.sample()
+                    if time.monotonic() >= next_probe:  # every 2 s: a scan of the active schedules
+                        behind.append(float(_one(conn, _BEHIND_SQL, {"now": datetime.now(UTC)})[0]))
+                        next_probe = time.monotonic() + 2.0
                     time.sleep(0.5)
+                behind_max = max(behind)
                 end = datetime.now(UTC)
                 db_ms = srv.db_time_ms(dsn)
                 depth1 = _one(conn, depth_sql, {"now": end})
@@ -417,47 +514,113 @@ def sustained(srv: Servers, rate: int, window: float, warmup: float) -> list[Row
                     "SELECT count(*) FROM attempts WHERE finished_at >= %(start)s AND finished_at < %(end)s",
                     {"start": start, "end": end},
                 )
-            rss = cluster.peak_rss_mib()
-        span = (end - start).total_seconds()
-        executed = int(finished) / span
-        db_per_run = db_ms * 1000 / int(finished) if db_ms is not None and int(finished) else float("nan")
-        direct = os.environ.get("CLOCKD_DIRECT_DISPATCH", "").lower() in ("1", "true", "yes", "on")
-        log(f"{label}: {'direct dispatch' if direct else 'outbox → relay'}; database time per execution "
-            f"{db_per_run:.0f} µs; load {os.getloadavg()[0]:.1f}")  # fmt: skip
-        p99 = percentile(lags, 0.99)
-        # Rows due and not finished (queue + outbox), and how far behind the materializer's
-        # oldest cursor is: neither may grow over the window.
-        backlog0, backlog1 = int(depth0[0]) + int(depth0[1]), int(depth1[0]) + int(depth1[1])
-        behind0, behind1 = float(depth0[3]), float(depth1[3])
-        steady = backlog1 - backlog0 <= max(rate // 2, 100) and behind1 <= max(behind0, 1.0)
-        log(f"{label}: due rows (queued, outbox), schedules behind, oldest cursor age: "
-            f"{tuple(depth0)} → {tuple(depth1)}")  # fmt: skip
-        log(f"{label}: CPU seconds in the window: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
-        # Instants due in the window, from the definitions (anchor + k·period).
-        expected = sum(_fires_in(r.created_at, r.template.definition.expr, start, end) for r in rows)
-        missing = expected - len(lags)
-        log(f"{label}: window {span:.1f}s: {expected:,} instants due, {len(lags):,} materialized "
-            f"({dict(states)})")  # fmt: skip
-        lags += [(datetime.now(UTC) - end).total_seconds()] * max(0, missing)  # never materialized: late
-        return [
-            row(f"{label}: due in window", expected / span, "/s", f"≈ {rate:,}/s", None),
-            row(f"{label}: not materialized by end+3s", missing, "", "= 0", missing <= 0),
-            row(f"{label}: executions/s", executed, "/s", f"≥ {0.98 * expected / span:,.0f}/s (98 % of due)",
-                executed >= 0.98 * expected / span),
-            row(f"{label}: lag p50", percentile(lags, 0.5), "s"),
-            row(f"{label}: lag p99", p99, "s", "≤ 2 s", p99 <= 2.0),
-            row(f"{label}: database time per execution" + (" (direct dispatch)" if direct else ""), db_per_run,
-                "µs", "≤ 80 µs", db_per_run <= 80),
-            row(f"{label}: backlog start→end", f"{backlog0:,}→{backlog1:,} rows", "", "no growth", steady),
-            row(f"{label}: materializer behind start→end", f"{behind0:.1f}→{behind1:.1f}", "s", "no growth", steady),
-            row(f"{label}: worker CPU", sum(v for k, v in cpu.items() if k.startswith("worker")) / span * 100, "%",
-                "of one core, 2 workers"),
-            row(f"{label}: materializer CPU", cpu["materializer"] / span * 100, "%", "of one core"),
-            row(f"{label}: peak RSS ({max(rss, key=lambda k: rss[k])})", max(rss.values()), "MiB", "< 300 MiB",
-                max(rss.values()) < 300),
-        ]  # fmt: skip
+            rss = cluster.peak_rss_mb()
     finally:
         _finish(srv, dsn, "sustained")
+    span = (end - start).total_seconds()
+    db_per_run = db_ms * 1000 / int(finished) if db_ms is not None and int(finished) else float("nan")
+    log(f"{label}: {'direct dispatch' if _direct() else 'outbox → relay'}; database time per execution "
+        f"{db_per_run:.0f} µs; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    log(f"{label}: due rows (queued, outbox), schedules behind, oldest cursor age: "
+        f"{tuple(depth0)} → {tuple(depth1)}; oldest cursor age every 2 s: "
+        f"{' '.join(f'{b:.1f}' for b in behind)}")  # fmt: skip
+    log(f"{label}: CPU seconds in the window: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+    # Instants due in the window, from the definitions (anchor + k·period).
+    expected = sum(_fires_in(r.created_at, r.template.definition.expr, start, end) for r in rows)
+    missing = expected - len(lags)
+    log(f"{label}: window {span:.1f}s: {expected:,} instants due, {len(lags):,} materialized "
+        f"({dict(states)})")  # fmt: skip
+    lags += [(datetime.now(UTC) - end).total_seconds()] * max(0, missing)  # never materialized: late
+    return Load(
+        rate=rate, span=span, due=expected / span, missing=missing, executed=int(finished) / span,
+        p50=percentile(lags, 0.5), p99=percentile(lags, 0.99),
+        backlog=(int(depth0[0]) + int(depth0[1]), int(depth1[0]) + int(depth1[1])),
+        behind=(float(depth0[3]), float(depth1[3]), max(behind_max, float(depth1[3]))),
+        db_per_run=db_per_run, cpu=cpu, rss=rss,
+    )  # fmt: skip
+
+
+def sustained(
+    srv: Servers, rate: int, window: float, warmup: float, found: list[Load] | None = None, bare_db: float | None = None
+) -> list[Row]:
+    """Issue 18's sustained figures at ``rate`` (the run is appended to ``found``, for the
+    knee search to start from); ``bare_db``: the bare-SQL drill's database time per row,
+    the denominator of the database time's ratio."""
+    label = f"sustained {rate:,}/s"
+    r = _run_load(srv, rate, window, warmup, label)
+    if found is not None:
+        found.append(r)
+    direct = " (direct dispatch)" if _direct() else ""
+    workers = sum(v for k, v in r.cpu.items() if k.startswith("worker"))
+    top = max(r.rss, key=lambda k: r.rss[k])
+    return [
+        row(f"{label}: due in window", r.due, "/s", f"≈ {rate:,}/s", None),
+        row(f"{label}: not materialized by end+3s", r.missing, "", "= 0", r.missing <= 0),
+        row(f"{label}: executions/s", r.executed, "/s", f"≥ {0.98 * r.due:,.0f}/s (98 % of due)",
+            r.executed >= 0.98 * r.due),
+        row(f"{label}: lag p50", r.p50, "s"),
+        row(f"{label}: lag p99", r.p99, "s", "≤ 2 s", r.p99 <= 2.0),
+        row(f"{label}: database time per execution{direct}", r.db_per_run, "µs", "≤ 80 µs", r.db_per_run <= 80,
+            r.db_per_run / bare_db if bare_db else None),
+        row(f"{label}: CPU per execution, all clockd processes", r.cpu_per_run, "µs", "≤ 60 µs",
+            r.cpu_per_run <= 60),
+        row(f"{label}: backlog start→end", f"{r.backlog[0]:,}→{r.backlog[1]:,} rows", "", "no growth", r.steady),
+        row(f"{label}: materializer behind, max in window", r.behind[2], "s", "never (≤ 1 s)", r.never_behind),
+        row(f"{label}: worker CPU", workers / r.span * 100, "%", "of one core, 2 workers"),
+        row(f"{label}: materializer CPU", r.cpu["materializer"] / r.span * 100, "%", "of one core"),
+        row(f"{label}: peak RSS ({top})", r.rss[top], "MB", "< 300 MB", r.rss[top] < 300),
+    ]  # fmt: skip
+
+
+# -- 2b. the knee --------------------------------------------------------------------------
+
+
+def knee(srv: Servers, first: Load | None, start_rate: int, steps: int, window: float, warmup: float) -> list[Row]:
+    """The highest rate that still meets p99 ≤ 2 s (``Load.meets``): from the sustained
+    run (``first``, or a run at ``start_rate``), up by 25 % while it holds (down by 25 %
+    while it does not) until the two sides are bracketed, then bisection, ``steps`` runs
+    in all (besides ``first``), to a resolution of 250/s."""
+    tried: dict[int, Load] = {}
+    if first is not None:
+        tried[first.rate] = first
+    else:
+        tried[start_rate] = _run_load(srv, start_rate, window, warmup, f"knee {start_rate:,}/s")
+        steps -= 1
+
+    def bracket() -> tuple[int | None, int | None]:
+        ok = [r for r, v in tried.items() if v.meets]
+        bad = [r for r, v in tried.items() if not v.meets]
+        return (max(ok) if ok else None), (min((r for r in bad if not ok or r > max(ok)), default=None))
+
+    for _ in range(max(0, steps)):
+        lo, hi = bracket()
+        if lo is not None and hi is not None:
+            if hi - lo <= 250:
+                break
+            rate = (lo + hi) // 2
+        elif lo is not None:
+            rate = int(lo * 1.25)
+        else:
+            assert hi is not None
+            rate = max(100, int(hi * 0.75))
+            if rate in tried:
+                break
+        tried[rate] = _run_load(srv, rate, window, warmup, f"knee {rate:,}/s")
+        log(f"knee: {rate:,}/s → p99 {tried[rate].p99:.2f}s, {tried[rate].executed:,.0f}/s executed: "
+            f"{'meets' if tried[rate].meets else 'misses'}")  # fmt: skip
+    lo, hi = bracket()
+    # Conclusive only if a rate at the goal or above met it, or one at or below it missed.
+    verdict: bool | None = None
+    if (lo or 0) >= 12_000:
+        verdict = True
+    elif hi is not None and hi <= 12_000:
+        verdict = False
+    bound = "" if hi is not None else " (a lower bound: every rate tried met it)"
+    runs = " ".join(f"{r:,}{'✓' if v.meets else '✗'}" for r, v in sorted(tried.items()))
+    return [
+        row(f"knee: highest rate with p99 ≤ 2 s{bound}", lo or 0, "/s", "≥ 12,000/s", verdict),
+        row("knee: rates tried (p99 ≤ 2 s ✓/✗)", runs, "", f"{window:g} s windows"),
+    ]
 
 
 # -- 3. scale ------------------------------------------------------------------------------
@@ -604,7 +767,7 @@ def scale(srv: Servers, n: int, sample: int, run_for: float) -> list[Row]:
                 (executed,) = _one(conn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'")
                 size = _size_mib(conn)
                 (total_occ,) = _one(conn, "SELECT count(*) FROM occurrences")
-            rss = cluster.peak_rss_mib()
+            rss = cluster.peak_rss_mb()
         made = int(occ1) - int(occ0)
         log(f"{label}: {made:,} occurrences materialized in {run_for:g}s, {executed:,} executed; "
             f"{due_left:,} schedules due within 1 min not yet materialized")  # fmt: skip
@@ -618,7 +781,7 @@ def scale(srv: Servers, n: int, sample: int, run_for: float) -> list[Row]:
                 "MiB"),
         ]  # fmt: skip
         for name, mib in rss.items():
-            rows_out.append(row(f"{label}: peak RSS {name}", mib, "MiB", "< 300 MiB", mib < 300))
+            rows_out.append(row(f"{label}: peak RSS {name}", mib, "MB", "< 300 MB", mib < 300))
         return rows_out
     finally:
         _finish(srv, dsn, "scale")
@@ -694,26 +857,37 @@ def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
     with servers() as srv:
         log(f"servers: {srv.describe()}; sizes: {sizes}")
-        bare_result: BareResult | None = None
-        if not only or "drill" in only or "bare" in only:
-            found: list[BareResult] = []
+        plan: list[tuple[str, Callable[[], list[Row]]]] = []
+        bare_db: list[float] = []  # database µs per row of each bare drill, for the sustained ratio
+        for n in sizes.drills:
+            # Each drill with the bare-SQL drill of its size, run just before it.
+            bares: list[BareResult] = []
 
-            def do_bare() -> list[Row]:
-                result, out = bare(srv, sizes.drill)
-                found.append(result)
+            def do_bare(n: int = n, bares: list[BareResult] = bares) -> list[Row]:
+                result, db_per_row, out = bare(srv, n)
+                bares.append(result)
+                if db_per_row == db_per_row:
+                    bare_db.append(db_per_row)
                 return out
 
-            rows += _guard("bare", do_bare)
-            bare_result = found[0] if found else None
-        plan: list[tuple[str, Callable[[], list[Row]]]] = [
-            ("drill", lambda: drill(srv, sizes.drill, quick, bare_result)),
+            def do_drill(n: int = n, bares: list[BareResult] = bares) -> list[Row]:
+                return drill(srv, n, quick, bares[0] if bares else None)
+
+            if not only or "drill" in only or "bare" in only:
+                plan.append(("bare", do_bare))
+            if not only or "drill" in only:
+                plan.append(("drill", do_drill))
+        loads: list[Load] = []
+        plan += [
             ("sustained", lambda: sustained(srv, sizes.sustained_rate, sizes.sustained_window,
-                                            sizes.sustained_warmup)),
+                                            sizes.sustained_warmup, loads, min(bare_db, default=None))),
+            ("knee", lambda: knee(srv, loads[0] if loads else None, sizes.sustained_rate, sizes.knee_steps,
+                                  sizes.knee_window, sizes.knee_warmup)),
             ("scale", lambda: scale(srv, sizes.scale, sizes.scale_sample, sizes.scale_run)),
             ("commands", lambda: commands(srv, sizes.commands)),
         ]  # fmt: skip
         for name, fn in plan:
-            if only and name not in only:
+            if only and name not in only and not (name == "bare" and "drill" in only):
                 continue
             rows += _guard(name, fn)
     return rows

@@ -1,11 +1,21 @@
-"""Embedded store drill: N ``once`` schedules due at the same second, no-op target, one real
-``clockd run`` process on SQLite. Reports claim lag (claimed − scheduled) p50/p99 and
-executions/s. Goal (issue "clockd on one machine"): p99 ≤ 2 s and ≥ 3,000 executions/s."""
+"""Embedded store drills: N ``once`` schedules due at the same second, one real ``clockd
+run`` process on SQLite. Reports claim lag (claimed − scheduled) p50/p99 and executions/s.
+
+* **noop**: 10,000 no-op jobs. Goal (issue 18, unchanged from "clockd on one machine"):
+  p99 ≤ 2 s and ≥ 3,000 executions/s.
+* **/bin/true**: 1,000 real commands (``--concurrency 16``). Issue 18 asks for the rate
+  and whether spawning the child shows in the profile: with py-spy installed (a dev
+  dependency, ``make install``) the process is sampled during the drill and the
+  share of its samples inside ``subprocess``'s fork/exec (``_execute_child``,
+  ``fork_exec``, ``posix_spawn``) is printed (``--profile DIR`` keeps the stacks as
+  ``DIR/embedded-true.txt``); without py-spy the row says so.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -16,8 +26,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import pyspy
+from bench.cluster import row
 from clockd.core.clock import SystemClock
-from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
+from clockd.core.model import CommandTarget, NoopTarget, ScheduleDef, ScheduleKind, Target
 from clockd.services.ops import Ops
 from clockd.store.sqlite.store import SqliteStore
 
@@ -32,7 +44,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-async def _create(db: Path, n: int, due: datetime) -> float:
+async def _create(db: Path, n: int, due: datetime, target: Target) -> float:
     store = SqliteStore(db)
     await store.open()
     ops = Ops(store, SystemClock())
@@ -44,7 +56,7 @@ async def _create(db: Path, n: int, due: datetime) -> float:
                 kind=ScheduleKind.ONCE,
                 expr=due.isoformat(),
                 tz="UTC",
-                target=NoopTarget(),
+                target=target,
             )
         )
     elapsed = time.monotonic() - started
@@ -52,14 +64,45 @@ async def _create(db: Path, n: int, due: datetime) -> float:
     return n / elapsed
 
 
-def drill(n: int) -> list[dict[str, Any]]:
+# Frames of starting a child process (asyncio's subprocess_exec goes through Popen).
+# Frames as bench.pyspy shortens them ("subprocess.py:Popen._execute_child").
+SPAWN_FRAMES = ("Popen.__init__", "Popen._execute_child", "fork_exec", "posix_spawn")
+
+
+def _spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of ``pid`` into ``out`` (raw folded stacks), if py-spy is installed."""
+    spy = BIN / "py-spy"
+    if not spy.exists():
+        return None
+    return subprocess.Popen(
+        [str(spy), "record", "--format", "raw", "--rate", "100", "--nonblocking", "-o", str(out), "-p", str(pid)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _stop_spy(spy: subprocess.Popen[bytes]) -> None:
+    """py-spy writes its file when the target exits or on SIGINT."""
+    try:
+        spy.wait(15)
+    except subprocess.TimeoutExpired:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(10)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait(5)
+
+
+def _drill(n: int, target: Target, concurrency: int, profile: bool) -> tuple[float, list[float], float, int, str]:
+    """(creation rate, claim lags, seconds from due to the last finish, succeeded, the
+    profile's spawn share as text — empty when not profiled)."""
     with tempfile.TemporaryDirectory(prefix="clockd-bench-") as tmp:
         home = Path(tmp)
         db = home / "clockd.db"
         # Due far enough ahead that creation finishes and the materializer and relay stage
         # everything before the instant (as in production, where the horizon is minutes).
         due = (datetime.now(UTC) + timedelta(seconds=15 + n / 1500)).replace(microsecond=0)
-        create_rate = asyncio.run(_create(db, n, due))
+        create_rate = asyncio.run(_create(db, n, due, target))
         env = {
             **os.environ,
             "CLOCKD_HOME": str(home),
@@ -69,11 +112,12 @@ def drill(n: int) -> list[dict[str, Any]]:
         }
         env.pop("CLOCKD_STORE", None)
         proc = subprocess.Popen(
-            [str(BIN / "clockd"), "run", "--concurrency", "1000", "--log-format", "text"],
+            [str(BIN / "clockd"), "run", "--concurrency", str(concurrency), "--log-format", "text"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=(home / "clockd.log").open("wb"),
         )
+        spy = _spy(proc.pid, home / "profile.txt") if profile else None
         try:
             conn = sqlite3.connect(db, timeout=30)
             deadline = time.monotonic() + 120 + (due - datetime.now(UTC)).total_seconds()
@@ -91,31 +135,56 @@ def drill(n: int) -> list[dict[str, Any]]:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+            if spy is not None:
+                _stop_spy(spy)
+        shown = ""
+        if profile:
+            path = home / "profile.txt"
+            if spy is None:
+                shown = "py-spy not installed"
+            elif path.exists():
+                if keep := os.environ.get("BENCH_PROFILE"):  # kept for python -m bench.pyspy
+                    Path(keep).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(path, Path(keep) / "embedded-true.txt")
+                share, total = pyspy.share(path, SPAWN_FRAMES)
+                shown = f"{share * 100:.0f} % of {total:,} samples"  # the process's start-up included
+            else:
+                shown = "py-spy wrote no profile"
     lags = [r[0] / 1e6 for r in rows]
     due_us = int(due.timestamp() * 1e6)
     last_finish = max((r[1] for r in rows if r[1] is not None), default=due_us)
     span = max(1e-3, (last_finish - due_us) / 1e6)
+    return create_rate, lags, span, done, shown
+
+
+def drill(n: int) -> list[dict[str, Any]]:
+    create_rate, lags, span, done, _ = _drill(n, NoopTarget(), 1000, profile=False)
     p99 = percentile(lags, 0.99)
     rate = done / span
     return [
-        {
-            "name": f"schedules created ({n:,}, one by one)",
-            "value": create_rate,
-            "unit": "/s",
-            "target": "",
-            "ok": None,
-        },
-        {"name": "claim lag p50", "value": percentile(lags, 0.5), "unit": "s", "target": "", "ok": None},
-        {"name": "claim lag p99", "value": p99, "unit": "s", "target": "≤ 2 s", "ok": p99 <= 2.0},
-        {"name": "executions/s (noop)", "value": rate, "unit": "/s", "target": "≥ 3,000/s", "ok": rate >= 3000},
-        {"name": "succeeded", "value": done, "unit": "", "target": f"= {n:,}", "ok": done == n},
+        row(f"schedules created ({n:,}, one by one)", create_rate, "/s"),
+        row("claim lag p50", percentile(lags, 0.5), "s"),
+        row("claim lag p99", p99, "s", "≤ 2 s", p99 <= 2.0),
+        row("executions/s (noop)", rate, "/s", "≥ 3,000/s", rate >= 3000),
+        row("succeeded", done, "", f"= {n:,}", done == n),
+    ]
+
+
+def commands(n: int) -> list[dict[str, Any]]:
+    _, lags, span, done, spawn = _drill(n, CommandTarget(argv=("/bin/true",)), 16, profile=True)
+    label = f"/bin/true x {n:,}"
+    return [
+        row(f"{label}: executions/s (concurrency 16)", done / span, "/s", "reported"),
+        row(f"{label}: claim lag p99", percentile(lags, 0.99), "s"),
+        row(f"{label}: spawning in the profile", spawn, "", "fork/exec share of samples"),
+        row(f"{label}: succeeded", done, "", f"= {n:,}", done == n),
     ]
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
-    return drill(10_000)
+    return drill(10_000) + commands(1000)
 
 
 if __name__ == "__main__":
-    for row in run("--quick" in sys.argv):
-        print(row)
+    for figure in run("--quick" in sys.argv):
+        print(figure)

@@ -29,19 +29,36 @@ def _short(frame: str) -> str:
     return f"{path}:{m.group('func')}"
 
 
-def summarise(path: Path, top: int, match: str | None) -> str:
-    inclusive: Counter[str] = Counter()
-    own: Counter[str] = Counter()
-    total = 0
+def _stacks(path: Path) -> list[tuple[list[str], int]]:
+    """(frames outermost first, sample count) of every stack of a raw py-spy file."""
+    out = []
     for line in path.read_text(errors="replace").splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
-        count = int(count_text)
         frames = [_short(f) for f in stack.split(";") if f and not f.startswith("process ")]
         frames = [f for f in frames if not f.startswith("thread ")]
-        if not frames:
-            continue
+        if frames:
+            out.append((frames, int(count_text)))
+    return out
+
+
+def share(path: Path, needles: tuple[str, ...]) -> tuple[float, int]:
+    """(share of the samples whose stack has a frame containing one of ``needles``,
+    number of samples)."""
+    total = hit = 0
+    for frames, count in _stacks(path):
+        total += count
+        if any(n in f for f in frames for n in needles):
+            hit += count
+    return (hit / total if total else float("nan")), total
+
+
+def summarise(path: Path, top: int, match: str | None) -> str:
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for frames, count in _stacks(path):
         total += count
         for f in set(frames):
             inclusive[f] += count

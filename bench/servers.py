@@ -110,15 +110,19 @@ class Servers:
             for calls, total, mean, nrows, query in rows:
                 f.write(f"{calls}\t{total:.0f}\t{mean:.3f}\t{nrows}\t{' '.join(str(query).split())[:300]}\n")
 
-    def db_time_ms(self, dsn: str, reset: bool = False) -> float | None:
-        """Server execution time of ``dsn``'s database so far (pg_stat_statements, ms), then
-        reset with ``reset``; None when the server does not have the extension loaded."""
+    def db_time_ms(self, dsn: str, reset: bool = False, like: str = "%") -> float | None:
+        """Server execution time of ``dsn``'s database so far (pg_stat_statements, ms) of
+        the statements whose text is ``LIKE like``, then reset with ``reset``; None when
+        the server does not have the extension loaded. Statements marked ``/* bench */``
+        (the benchmark's own probes) are left out."""
         try:
             with self.connect(dsn) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 found = conn.execute(
                     "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements "
-                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                    "AND query NOT LIKE '%%/* bench */%%' AND query LIKE %(like)s",
+                    {"like": like},
                 ).fetchone()
                 if reset:
                     conn.execute("SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database "

@@ -109,6 +109,7 @@ def main() -> None:
         print(json.dumps(asyncio.run(workload(args.worker))))
         return
     import psycopg
+    from psycopg import sql
 
     from tests.harness.postgres import PostgresServer
 
@@ -122,7 +123,7 @@ def main() -> None:
                     where = "sqlite"
                     if kind == "postgres":
                         with psycopg.connect(server.dsn(), autocommit=True) as conn:
-                            conn.execute(f"CREATE DATABASE ab_{tree}_{r}")  # type: ignore[arg-type]  # a name we made
+                            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(f"ab_{tree}_{r}")))
                         where = server.dsn(f"ab_{tree}_{r}")
                     argv = [sys.executable, "-m", "bench.store_ab", trees[tree], "--worker", where]
                     ran = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=HERE)
