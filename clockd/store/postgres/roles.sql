@@ -30,7 +30,7 @@ $$;
 GRANT USAGE ON SCHEMA public TO clockd_readonly, clockd_operator, clockd_daemon;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO clockd_readonly;
 GRANT clockd_readonly TO clockd_operator;
-GRANT INSERT, UPDATE, DELETE ON schedules, schedule_versions, occurrences, outbox, dispatch,
+GRANT INSERT, UPDATE, DELETE ON schedules, schedule_labels, schedule_versions, occurrences, outbox, dispatch,
     overlap_slots, tenant_limits TO clockd_operator;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO clockd_daemon;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO clockd_operator, clockd_daemon;
