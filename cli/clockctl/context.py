@@ -43,17 +43,16 @@ def server() -> tuple[str, str | None] | None:
     return resolve(state["server"], state["token"], state["context"])
 
 
-def with_ops(fn: Callable[[Ops], Awaitable[T]], *, local: bool = False, create: bool = False) -> T:
+def with_ops(fn: Callable[[Ops], Awaitable[T]], *, create: bool = False) -> T:
     """Run ``fn`` with the use cases: over the HTTP API when a server is configured
     (``--server``, ``CLOCKD_SERVER`` or a context; ``clockctl.remote``), else on the store.
-    ``local``: always on the store (tokens and the audit log are managed there).
     ``create``: a writing verb may create a missing embedded store; reads say it is missing."""
     # The result leaves through a list, not as the coroutine's return value: on Python
     # 3.11 asyncio.run formats the repr of what the main task returns (0.5 s for a
     # 20,000-schedule apply plan).
     result: list[T] = []
 
-    remote = None if local else server()
+    remote = server()
 
     async def over_api(server: str, token: str | None) -> None:
         from clockctl.remote import RemoteOps

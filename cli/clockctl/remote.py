@@ -19,10 +19,11 @@ and 5xx → a store error, exit 4).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, NoReturn, TypeVar
@@ -30,9 +31,10 @@ from typing import Any, NoReturn, TypeVar
 import httpx
 
 from clockctl.contexts import config_path, resolve
-from clockd import errors
+from clockd import errors, tokens
 from clockd.client import AsyncClient
 from clockd.client import errors as api_errors
+from clockd.client import models as client_models
 from clockd.core.clock import SystemClock
 from clockd.core.model import (
     Attempt,
@@ -48,9 +50,19 @@ from clockd.core.model import (
 from clockd.formats.schedfile import Location, job_document, job_from_mapping
 from clockd.formats.validate import MANAGED_BY
 from clockd.services.explain import Explanation
-from clockd.services.ops import Added, ApplyPlan, ApplyResult, Change, Ops, PlanAction, ResumeFrom, VersionRow
+from clockd.services.ops import (
+    Added,
+    ApplyPlan,
+    ApplyResult,
+    Change,
+    Ops,
+    PlanAction,
+    ResumeFrom,
+    VersionRow,
+    token_not_found,
+)
 from clockd.services.reconcile import Entry, Report, Status
-from clockd.store import Replanned, RunSummary, Store
+from clockd.store import ApiToken, AuditEntry, Replanned, RunSummary, Store
 
 T = TypeVar("T")
 
@@ -191,13 +203,17 @@ class RemoteOps:
         self.store = _Unsupported()
         self._summaries: dict[str, RunSummary | None] = {}  # by schedule id, from the answers
 
-    async def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None) -> Any:
+    async def _typed(self, answer: Awaitable[T]) -> T:
+        """``answer`` (a client call), its problem raised as the store path's clockd error."""
         try:
-            return await self.client.request(method, path, params=params, json=json)
+            return await answer
         except api_errors.ApiError as exc:
             _raise(exc)
         except httpx.HTTPError as exc:
             raise errors.StoreUnavailable(f"cannot reach the API at {self.client.http.base_url}: {exc}") from None
+
+    async def _call(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, json: Any = None) -> Any:
+        return await self._typed(self.client.request(method, path, params=params, json=json))
 
     @staticmethod
     def _tenant(tenant: str | None) -> dict[str, str]:
@@ -433,8 +449,63 @@ class RemoteOps:
             raise errors.StoreUnavailable("this api process does not serve the cluster's status")
         return dict(doc["cluster"])
 
+    # -- tokens and the audit log: the API records the calling token as the actor ------------
+
+    async def create_token(
+        self, tenant: str, role: str, name: str, expires_in: timedelta | None, actor: str
+    ) -> tokens.Issued:
+        """``POST /v1/tokens`` ("default": the calling token's tenant). An admin token makes
+        tokens up to admin in its own tenant, a cluster-admin any, anywhere (the API decides)."""
+        expires = None if expires_in is None else f"{int(expires_in.total_seconds())}s"
+        issued = await self._typed(
+            self.client.create_token(role, name=name, expires=expires, tenant=self._tenant(tenant).get("tenant"))
+        )
+        return tokens.Issued(issued.secret, _token(issued.token))
+
+    async def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        """``GET /v1/tokens``: without ``tenant``, the calling token's tenant's."""
+        return [_token(t) for t in await self._typed(self.client.tokens(tenant=self._tenant(tenant).get("tenant")))]
+
+    async def revoke_token(self, ref: str, tenant: str, actor: str) -> ApiToken:
+        """``DELETE /v1/tokens/REF`` in ``tenant``: a 404 (no such live token, or another
+        tenant's) reads as on the store."""
+        try:
+            revoked = await self._typed(self.client.revoke_token(ref, tenant=self._tenant(tenant).get("tenant")))
+        except errors.NotFound:
+            raise errors.NotFound(token_not_found(ref, tenant)) from None
+        return _token(revoked)
+
+    async def audit(self, tenant: str | None = None, limit: int = 50) -> list[AuditEntry]:
+        """``GET /v1/audit`` page by page up to ``limit`` entries, newest first (an admin
+        token; without ``tenant``, its own tenant's)."""
+
+        async def collect() -> list[AuditEntry]:
+            out: list[AuditEntry] = []
+            entries = self.client.audit(min(limit, 1000), tenant=self._tenant(tenant).get("tenant"))
+            async with contextlib.aclosing(entries):
+                async for e in entries:
+                    out.append(_audit_entry(e))
+                    if len(out) >= limit:
+                        break
+            return out
+
+        return await self._typed(collect())
+
     def __getattr__(self, name: str) -> NoReturn:
         _Unsupported().__getattr__(name)
+
+
+def _audit_entry(e: client_models.AuditEntry) -> AuditEntry:
+    at = _when(e.at)
+    assert at is not None
+    return AuditEntry(at, e.tenant, e.actor, e.action, e.target, e.before_version, e.after_version, e.detail, e.id)
+
+
+def _token(t: client_models.Token) -> ApiToken:
+    created = _when(t.created_at)
+    assert created is not None
+    # The hash never leaves the server; the commands print everything else.
+    return ApiToken(t.id, t.tenant, t.name, t.role, "", created, _when(t.expires_at), _when(t.revoked_at))
 
 
 def _replanned(schedule_id: str, doc: Mapping[str, Any]) -> Replanned:

@@ -30,7 +30,7 @@ from clockd.client.errors import (
     Unauthorized,
 )
 from clockd.client.http import AsyncClient, Client
-from clockd.client.models import AuditEntry, Occurrence, Run, Schedule
+from clockd.client.models import AuditEntry, IssuedToken, Occurrence, Run, Schedule, Token
 
 __all__ = [
     "ApiError",
@@ -41,6 +41,7 @@ __all__ = [
     "Forbidden",
     "IdempotencyKeyReused",
     "InvalidInput",
+    "IssuedToken",
     "NotFound",
     "Occurrence",
     "PreconditionFailed",
@@ -48,5 +49,6 @@ __all__ = [
     "Run",
     "Schedule",
     "ServerError",
+    "Token",
     "Unauthorized",
 ]

@@ -3,7 +3,7 @@ the same answers; only the transport differs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -11,7 +11,7 @@ from urllib.parse import quote
 import httpx
 
 from clockd.client.errors import raise_for
-from clockd.client.models import AuditEntry, Occurrence, Run, Schedule
+from clockd.client.models import AuditEntry, IssuedToken, Occurrence, Run, Schedule, Token
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 
@@ -75,6 +75,19 @@ class _Calls:
     @staticmethod
     def run_now(name: str) -> Call:
         return Call("POST", f"/v1/schedules/{_name(name)}/run-now")
+
+    @staticmethod
+    def create_token(role: str, name: str | None, expires: str | None, tenant: str | None) -> Call:
+        body = _clean({"role": role, "name": name or role, "expires": expires, "tenant": tenant})
+        return Call("POST", "/v1/tokens", json=body)
+
+    @staticmethod
+    def tokens(tenant: str | None) -> Call:
+        return Call("GET", "/v1/tokens", params=_clean({"tenant": tenant}))
+
+    @staticmethod
+    def revoke_token(ref: str, tenant: str | None) -> Call:
+        return Call("DELETE", f"/v1/tokens/{_name(ref)}", params=_clean({"tenant": tenant}))
 
 
 class Client:
@@ -153,9 +166,23 @@ class Client:
         for doc in self.pages("/v1/occurrences", **params):
             yield Occurrence.from_json(doc)
 
-    def audit(self, page_size: int = 100) -> Iterator[AuditEntry]:
-        for doc in self.pages("/v1/audit", limit=page_size):
+    def audit(self, page_size: int = 100, *, tenant: str | None = None) -> Iterator[AuditEntry]:
+        """The audit log newest first (an admin token; ``tenant``: another one, for a cluster-admin)."""
+        for doc in self.pages("/v1/audit", limit=page_size, tenant=tenant):
             yield AuditEntry.from_json(doc)
+
+    def create_token(self, role: str = "readonly", *, name: str | None = None, expires: str | None = None,
+                     tenant: str | None = None) -> IssuedToken:  # fmt: skip
+        """A new token of the caller's tenant (``tenant``: another one, for a cluster-admin);
+        ``name`` defaults to the role, ``expires`` is a duration such as ``90d``."""
+        return IssuedToken.from_json(self.call(_Calls.create_token(role, name, expires, tenant)))
+
+    def tokens(self, *, tenant: str | None = None) -> list[Token]:
+        return [Token.from_json(doc) for doc in self.call(_Calls.tokens(tenant))["items"]]
+
+    def revoke_token(self, ref: str, *, tenant: str | None = None) -> Token:
+        """Revoke a token of the tenant by id or name (NotFound: none live by that ref)."""
+        return Token.from_json(self.call(_Calls.revoke_token(ref, tenant)))
 
 
 class AsyncClient:
@@ -233,3 +260,18 @@ class AsyncClient:
                           page_size: int = 100) -> AsyncIterator[Occurrence]:  # fmt: skip
         async for doc in self.pages("/v1/occurrences", schedule=schedule, state=state, limit=page_size):
             yield Occurrence.from_json(doc)
+
+    async def audit(self, page_size: int = 100, *, tenant: str | None = None) -> AsyncGenerator[AuditEntry, None]:
+        """As :meth:`Client.audit`; a generator, so a caller that stops early may close it."""
+        async for doc in self.pages("/v1/audit", limit=page_size, tenant=tenant):
+            yield AuditEntry.from_json(doc)
+
+    async def create_token(self, role: str = "readonly", *, name: str | None = None, expires: str | None = None,
+                           tenant: str | None = None) -> IssuedToken:  # fmt: skip
+        return IssuedToken.from_json(await self.call(_Calls.create_token(role, name, expires, tenant)))
+
+    async def tokens(self, *, tenant: str | None = None) -> list[Token]:
+        return [Token.from_json(doc) for doc in (await self.call(_Calls.tokens(tenant)))["items"]]
+
+    async def revoke_token(self, ref: str, *, tenant: str | None = None) -> Token:
+        return Token.from_json(await self.call(_Calls.revoke_token(ref, tenant)))

@@ -71,10 +71,43 @@ class AuditEntry:
     target: str
     before_version: int | None
     after_version: int | None
+    detail: dict[str, Any] = field(default_factory=dict)  # e.g. the role of a token.create
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AuditEntry:
         return cls(
             int(doc["id"]), doc["at"], doc["tenant"], doc["actor"], doc["action"], doc["target"],
-            doc.get("before_version"), doc.get("after_version"),
+            doc.get("before_version"), doc.get("after_version"), dict(doc.get("detail") or {}),
         )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A bearer token as listed: never the token itself (the store keeps only its hash)."""
+
+    id: str
+    tenant: str
+    name: str
+    role: str  # readonly, operator, admin, cluster-admin
+    created_at: str
+    expires_at: str | None
+    revoked_at: str | None
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Token:
+        return cls(
+            doc["id"], doc["tenant"], doc["name"], doc["role"], doc["created_at"],
+            doc.get("expires_at"), doc.get("revoked_at"),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A new token: ``secret`` (the ``Authorization: Bearer`` value) is answered only once."""
+
+    secret: str
+    token: Token
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> IssuedToken:
+        return cls(doc["token"], Token.from_json(doc))

@@ -33,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, overload
 
@@ -55,7 +55,17 @@ from clockd.core.planning import available_at
 from clockd.core.spec import Spec, compile_spec
 from clockd.errors import Conflict, IdempotencyMismatch, InvalidInput, NeverFires, NotFound, VersionMismatch
 from clockd.formats.validate import MANAGED_BY, MANAGED_BY_APPLY, normalize
-from clockd.store import AppliedSchedules, NewSchedule, Replanned, RunSummary, ScheduleChange, Store
+from clockd.store import (
+    ApiToken,
+    AppliedSchedules,
+    AuditEntry,
+    NewSchedule,
+    Replanned,
+    RunSummary,
+    ScheduleChange,
+    Store,
+)
+from clockd.tokens import Issued, issue
 
 if TYPE_CHECKING:
     from clockd.runner.egress import EgressPolicy
@@ -599,6 +609,49 @@ class Ops:
         return Change(
             updated, written.canceled, tuple(o for o in running if o.version < updated.version), written.replanned
         )
+
+    # -- the HTTP API's tokens and the audit log (clockctl token, clockctl audit) -------------
+
+    async def create_token(self, tenant: str, role: str, name: str, expires_in: timedelta | None, actor: str) -> Issued:
+        """A new token of ``tenant``: the store keeps its hash, and the token and its
+        ``token.create`` audit entry (by ``actor``) commit together. ``Issued.secret`` is
+        the only copy of the token."""
+        issued = issue(tenant, role, name, self.clock.now(), expires_in)
+        entry = AuditEntry(issued.record.created_at, tenant, actor, "token.create", name, detail={"role": role})
+        with self.store.audited(lambda _: entry):
+            await self.store.create_token(issued.record)
+        return issued
+
+    async def list_tokens(self, tenant: str | None = None) -> list[ApiToken]:
+        """Tokens of ``tenant`` (None: every tenant's), never the tokens themselves."""
+        return await self.store.list_tokens(tenant)
+
+    async def revoke_token(self, ref: str, tenant: str, actor: str) -> ApiToken:
+        """Revoke the live token ``ref`` (an id, in whichever tenant holds it; or a name in
+        ``tenant``); the revocation and its ``token.revoke`` entry commit together.
+        ``NotFound`` when there is no such live token."""
+        found = await self.store.get_token(ref)
+        owner = found.tenant if found is not None else tenant
+
+        def describe(token: ApiToken | None) -> AuditEntry | None:
+            if token is None:
+                return None
+            return AuditEntry(token.revoked_at or token.created_at, token.tenant, actor, "token.revoke", token.name)
+
+        with self.store.audited(describe):
+            revoked = await self.store.revoke_token(owner, ref, self.clock.now())
+        if revoked is None:
+            raise NotFound(token_not_found(ref, tenant))
+        return revoked
+
+    async def audit(self, tenant: str | None = None, limit: int = 50) -> list[AuditEntry]:
+        """The audit log of ``tenant`` (None: every tenant's), newest first."""
+        return await self.store.audit_page(tenant, None, limit)
+
+
+def token_not_found(ref: str, tenant: str) -> str:
+    """The one message for a token that is not there (or not the caller's to see)."""
+    return f"no live token {ref!r} in tenant {tenant!r} (clockctl token list shows them)"
 
 
 # -- apply: the planner ----------------------------------------------------------------------

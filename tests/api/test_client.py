@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from clockd.client import AsyncClient, Client, IdempotencyKeyReused, InvalidInput, NotFound, PreconditionFailed
+from clockd.client import (
+    AsyncClient,
+    Client,
+    Forbidden,
+    IdempotencyKeyReused,
+    InvalidInput,
+    NotFound,
+    PreconditionFailed,
+)
 
 from .conftest import ApiServer, job
 
@@ -71,3 +79,40 @@ async def test_the_async_client(api: ApiServer) -> None:
         assert [s.name async for s in client.schedules()] == ["async"]
         occurrence = await client.run_now("async")
         assert occurrence.id in [o.id async for o in client.occurrences(schedule="async")]
+
+
+def test_tokens_and_the_audit_log(api: ApiServer) -> None:
+    with Client(api.url(), token=api.token("acme", "admin", name="boss")) as client:
+        made = client.create_token("operator", name="ci", expires="90d")
+        assert made.secret.startswith(f"clockd_{made.token.id}_") and made.token.tenant == api.tenant("acme")
+        assert (made.token.name, made.token.role, made.token.revoked_at) == ("ci", "operator", None)
+        assert made.token.expires_at is not None
+        assert [(t.name, t.role) for t in client.tokens()] == [("boss", "admin"), ("ci", "operator")]
+        with Client(api.url(), token=made.secret) as ci:
+            ci.create(job("by-ci"))
+            with pytest.raises(Forbidden):
+                ci.create_token("readonly")
+        assert client.revoke_token("ci").revoked_at is not None
+        with pytest.raises(NotFound):
+            client.revoke_token("ci")
+        with pytest.raises(NotFound):
+            client.tokens(tenant=api.tenant("other"))
+        entries = list(client.audit(page_size=1))
+        assert [(e.actor, e.action, e.target) for e in entries[:3]] == [
+            ("boss", "token.revoke", "ci"),
+            ("ci", "schedule.create", "by-ci"),
+            ("boss", "token.create", "ci"),
+        ]
+        assert entries[2].detail == {"role": "operator"}
+
+
+async def test_tokens_and_the_audit_log_async(api: ApiServer) -> None:
+    async with AsyncClient(api.url(), token=api.token("acme", "admin", name="boss")) as client:
+        made = await client.create_token(name="look")
+        assert made.token.role == "readonly" and made.token.tenant == api.tenant("acme")
+        assert [t.name for t in await client.tokens()] == ["boss", "look"]
+        assert (await client.revoke_token(made.token.id)).name == "look"
+        assert [(e.actor, e.action) async for e in client.audit(page_size=1)][:2] == [
+            ("boss", "token.revoke"),
+            ("boss", "token.create"),
+        ]

@@ -65,11 +65,13 @@ def api_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 
 
 def serve_api(request: pytest.FixtureRequest, role: str = "cluster-admin") -> dict[str, str]:
-    """The environment that sends clockctl through the module's daemon's API, as a new tenant."""
+    """The environment that sends clockctl through the module's daemon's API, as a new tenant
+    (its first token made on the daemon's store, ``--store``, as an admin would)."""
     env = dict(request.getfixturevalue("api_daemon"))
     tenant = f"cli-{uuid.uuid4().hex[:8]}"
     made = subprocess.run(
-        [str(BIN / "clockctl"), "token", "create", "--tenant", tenant, "--role", role, "-o", "json"],
+        [str(BIN / "clockctl"), "--store", "sqlite:///", "token", "create", "--tenant", tenant, "--role", role,
+         "-o", "json"],
         env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     return {**env, "CLOCKD_TOKEN": json.loads(made.stdout)["token"]}

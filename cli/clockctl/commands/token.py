@@ -1,15 +1,22 @@
-"""``clockctl token`` and ``clockctl audit``: the HTTP API's bearer tokens and audit log,
-straight in the store (local and admin use: run as a login that may write the store).
+"""``clockctl token`` and ``clockctl audit``: the HTTP API's bearer tokens and audit log.
+
+On the store (local and admin use: run as a login that may write the store), or with
+``--server``/``--token`` (``CLOCKD_SERVER``/``CLOCKD_TOKEN``, a context) through the API's
+``/v1/tokens`` and ``/v1/audit`` with the same output, ``-o json`` and exit codes.
 
 ``token create`` prints the token once; only its sha256 is stored (``clockd.tokens``).
 Roles: readonly, operator, admin (the tenant's audit log and tokens), cluster-admin
-(every tenant). Token changes are recorded in the audit log as the local user.
+(every tenant). Token changes are recorded in the audit log: on the store as the local
+user (``local:USER``), over the API as the calling token (the API records it). Over the
+API the calling token's role and tenant decide what it may do: another tenant answers
+404 (exit 1), a role too low 403 (exit 4); "default" and no ``--tenant`` mean the
+token's own tenant.
 """
 
 from __future__ import annotations
 
 import getpass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -17,19 +24,17 @@ from rich.table import Table
 
 from clockctl.context import with_ops
 from clockctl.output import OutputFormat, console, emit_json, handle_errors
-from clockd import tokens
 from clockd.core.durations import parse_duration
 from clockd.core.instants import format_instant
-from clockd.errors import NotFound
-from clockd.services.ops import Ops
-from clockd.store import ApiToken, AuditEntry
+from clockd.store import ApiToken
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
 Tenant = Annotated[str, typer.Option("--tenant", "-t", help="the tenant the token acts in")]
 
 token = typer.Typer(
     name="token",
-    help="Bearer tokens of the HTTP API (clockd --mode api): create, list, revoke.",
+    help="Bearer tokens of the HTTP API (clockd --mode api): create, list, revoke; on the store, "
+    "or through the API with --server (as the calling token, within its role and tenant).",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -69,23 +74,14 @@ def create(
     output: Output = OutputFormat.table,
 ) -> None:
     """Create a token and print it ONCE (the store keeps only its hash)."""
-    expires_in = parse_duration(expires) if expires else None
-    issued = tokens.issue(tenant, role, name or role, datetime.now(UTC), expires_in)
-
-    async def go(ops: Ops) -> None:
-        entry = AuditEntry(
-            issued.record.created_at, tenant, _actor(), "token.create", issued.record.name, detail={"role": role}
-        )
-        with ops.store.audited(lambda _: entry):  # the token and its audit entry commit together
-            await ops.store.create_token(issued.record)
-
-    with_ops(go, local=True)
+    expires_in = parse_duration(expires) if expires else None  # bad input: exit 2 before anything is reached
+    issued = with_ops(lambda ops: ops.create_token(tenant, role, name or role, expires_in, _actor()))
     if output is OutputFormat.json:
         emit_json({"token": issued.secret, **_doc(issued.record)})
         return
     console.print(issued.secret, highlight=False, soft_wrap=True)
     console.print(
-        f"# token {issued.record.name!r} ({role}) of tenant {tenant}, id {issued.record.id}: "
+        f"# token {issued.record.name!r} ({role}) of tenant {issued.record.tenant}, id {issued.record.id}: "
         "shown once, keep it now (Authorization: Bearer …)",
         highlight=False,
         style="dim",
@@ -95,11 +91,16 @@ def create(
 @token.command("list")
 @handle_errors
 def list_(
-    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="only this tenant's")] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant", "-t", help="only this tenant's (default: all on the store, the token's over --server)"
+        ),
+    ] = None,
     output: Output = OutputFormat.table,
 ) -> None:
     """List tokens (never the tokens themselves): id, tenant, name, role, expiry, revocation."""
-    found = with_ops(lambda ops: ops.store.list_tokens(tenant), local=True)
+    found = with_ops(lambda ops: ops.list_tokens(tenant))
     if output is OutputFormat.json:
         emit_json([_doc(t) for t in found])
         return
@@ -122,23 +123,7 @@ def revoke(
     output: Output = OutputFormat.table,
 ) -> None:
     """Revoke a token (api processes stop accepting it within 5 s)."""
-
-    async def go(ops: Ops) -> ApiToken:
-        found = await ops.store.get_token(ref)
-        owner = found.tenant if found is not None else tenant
-
-        def describe(token: ApiToken | None) -> AuditEntry | None:
-            if token is None:
-                return None
-            return AuditEntry(token.revoked_at or token.created_at, token.tenant, _actor(), "token.revoke", token.name)
-
-        with ops.store.audited(describe):  # the revocation and its audit entry commit together
-            revoked = await ops.store.revoke_token(owner, ref, datetime.now(UTC))
-        if revoked is None:
-            raise NotFound(f"no live token {ref!r} in tenant {tenant!r} (clockctl token list shows them)")
-        return revoked
-
-    revoked = with_ops(go, local=True)
+    revoked = with_ops(lambda ops: ops.revoke_token(ref, tenant, _actor()))
     if output is OutputFormat.json:
         emit_json(_doc(revoked))
         return
@@ -146,12 +131,18 @@ def revoke(
 
 
 def audit(
-    tenant: Annotated[str | None, typer.Option("--tenant", "-t", help="only this tenant's (default: all)")] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant", "-t", help="only this tenant's (default: all on the store, the token's over --server)"
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000, help="entries, newest first")] = 50,
     output: Output = OutputFormat.table,
 ) -> None:
-    """The audit log: every write through the API (who, what, when, before/after version)."""
-    entries = with_ops(lambda ops: ops.store.audit_page(tenant, None, limit), local=True)
+    """The audit log: every write through the API and every token change (who, what, when,
+    before/after version), newest first; over --server it takes an admin token."""
+    entries = with_ops(lambda ops: ops.audit(tenant, limit))
     if output is OutputFormat.json:
         emit_json(
             [
