@@ -49,7 +49,7 @@ lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
 # The suite runs on TEST_WORKERS pytest-xdist workers, one test file per worker at a time
 # (module fixtures stay shared; tests/conftest.py hands out the long drills first). Tests
 # marked `serial` assert wall time (a rejection, a start-up) and run alone, first.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: test
 test: install servers ## Lint and build the .deb side by side, then run the whole suite against real PostgreSQL and etcd
