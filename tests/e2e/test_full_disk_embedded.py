@@ -3,7 +3,12 @@
 
 * ``clockd run`` on a full disk exits 4 with a message, no traceback;
 * a job that succeeded while no write could land is recorded SUCCEEDED once space
-  returns (not DEAD "lease expired"), and ``/healthz`` says the store is degraded meanwhile.
+  returns (not DEAD "lease expired"), and ``/healthz`` says the store is degraded meanwhile;
+* a read-only disk (issue 19, drill 4): the kernel refuses ``mount -o remount,ro`` while
+  clockd holds its files open for writing, so the disk turns read-only only with clockd
+  stopped. Then ``clockd run`` exits 4 naming the cause, ``clockctl`` reads, its writes
+  exit 4 naming the cause, and once the disk is writable again clockd catches up on the
+  runs of the read-only window (``clockctl reconcile``: all accounted for, none twice).
 """
 
 from __future__ import annotations
@@ -15,14 +20,18 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.cluster import now, reconcile
 from tests.e2e.conftest import BIN, Clockd, wait_for
 from tests.harness import free_port
+from tests.soak.checker import job_argv
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -114,3 +123,72 @@ def test_a_run_that_succeeded_while_the_disk_was_full_is_recorded_as_succeeded(
         if filler is not None:
             filler.unlink()
         daemon.stop()
+
+
+def clockd_run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "clockd"), "run"], env=env, capture_output=True, text=True, timeout=60)
+
+
+def remount(disk: Path, how: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["mount", "-o", f"remount,{how}", str(disk)], capture_output=True, text=True)
+
+
+def executions(log: Path) -> list[str]:
+    """The occurrence ids the job itself logged (``job_argv``), one per execution."""
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_a_read_only_disk_clockctl_reads_writes_exit_4_and_clockd_catches_up(small_disk: Path, tmp_path: Path) -> None:
+    daemon = Clockd(small_disk / "home")
+    daemon.log_path = tmp_path / "clockd.log"  # not on the small disk
+    runs = tmp_path / "runs.log"
+    read_only = False
+    daemon.start()
+    try:
+        daemon.ctl("add", "--every", "1s", "--name", "tick", "--misfire", "catch_up", "--", *job_argv(runs))
+        start_at = now() + timedelta(seconds=1)
+        wait_for("jobs to fire every second", lambda: len(executions(runs)) >= 2, 15)
+        # Files open for writing (the database, its WAL, the lock) keep the file system
+        # writable: a running clockd never has its disk turn read-only under it this way.
+        refused = remount(small_disk, "ro")
+        assert refused.returncode != 0 and "busy" in refused.stderr, refused
+        assert daemon.stop() == 0
+        assert remount(small_disk, "ro").returncode == 0
+        read_only, stopped_at = True, now()
+
+        result = clockd_run(daemon.env)
+        assert result.returncode == 4, result.stderr
+        assert "Read-only file system" in result.stderr and "Traceback" not in result.stderr, result.stderr
+        added = daemon.ctl("add", "--every", "1m", "--name", "probe", "--noop", check=False)
+        assert added.returncode == 4, added.stderr
+        assert added.stderr.count("\n") == 1 and "Traceback" not in added.stderr, added.stderr
+        assert "read-only (Read-only file system)" in added.stderr and "nothing was written" in added.stderr
+        listed = daemon.ctl("list")  # reading verbs keep working
+        assert "tick" in listed.stdout and "probe" not in listed.stdout, listed.stdout
+        assert daemon.runs("tick"), "the runs before the disk turned read-only are still there"
+        wait_for("a read-only window of 3 s", lambda: now() >= stopped_at + timedelta(seconds=3), 10)
+
+        assert remount(small_disk, "rw").returncode == 0
+        read_only = False
+        daemon.log_path = tmp_path / "clockd-after.log"
+        daemon.start()
+        writable_at = now()
+        daemon.ctl("add", "--every", "1m", "--name", "probe", "--noop")
+        # Every instant of the window, read-only part included, ran once (catch_up) and succeeded.
+        end = writable_at + timedelta(seconds=1)
+        wait_for("clockd to run past the window", lambda: now() >= end + timedelta(seconds=2), 10)
+        report = wait_for("the window to be accounted for", lambda: _reconciled(daemon, start_at, end), 15, 0.5)
+        assert report["expected"] >= 5, report
+        doubled = [occ for occ, n in Counter(executions(runs)).items() if n > 1]
+        assert doubled == [], f"occurrences that ran twice: {doubled}"
+    finally:
+        if read_only:
+            remount(small_disk, "rw")
+        daemon.stop()
+
+
+def _reconciled(daemon: Clockd, start: object, end: object) -> dict[str, int] | None:
+    try:
+        return reconcile(daemon.env, start, end)  # type: ignore[arg-type]  # datetimes
+    except AssertionError:
+        return None
