@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,17 +38,23 @@ pytestmark = pytest.mark.e2e
 PY = sys.executable
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
+@contextlib.contextmanager
+def mounted(mountpoint: Path, *mount_args: str) -> Iterator[Path]:
+    """``mount *mount_args mountpoint`` (a fresh directory), unmounted on the way out."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("needs root to mount a small tmpfs (CI runs as root)")
-    mountpoint = tmp_path / "disk"
+        pytest.skip("needs root to mount a file system (CI runs as root)")
     mountpoint.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mountpoint)], check=True)
+    subprocess.run(["mount", *mount_args, str(mountpoint)], check=True)
     try:
         yield mountpoint
     finally:
         subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    with mounted(tmp_path / "disk", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs") as disk:
+        yield disk
 
 
 def fill(disk: Path) -> Path:
@@ -192,3 +199,51 @@ def _reconciled(daemon: Clockd, start: object, end: object) -> dict[str, int] | 
         return reconcile(daemon.env, start, end)  # type: ignore[arg-type]  # datetimes
     except AssertionError:
         return None
+
+
+@pytest.fixture
+def ext4_image(tmp_path: Path) -> Path:
+    """A 32 MiB ext4 file system in a file (mounted over a loop device by the drill)."""
+    if shutil.which("mkfs.ext4") is None or not Path("/dev/loop-control").exists():
+        pytest.skip("needs mkfs.ext4 and loop devices")
+    image = tmp_path / "disk.img"
+    with image.open("wb") as f:
+        f.truncate(32 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    return image
+
+
+def test_a_disk_that_turns_read_only_under_clockd_degrades_it_and_clockctl_exits_4(
+    ext4_image: Path, tmp_path: Path
+) -> None:
+    """ext4's ``errors=remount-ro`` (Debian's default for /): an error turns the file system
+    read-only under the running clockd — for good, until it is unmounted and checked, so
+    coming back is the other drill's (clockd stopped, the disk writable again)."""
+    port = free_port()
+    runs = tmp_path / "runs.log"
+    mountpoint = tmp_path / "disk"
+    with mounted(mountpoint, "-o", "loop,errors=remount-ro", str(ext4_image)):
+        device = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], capture_output=True,
+                                     text=True, check=True).stdout.strip()).name  # fmt: skip
+        daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}"})
+        daemon.log_path = tmp_path / "clockd.log"  # not on the disk that turns read-only
+        daemon.start()
+        try:
+            daemon.ctl("add", "--every", "1s", "--name", "tick", "--", *job_argv(runs))
+            wait_for("jobs to fire every second", lambda: len(executions(runs)) >= 2, 15)
+            Path(f"/sys/fs/ext4/{device}/trigger_fs_error").write_text("clockd read-only disk drill")
+            _, doc = wait_for("healthz to report the store not writable", lambda: degraded(port), 15)
+            assert doc["store_writable"] is False and "Read-only file system" in doc["store_error"], doc
+            wait_for("the worker to log and retry", lambda: "Read-only file system" in daemon.log(), 10)
+            added = daemon.ctl("add", "--every", "1m", "--name", "probe", "--noop", check=False)
+            assert added.returncode == 4, added.stderr
+            assert added.stderr.count("\n") == 1 and "Traceback" not in added.stderr, added.stderr
+            assert "read-only (Read-only file system)" in added.stderr, added.stderr
+            assert "tick" in daemon.ctl("list").stdout  # reading verbs keep working
+            assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()[-2000:]
+            assert "Traceback" not in daemon.log()
+        finally:
+            # Killed, not stopped: a stopping worker that holds outcomes retries recording
+            # them for ~30 s (it may, the disk may come back), longer than this drill.
+            if daemon.proc is not None and daemon.proc.poll() is None:
+                daemon.kill()

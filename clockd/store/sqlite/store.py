@@ -27,6 +27,8 @@ API ran at ~100/s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import functools
 import json
 import logging
@@ -297,7 +299,7 @@ class SqliteDriver:
                 f"than {self.busy_timeout:g} s ({exc}); retry, or stop the other writer"
             )
         if primary in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN) and (
-            self.fs_read_only or _on_read_only_fs(self.path)
+            self.fs_read_only or _on_read_only_fs(self.path, probe=True)
         ):
             return StoreUnavailable(self._read_only_message(exc))
         if primary == sqlite3.SQLITE_FULL:
@@ -605,18 +607,31 @@ def _statements(script: LiteralString) -> list[LiteralString]:
     return statements
 
 
-def _on_read_only_fs(path: Path) -> bool:
-    """Is the file system holding ``path`` (its nearest existing directory) mounted
-    read-only, so that every write fails with EROFS?"""
+def _on_read_only_fs(path: Path, *, probe: bool = False) -> bool:
+    """Is the file system holding ``path`` (its nearest existing directory) read-only, so
+    that every write fails with EROFS? ``probe``: also try to create a file there — a file
+    system that turned read-only after an error (ext4 ``errors=remount-ro``) still says
+    ``rw`` to ``statvfs``; only for a write that already failed (it costs a create)."""
     if str(path) == ":memory:":
         return False
     for candidate in path.parents:
         try:
-            return bool(os.statvfs(candidate).f_flag & os.ST_RDONLY)
+            if os.statvfs(candidate).f_flag & os.ST_RDONLY:
+                return True
         except FileNotFoundError:
             continue
         except OSError:
             return False
+        if not probe:
+            return False
+        probe_path = candidate / f".clockd-write-probe-{os.getpid()}"
+        try:
+            os.close(os.open(probe_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except OSError as exc:
+            return exc.errno == errno.EROFS
+        with contextlib.suppress(OSError):
+            os.unlink(probe_path)
+        return False
     return False
 
 
