@@ -622,7 +622,7 @@ def _on_read_only_fs(path: Path, *, probe: bool = False) -> bool:
             continue
         except OSError:
             return False
-        if not probe:
+        if not probe or candidate != path.parent:  # never a stray file outside the store's directory
             return False
         probe_path = candidate / f".clockd-write-probe-{os.getpid()}"
         try:
