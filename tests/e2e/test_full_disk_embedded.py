@@ -139,7 +139,8 @@ def clockd_run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def remount(disk: Path, how: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["mount", "-o", f"remount,{how}", str(disk)], capture_output=True, text=True)
+    env = {**os.environ, "LC_ALL": "C"}  # mount's own words, untranslated
+    return subprocess.run(["mount", "-o", f"remount,{how}", str(disk)], capture_output=True, text=True, env=env)
 
 
 def executions(log: Path) -> list[str]:
