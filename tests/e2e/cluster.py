@@ -168,30 +168,35 @@ class Cluster:
             return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]  # test SQL
 
     def reconcile(self, start: datetime, end: datetime, settle: timedelta = timedelta(seconds=0)) -> dict[str, int]:
-        """The product's reconciler (``clockctl reconcile --all -o json``): every instant each
-        schedule should have fired in [start, end] has exactly one occurrence (none missing,
-        doubled or unexpected), and for the drills that occurrence SUCCEEDED. Returns counts
-        for the report."""
-        end = max(end, start)  # a drill that ends within a second of its start expects nothing
-        result = subprocess.run(
-            [
-                str(BIN / "clockctl"), "reconcile", "--all", "-o", "json",
-                "--from", _iso(start), "--to", _iso(end + settle),
-            ],
-            env=self.env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert result.returncode in (0, 1), result.stderr
-        report = json.loads(result.stdout)
-        doubled = [p for p in report["problems"] if p["status"] == "doubled"]
-        assert doubled == [], f"instants materialized twice: {doubled[:5]}"
-        missing = [p for p in report["problems"] if p["status"] != "doubled"]
-        assert missing == [], f"{len(missing)} expected instants are not accounted for: {missing[:5]}"
-        assert result.returncode == 0, report
-        not_done = [
-            (i["schedule"], i["instant"], i["status"]) for i in report["instants"] if i["status"] != "SUCCEEDED"
-        ]
-        assert not_done == [], f"{len(not_done)} occurrences did not succeed: {not_done[:5]}"
-        return {"expected": int(report["expected"])}
+        """:func:`reconcile` over this cluster's store."""
+        return reconcile(self.env, start, end, settle)
+
+
+def reconcile(
+    env: dict[str, str], start: datetime, end: datetime, settle: timedelta = timedelta(seconds=0)
+) -> dict[str, int]:
+    """The product's reconciler (``clockctl reconcile --all -o json``): every instant each
+    schedule should have fired in [start, end] has exactly one occurrence (none missing,
+    doubled or unexpected), and for the drills that occurrence SUCCEEDED. Returns counts
+    for the report."""
+    end = max(end, start)  # a drill that ends within a second of its start expects nothing
+    result = subprocess.run(
+        [
+            str(BIN / "clockctl"), "reconcile", "--all", "-o", "json",
+            "--from", _iso(start), "--to", _iso(end + settle),
+        ],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    report = json.loads(result.stdout)
+    doubled = [p for p in report["problems"] if p["status"] == "doubled"]
+    assert doubled == [], f"instants materialized twice: {doubled[:5]}"
+    missing = [p for p in report["problems"] if p["status"] != "doubled"]
+    assert missing == [], f"{len(missing)} expected instants are not accounted for: {missing[:5]}"
+    assert result.returncode == 0, report
+    not_done = [(i["schedule"], i["instant"], i["status"]) for i in report["instants"] if i["status"] != "SUCCEEDED"]
+    assert not_done == [], f"{len(not_done)} occurrences did not succeed: {not_done[:5]}"
+    return {"expected": int(report["expected"])}
 
 
 def _iso(instant: datetime) -> str:

@@ -27,9 +27,12 @@ API ran at ~100/s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import functools
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -117,6 +120,9 @@ class SqliteDriver:
         self.create = create and not readonly
         self.owner_only = owner_only
         self.busy_timeout = busy_timeout
+        # The file system holding the store is mounted read-only (found at open): the
+        # file is then opened read-only, so reads work and writes say why they cannot.
+        self.fs_read_only = False
         self.display = str(path)
         self.migrations = MIGRATIONS  # what open() applies (an upgrade test stops short)
         self._executor: ThreadPoolExecutor | None = None
@@ -292,6 +298,10 @@ class SqliteDriver:
                 f"database {where} is locked: another process held the write lock for more "
                 f"than {self.busy_timeout:g} s ({exc}); retry, or stop the other writer"
             )
+        if primary in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN) and (
+            self.fs_read_only or _on_read_only_fs(self.path, probe=True)
+        ):
+            return StoreUnavailable(self._read_only_message(exc))
         if primary == sqlite3.SQLITE_FULL:
             return StoreUnavailable(f"disk full writing {where} ({exc}): nothing was written; free space and retry")
         if primary == sqlite3.SQLITE_IOERR:
@@ -314,6 +324,13 @@ class SqliteDriver:
         if isinstance(exc, sqlite3.OperationalError):
             return StoreUnavailable(f"SQLite error on {where}: {exc}")
         return exc  # a constraint or a programming error is a bug, not an outage: keep it
+
+    def _read_only_message(self, exc: object | None = None) -> str:
+        cause = f" ({exc})" if exc is not None else ""
+        return (
+            f"the file system holding {self.path} is read-only (Read-only file system){cause}: "
+            "nothing was written; remount it read-write (or move the store) and retry"
+        )
 
     # -- the file ----------------------------------------------------------------------------------
 
@@ -339,10 +356,25 @@ class SqliteDriver:
             )
         try:
             memory = str(self.path) == ":memory:"
-            if not self.readonly:
+            self.fs_read_only = not memory and _on_read_only_fs(self.path)
+            if self.fs_read_only and not self.readonly:
+                # No write can land: the daemon (it needs its lock and writes) stops with
+                # the cause; clockctl reads an existing store, and its writes say why not.
+                if self.owner_only or (self.create and not os.path.lexists(self.path)):
+                    raise StoreUnavailable(self._read_only_message())
+                files.prepare(self.path, create=False, owner_only=False)
+            elif not self.readonly:
                 files.prepare(self.path, create=self.create, owner_only=self.owner_only)
-            target = f"{self.path.resolve().as_uri()}?mode=ro" if self.readonly else str(self.path)
-            conn = sqlite3.connect(target, uri=self.readonly, timeout=self.busy_timeout, isolation_level=None)
+            target = str(self.path)
+            if self._opened_read_only:
+                target = f"{self.path.resolve().as_uri()}?mode=ro"
+                if self.fs_read_only and not Path(f"{self.path}-shm").exists():
+                    # A WAL database on a read-only file system with no -shm (no clockd has it
+                    # open) opens only as immutable: nobody can change it while it is mounted so.
+                    target += "&immutable=1"
+            conn = sqlite3.connect(
+                target, uri=target != str(self.path), timeout=self.busy_timeout, isolation_level=None
+            )
             self._conn = conn
             # Several processes opening a new file at once (clockd and clockctl) race for the
             # journal-mode switch and the migrations. SQLite answers some of those races with
@@ -362,15 +394,19 @@ class SqliteDriver:
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
 
+    @property
+    def _opened_read_only(self) -> bool:
+        return self.readonly or self.fs_read_only
+
     def _setup(self, conn: sqlite3.Connection, memory: bool) -> None:
-        if not self.readonly and not memory:
+        if not self._opened_read_only and not memory:
             conn.execute("PRAGMA journal_mode = WAL").fetchall()
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA temp_store = MEMORY")
         if self.owner_only and not memory:
             files.quick_check(conn, self.path)
-        if self.readonly:
+        if self._opened_read_only:
             drive_sync(check_schema(self.migrations, self.display, self._behind), self._step, _integrity)
         else:
             self._migrate(conn)
@@ -389,7 +425,7 @@ class SqliteDriver:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                if not self.readonly:
+                if not self._opened_read_only:
                     conn.execute("PRAGMA optimize")
             except sqlite3.Error:
                 pass  # best effort on the way out
@@ -569,6 +605,34 @@ def _statements(script: LiteralString) -> list[LiteralString]:
     if rest:
         raise ValueError(f"unterminated statement at the end of a migration: {rest[:80]!r}")
     return statements
+
+
+def _on_read_only_fs(path: Path, *, probe: bool = False) -> bool:
+    """Is the file system holding ``path`` (its nearest existing directory) read-only, so
+    that every write fails with EROFS? ``probe``: also try to create a file there — a file
+    system that turned read-only after an error (ext4 ``errors=remount-ro``) still says
+    ``rw`` to ``statvfs``; only for a write that already failed (it costs a create)."""
+    if str(path) == ":memory:":
+        return False
+    for candidate in path.parents:
+        try:
+            if os.statvfs(candidate).f_flag & os.ST_RDONLY:
+                return True
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+        if not probe or candidate != path.parent:  # never a stray file outside the store's directory
+            return False
+        probe_path = candidate / f".clockd-write-probe-{os.getpid()}"
+        try:
+            os.close(os.open(probe_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        except OSError as exc:
+            return exc.errno == errno.EROFS
+        with contextlib.suppress(OSError):
+            os.unlink(probe_path)
+        return False
+    return False
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
