@@ -259,3 +259,12 @@ def test_a_disk_that_turns_read_only_under_clockd_degrades_it_and_clockctl_exits
             # them for ~30 s (it may, the disk may come back), longer than this drill.
             if daemon.proc is not None and daemon.proc.poll() is None:
                 daemon.kill()
+    # Checked (the journal replayed) and mounted again: every write clockd acknowledged
+    # before the error is there (the store commits with synchronous = FULL; NORMAL lost
+    # the `tick` schedule added two seconds before the error).
+    checked = subprocess.run(["e2fsck", "-fy", str(ext4_image)], capture_output=True, text=True)
+    assert checked.returncode < 4, checked.stdout + checked.stderr  # 0-3: clean or corrected
+    with mounted(tmp_path / "disk-checked", "-o", "loop", str(ext4_image)) as checked_disk:
+        listed = Clockd(checked_disk / "home").ctl("list", "-o", "json")
+        assert [s["name"] for s in json.loads(listed.stdout)] == ["tick"], listed.stdout
+

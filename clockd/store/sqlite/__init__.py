@@ -11,9 +11,10 @@ Invariants:
   the event loop never blocks and a raised error leaves nothing half-written. Write
   bodies waiting together share one transaction, each in its own savepoint (group
   commit: ``store.py``'s docstring).
-* WAL journal, ``synchronous=NORMAL``: durable across a process crash; a power loss
-  may lose the last commits. ``busy_timeout`` lets ``clockctl`` and ``clockd`` share
-  the file; a lock held past it raises ``StoreLocked``.
+* WAL journal, ``synchronous=FULL``: a commit is durable when it returns (a process
+  crash, a power loss or a disk turning read-only loses no acknowledged write).
+  ``busy_timeout`` lets ``clockctl`` and ``clockd`` share the file; a lock held past it
+  raises ``StoreLocked``.
 * ``open()`` applies pending migrations (``migrations/NNNN_name.sql``, recorded in
   ``schema_migrations``) and refuses a schema newer than this release.
 * SQL lives in ``queries.sql``: every block the engine runs, under the same names as
