@@ -151,11 +151,13 @@ class SqliteDriver:
         answer each caller from its batch's outcome."""
         try:
             while self._waiting:
-                batch = [w for w in self._waiting[:MAX_BATCH] if not w.future.cancelled()]
-                for gone in self._waiting[:MAX_BATCH]:
-                    if gone.future.cancelled():  # its caller stopped waiting before it ran
-                        gone.body.close()
-                del self._waiting[:MAX_BATCH]
+                taken, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+                batch = []
+                for w in taken:
+                    if w.future.cancelled():  # its caller stopped waiting before it ran
+                        w.body.close()
+                    else:
+                        batch.append(w)
                 if not batch:
                     continue
                 try:
