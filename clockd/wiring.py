@@ -166,6 +166,16 @@ def log_containment() -> None:
     )
 
 
+def sweep_stale_cgroups() -> None:
+    """Remove the empty job cgroups that daemons killed before their shutdown left behind
+    (``clockd.runner.cgroups``: a group with a process in it is kept)."""
+    from clockd.runner.cgroups import Cgroups, detect
+
+    support = detect()
+    if support.contained:
+        Cgroups(support).sweep_stale()
+
+
 def egress_policy(settings: Settings) -> EgressPolicy:
     """The tenants' HTTP egress policy, with clockd's own store and etcd denied."""
     from clockd.runner.egress import EgressPolicy
@@ -328,6 +338,7 @@ class Daemon:
             self.coord.acquire_lock()
         await self.store.open()
         log_containment()
+        sweep_stale_cgroups()
 
 
 def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clock | None = None) -> Daemon:

@@ -46,6 +46,12 @@ left by an unprivileged process, and its children follow their parent, so:
   group is empty. A job whose main process exits normally leaves its background
   processes running (cron semantics); its group is removed once empty (checked again
   at each later attempt and at shutdown).
+* **Leftovers of a killed daemon** (:meth:`Cgroups.sweep_stale`, at start): a daemon
+  that was SIGKILLed or lost its machine never ran :meth:`Cgroups.close`, so its
+  ``clockd-<pid>`` groups stay behind. At start, every ``clockd-<pid>`` group whose
+  pid no longer runs is removed once empty, its job groups first. A group that still
+  holds a process (a background process of that daemon's job, cron semantics) is
+  kept and left alone: nothing running is killed by another daemon's start.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable
@@ -66,6 +73,8 @@ log = logging.getLogger(__name__)
 V1_LIMITS: Final = ("pids", "memory")
 # The leaf a delegated daemon moves itself into (see the module docstring).
 DAEMON_LEAF: Final = "clockd-daemon"
+# A daemon's parent group (``clockd-<pid>``); DAEMON_LEAF does not match it.
+_PARENT_NAME: Final = re.compile(r"clockd-([0-9]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +365,35 @@ class Cgroups:
         if not group.remove():
             with self._lock:
                 self._lingering.append(group)
+
+    def sweep_stale(self) -> list[str]:
+        """At start: remove the empty ``clockd-<pid>`` groups of daemons that no longer
+        run (killed before :meth:`close`). Returns the groups removed (for the log)."""
+        support = self.support
+        removed: list[str] = []
+        for base in [support.v2, *support.v1.values()] if support.v2 is not None else []:
+            try:
+                entries = list(base.iterdir())
+            except OSError:
+                continue
+            for parent in entries:
+                match = _PARENT_NAME.fullmatch(parent.name)
+                if match is None or int(match[1]) == os.getpid() or _running(int(match[1])):
+                    continue
+                with contextlib.suppress(OSError):
+                    for child in list(parent.iterdir()):
+                        if child.is_dir():
+                            with contextlib.suppress(OSError):  # a group with a process stays
+                                child.rmdir()
+                    parent.rmdir()
+                    removed.append(str(parent))
+        if removed:
+            log.info(
+                "removed %d empty cgroups left by daemons that no longer run",
+                len(removed),
+                extra={"action": "cgroup_swept", "groups": len(removed)},
+            )
+        return removed
 
     def close(self) -> None:
         """At shutdown: remove what is empty, the ``clockd-<pid>`` parents included."""

@@ -23,7 +23,7 @@ from clockd.core.model import AttemptOutcome, CommandTarget
 from clockd.runner import cgroups
 from clockd.runner.cgroups import Cgroups, detect
 from clockd.runner.process import ProcessRunner
-from tests.harness import until
+from tests.harness import until, wait_until
 from tests.unit.test_runner_process import request
 
 PY = sys.executable
@@ -315,3 +315,39 @@ async def test_nproc_limit_on_a_root_job_without_a_pids_controller_is_a_warning(
     assert result.outcome is AttemptOutcome.SUCCEEDED
     [warning] = [r for r in caplog.records if getattr(r, "action", None) == "nproc_limit_ineffective"]
     assert warning.getMessage().startswith("nproc_limit 5 has no effect on this job: it runs as root")
+
+
+@needs_cgroups
+def test_a_daemon_start_removes_the_empty_groups_a_killed_daemon_left(tmp_path: Path) -> None:
+    """A SIGKILLed daemon never removes its ``clockd-<pid>`` groups; the next start does,
+    except a group a process still runs in (nothing running is touched)."""
+    import subprocess
+
+    from clockd.wiring import sweep_stale_cgroups
+
+    assert SUPPORT.v2 is not None
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait()
+    stale = SUPPORT.v2 / f"clockd-{gone.pid}"
+    for job in ("job-1", "job-2"):
+        (stale / job).mkdir(parents=True)
+    sleeper = subprocess.Popen([PY, "-c", "import time; time.sleep(3001)"])
+    busy_parent = subprocess.Popen([PY, "-c", "pass"])
+    busy_parent.wait()
+    busy = SUPPORT.v2 / f"clockd-{busy_parent.pid}"
+    (busy / "job-1").mkdir(parents=True)
+    (busy / "job-1" / "cgroup.procs").write_text(str(sleeper.pid))
+    try:
+        sweep_stale_cgroups()
+        assert not stale.exists()
+        assert (busy / "job-1").exists() and running(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        wait_until(lambda: not (busy / "job-1" / "cgroup.procs").read_text().strip(), timeout=10, what="no sleeper")
+        (busy / "job-1").rmdir()
+        busy.rmdir()
+        if stale.exists():
+            for group in stale.iterdir():
+                group.rmdir()
+            stale.rmdir()
