@@ -41,7 +41,11 @@ accepted a completion, the schedule's notifications are handed to the
 
 Shutdown (``stopping`` set): no new claims; running jobs get ``drain_grace``
 to finish, then are stopped (SIGTERM, then SIGKILL after ``kill_grace``) and
-recorded as STOPPED and retried; the buffer is flushed.
+recorded as STOPPED and retried; the buffer is flushed, retried for at most
+``record_grace`` (10 s) while the store fails. What is still unrecorded then is
+logged (``unrecorded_at_shutdown``) and left to its lease: when the lease ends the
+reaper retries those occurrences (at least once, never lost). The shipped units'
+``TimeoutStopSec=50s`` is drain_grace + kill_grace + record_grace.
 """
 
 from __future__ import annotations
@@ -160,6 +164,7 @@ class WorkerSettings:
     output_limit: int = 64 * 1024
     flush_interval: float = 0.02
     flush_batch: int = 500
+    record_grace: float = 10.0  # how long the shutdown flush retries a failing store
     worker_id: str = field(default_factory=default_worker_id)
 
 
@@ -427,19 +432,36 @@ class Worker:
         self.completed += len(accepted)
 
     async def _flush_all(self) -> None:
+        """Record what is left, retrying a failing store for ``record_grace`` at most:
+        a stop must end within the unit's TimeoutStopSec, and an unrecorded completion is
+        not lost (its lease ends and the reaper retries the occurrence)."""
         backoff = Backoff(first=0.1, cap=2.0)
-        for _ in range(20):
+        deadline = asyncio.get_running_loop().time() + self.settings.record_grace
+        while self.pending:
             try:
-                while self.pending:
+                async with asyncio.timeout_at(deadline):
                     await self._flush_once()
-                return
+                continue
             except StoreError as exc:
                 log.error(
                     "cannot record attempts at shutdown: %s",
                     exc.message,
                     extra={"action": "record_failed"},
                 )
-                await asyncio.sleep(backoff.failed())
+            except TimeoutError:
+                pass
+            pause = min(backoff.failed(), deadline - asyncio.get_running_loop().time())
+            if pause <= 0:
+                break
+            await asyncio.sleep(pause)
+        if self.pending:
+            log.warning(
+                "stopping with %d completion(s) unrecorded after %.0fs; their occurrences are"
+                " retried when their leases end",
+                len(self.pending),
+                self.settings.record_grace,
+                extra={"action": "unrecorded_at_shutdown", "completions": len(self.pending)},
+            )
 
     async def _heartbeat_loop(self, halt: asyncio.Event) -> None:
         while not await wait_or_stop(halt, self.settings.heartbeat):

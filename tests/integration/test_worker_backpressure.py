@@ -13,8 +13,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from clockd.core.clock import ManualClock
 from clockd.core.model import AttemptOutcome
+from clockd.errors import StoreUnavailable
 from clockd.modes.clockwatch import ClockWatch
 from clockd.modes.worker import Worker, WorkerSettings
 from clockd.runner import RunRequest, RunResult
@@ -111,5 +114,47 @@ async def test_a_worker_whose_clock_is_off_claims_nothing_early(tmp_path: Path) 
         finally:
             stopping.set()
             await running
+    finally:
+        await store.close()
+
+
+class FailsToRecord(SqliteStore):
+    """The real store, whose ``finish`` fails (a database gone) once the test says so."""
+
+    failing = False
+
+    async def finish(self, completions: Sequence[Completion], now: datetime) -> set[str]:
+        if self.failing:
+            raise StoreUnavailable("the database is gone")
+        return await super().finish(completions, now)
+
+
+async def test_a_stop_ends_within_the_record_grace_while_the_store_fails(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stop must end inside the unit's TimeoutStopSec: the shutdown flush retries a
+    failing store for ``record_grace``, then leaves the completions to their leases."""
+    clock = ManualClock(T0)
+    store = FailsToRecord(tmp_path / "clockd.db")
+    await store.open()
+    try:
+        schedule = await add_schedule(store, "doomed", next_run_at=T0)
+        occurrences = [planned(schedule, T0 + i * US) for i in range(3)]
+        await store.materialize(FENCE, occurrences, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
+        assert await store.relay(T0 + MIN, 3, T0) == 3
+        clock.advance(MIN)
+        store.failing = True
+        settings = WorkerSettings(concurrency=4, poll=0.01, heartbeat=3600, record_grace=0.5)
+        worker = Worker(store, Instant(), clock, settings)
+        stopping = asyncio.Event()
+        running = asyncio.create_task(worker.run(stopping))
+        await until(lambda: len(worker.pending) == 3, within=10, what="three jobs ended")
+        stopping.set()
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(running, timeout=10)
+        assert asyncio.get_running_loop().time() - started < 5
+        assert [r for r in caplog.records if getattr(r, "action", "") == "unrecorded_at_shutdown"]
+        store.failing = False
+        assert (await store.backlog(clock.now())).running == 3  # leased: the reaper retries them
     finally:
         await store.close()
