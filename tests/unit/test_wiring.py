@@ -81,11 +81,36 @@ async def test_the_supervisor_drains_while_it_still_holds_its_leases(tmp_path: P
     async def drain() -> None:
         held_during_drain.append(coord.leader_lease() is not None and len(coord.shard_leases()) == 4)
 
+    class StopsAtOnce:
+        async def run(self, stopping: asyncio.Event) -> None:
+            stopping.set()  # the one mode ends: drain, then stop the coordinator
+
     stopping = asyncio.Event()
-    stopping.set()  # no mode to run: start the coordinator, drain, stop
     try:
-        await Supervisor(("leader", "materializer"), coord, {}, drain=[drain]).run(stopping)
+        await Supervisor(("leader", "materializer"), coord, {"stops": StopsAtOnce()}, drain=[drain]).run(stopping)
         assert held_during_drain == [True]
         assert coord.leader_lease() is None and coord.shard_leases() == []
     finally:
         await store.close()
+
+
+async def test_a_stop_while_etcd_is_unreachable_ends_the_start_up_at_once() -> None:
+    """SIGTERM while the coordinator's start-up retries an etcd that is down: the daemon
+    stops then (exit 0, nothing started), not at the connect timeout with an error."""
+    from clockd.coord.etcd import EtcdCoordinator
+    from tests.harness import free_port
+
+    coord = EtcdCoordinator([f"http://127.0.0.1:{free_port()}"], "drill", "a", connect_timeout=30.0)
+    ran: list[str] = []
+
+    class Mode:
+        async def run(self, stopping: asyncio.Event) -> None:
+            ran.append("mode")
+
+    stopping = asyncio.Event()
+    supervising = asyncio.create_task(Supervisor(("leader",), coord, {"leader": Mode()}).run(stopping))
+    await asyncio.sleep(0.3)  # where the stop lands (start-up retrying), not a wait for an event
+    stopping.set()
+    async with asyncio.timeout(3):
+        await supervising
+    assert ran == [] and coord.leader_lease() is None
