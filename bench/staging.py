@@ -136,7 +136,7 @@ def run(quick: bool) -> list[dict[str, object]]:
             began = time.perf_counter()
             rule = {"scheduled": "SCHEDULED", "enqueued": "ENQUEUED"}
             for i in range(rounds):  # interleaved: two-step, direct as clockd runs it, one statement
-                conn.execute(Q["materialize_insert"], _params(schedule_id, past, BATCH, 3 * i * BATCH))
+                conn.execute(Q["materialize_insert"], {**_params(schedule_id, past, BATCH, 3 * i * BATCH), **rule})
                 conn.execute(Q["relay_dispatch"], {**relay, "now": datetime.now(UTC)})
                 params = _params(schedule_id, past, BATCH, (3 * i + 1) * BATCH)
                 found = conn.execute(Q["materialize_insert_enqueued"], {**params, **rule}).fetchall()
