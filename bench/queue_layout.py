@@ -7,18 +7,20 @@ oldest first) and finish each claimed batch (delete) — until the queue is empt
 
 Layouts (the statements are the shape of clockd's, not clockd's own; not product code):
 
-* ``today``: schema 0001–0008. The claim UPDATEs ``lease_token``, ``lease_until``,
-  ``worker_id``, ``leased_at``; ``lease_token`` is named by the partial indexes'
-  predicates, so the update is not HOT and writes a new entry into every index whose
+* ``0009``: schema 0001–0009, as before 0010. The claim UPDATEs ``lease_token``,
+  ``lease_until``, ``worker_id``, ``leased_at``; ``lease_token`` is named by the partial
+  indexes' predicates, so the update is not HOT and writes a new entry into every index whose
   predicate holds for the leased row (primary key, ``occurrence_id`` UNIQUE,
   ``dispatch_leased``, ``dispatch_lease_token``).
-* ``today, occurrence index not UNIQUE`` and ``today, no occurrence index``: (c). The
+* ``0009, occurrence index not UNIQUE`` and ``0009, no occurrence index``: (c). The
   index serves more than the uniqueness (cancel, ``attempts_list``, the slot waiter's
   write-back and the status views look queue rows up by occurrence), so the first is
-  what dropping only the constraint would save, the second the bound.
-* ``today, no dispatch_leased``: the reaper's index (``lease_until, id`` of the leased
-  rows) dropped; the reaper would read the leased rows through ``dispatch_lease_token``.
-* ``today, one ready index``: (b)'s upper bound — ``dispatch_ready_tenant`` dropped.
+  what dropping only the constraint would save (its inserts then have no ``ON
+  CONFLICT``: no unique key to conflict on), the second the bound.
+* ``0010: no dispatch_leased`` (what clockd runs now): the reaper's index (``lease_until,
+  id`` of the leased rows) dropped; the reaper reads the leased rows through
+  ``dispatch_lease_token``, whose price is the reaper-pass figure.
+* ``0009, one ready index``: (b)'s upper bound — ``dispatch_ready_tenant`` dropped.
 * ``leases table``: (a) — the claim DELETEs the ready row and INSERTs a ``leases`` row
   (key ``lease_token``, index ``lease_until`` for the reaper); finish deletes the lease.
   The ready indexes need no predicate. Keeping the ready row and inserting a lease row
@@ -27,7 +29,7 @@ Layouts (the statements are the shape of clockd's, not clockd's own; not product
 
 Figure: database µs per queue row over its whole life (total_exec_time of the layout's
 statements / its rows), and in the ``× bare`` column the median over the rounds of each
-layout's ratio to ``today`` in that round (the per-round ratios are logged).
+layout's ratio to ``0009`` in that round (the per-round ratios are logged).
 """
 
 from __future__ import annotations
@@ -117,11 +119,11 @@ _FINISH_MOVE = "/* ql:{s} */ DELETE FROM {s}.leases WHERE lease_token = ANY(%(to
 
 # name -> (schema, occurrence_id index: "unique" / "plain" / "none", tenant index, leases table)
 LAYOUTS: dict[str, tuple[str, str, bool, bool]] = {
-    "today": ("ql_today", "unique", True, False),
-    "today, no dispatch_leased": ("ql_noleased", "unique", True, False),
-    "today, occurrence index not UNIQUE": ("ql_plain", "plain", True, False),
-    "today, no occurrence index": ("ql_nouniq", "none", True, False),
-    "today, one ready index": ("ql_oneready", "unique", False, False),
+    "0009": ("ql_today", "unique", True, False),
+    "0010: no dispatch_leased": ("ql_noleased", "unique", True, False),
+    "0009, occurrence index not UNIQUE": ("ql_plain", "plain", True, False),
+    "0009, no occurrence index": ("ql_nouniq", "none", True, False),
+    "0009, one ready index": ("ql_oneready", "unique", False, False),
     "leases table": ("ql_leases", "unique", True, True),
     "leases table, no occurrence index": ("ql_leases_nouniq", "none", True, True),
 }
@@ -228,7 +230,7 @@ def run(quick: bool) -> list[dict[str, object]]:
                 after = _totals(conn)
                 spent = {name: after[name] - before[name] for name in LAYOUTS}
                 for name in LAYOUTS:
-                    ratios[name].append(spent[name] / spent["today"] if spent["today"] else float("nan"))
+                    ratios[name].append(spent[name] / spent["0009"] if spent["0009"] else float("nan"))
                 before = after
             log(f"queue_layout: {rounds} rounds × {lives} lives × {len(LAYOUTS)} layouts × {LIFE:,} rows "
                 f"in {time.perf_counter() - began:.1f}s; {_load()}")  # fmt: skip
@@ -240,18 +242,18 @@ def run(quick: bool) -> list[dict[str, object]]:
                     (f"/* ql:{schema} */", f"/* ql:{schema} */%"),
                 ).fetchall()
                 log(f"queue_layout: {name}: " + ", ".join(
-                    f"{verb} {ms * 1000 / rows:.1f}" for verb, ms in phases) + " µs per row; × today by round: "
+                    f"{verb} {ms * 1000 / rows:.1f}" for verb, ms in phases) + " µs per row; × 0009 by round: "
                     + ", ".join(f"{r:.2f}" for r in ratios[name]))  # fmt: skip
             # What dropping dispatch_leased costs the reaper: each pass reads every live lease.
             held = 2_000 if quick else 5_000
             reap = {schema: _reap_probe(conn, schema, held, 50) for schema in ("ql_today", "ql_noleased")}
         out = [
             row(f"queue row life db time, {name}", totals[name] * 1000 / rows, "µs", "per row (issue 18: ≤ 80/exec)",
-                None, statistics.median(ratios[name]) if name != "today" else None)
+                None, statistics.median(ratios[name]) if name != "0009" else None)
             for name in LAYOUTS
         ]  # fmt: skip
-        out.append(row(f"reaper pass over {held:,} live leases, today", reap["ql_today"], "µs", "per pass"))
-        out.append(row(f"reaper pass over {held:,} live leases, no dispatch_leased", reap["ql_noleased"], "µs",
+        out.append(row(f"reaper pass over {held:,} live leases, 0009", reap["ql_today"], "µs", "per pass"))
+        out.append(row(f"reaper pass over {held:,} live leases, 0010 (no dispatch_leased)", reap["ql_noleased"], "µs",
                        "per pass (one per leader tick)", None,
                        reap["ql_noleased"] / reap["ql_today"] if reap["ql_today"] else None))  # fmt: skip
         out.append(row("machine load after the queue-layout figures", _load(), ""))
