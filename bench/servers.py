@@ -40,6 +40,17 @@ PG_SETTINGS = {
     "max_connections": "300",
     "wal_buffers": "64MB",
 }
+# ... and with pg_stat_statements counting every statement (the database-time figures).
+STATS_SETTINGS = dict(PG_SETTINGS) | {
+    "shared_preload_libraries": "'pg_stat_statements'",
+    "pg_stat_statements.track": "all",
+}
+
+
+def load_average() -> str:
+    """The load average, printed beside figures taken on a shared machine."""
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} cores"
 
 
 def log(message: str) -> None:

@@ -23,7 +23,6 @@ per claimed row in both queue shapes; the load average beside them.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -32,7 +31,8 @@ from typing import Any
 import psycopg
 
 from bench.cluster import row
-from bench.servers import PG_SETTINGS, log, url_dsn
+from bench.servers import STATS_SETTINGS, log, url_dsn
+from bench.servers import load_average as _load
 from clockd.core.clock import ManualClock
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
 from clockd.services.ops import Ops
@@ -85,11 +85,6 @@ def _stats(conn: psycopg.Connection[Any], needle: str, without: str = "staging-d
     return float(found[0]), int(found[1])
 
 
-def _load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} cores"
-
-
 async def _schedule(dsn: str) -> str:
     store = PostgresStore(dsn, max_size=1)
     await store.migrate()
@@ -117,11 +112,7 @@ async def _claims(dsn: str, rounds: int) -> int:
 def run(quick: bool) -> list[dict[str, object]]:
     rounds = 10 if quick else 40
     future = 50_000 if quick else 200_000
-    settings = dict(PG_SETTINGS) | {
-        "shared_preload_libraries": "'pg_stat_statements'",
-        "pg_stat_statements.track": "all",
-    }
-    pg = PostgresServer(durable=True, settings=settings).start()
+    pg = PostgresServer(durable=True, settings=STATS_SETTINGS).start()
     try:
         with psycopg.connect(pg.dsn("postgres"), autocommit=True) as admin:
             admin.execute("CREATE DATABASE staging")

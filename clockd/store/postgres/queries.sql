@@ -608,7 +608,10 @@ WHERE id = ANY(%(ids)b::text[]) AND state = %(running)s::text;
 -- ------------------------------------------------------------------ leader
 
 -- name: reap_pick
--- Rows a finishing worker holds (leases_held) are skipped: that worker wins.
+-- Rows a finishing worker holds (leases_held) are skipped: that worker wins. The leased
+-- rows are read through dispatch_lease_token, all of them (schema 0010 dropped the
+-- lease_until index, one entry fewer per claim); the filter keeps the unexpired out of
+-- the join and the sort.
 SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant, d.lease_token, d.worker_id,
        coalesce(d.leased_at, o.started_at)
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
@@ -732,7 +735,7 @@ SET max_schedules = EXCLUDED.max_schedules, max_running = EXCLUDED.max_running,
 -- locked row) and its finishes waiting: a new statement, so the count sees every claim
 -- committed before the lock was taken.
 UPDATE tenant_limits
-SET running = (SELECT count(*) FROM dispatch   -- through dispatch_leased (schema 0005)
+SET running = (SELECT count(*) FROM dispatch   -- through dispatch_lease_token (schema 0010)
                WHERE tenant = %(tenant)s AND lease_token IS NOT NULL)
 WHERE tenant = %(tenant)s;
 

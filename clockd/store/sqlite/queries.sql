@@ -370,6 +370,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :running;
 -- ------------------------------------------------------------------ leader
 
 -- name: reap_pick
+-- The leased rows through dispatch_lease_token, all of them (schema 0010 dropped the
+-- lease_until index, one entry fewer per claim).
 SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant, d.lease_token, d.worker_id,
        coalesce(d.leased_at, o.started_at)
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id

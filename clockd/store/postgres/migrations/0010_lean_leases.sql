@@ -1,0 +1,20 @@
+-- clockd PostgreSQL store, schema 0010: one index fewer for every lease (issue 18, "a
+-- claim that does not rewrite indexed columns"). The SQLite store drops the same index
+-- under the same number.
+--
+-- The claim sets lease_token, which the predicates of dispatch_ready and
+-- dispatch_ready_tenant name, so it cannot be a HOT update: the leased row's new version
+-- gets an entry in every index whose predicate it meets — the primary key, the
+-- occurrence_id key, dispatch_lease_token and dispatch_leased. dispatch_leased
+-- (lease_until, id) served only the reaper (reap_pick), which now reads the leased rows
+-- through dispatch_lease_token: every live lease (as many as jobs are running), once
+-- per leader tick. bench/queue_layout.py, on a loaded 2-core machine: a queue row's life
+-- (insert, claim, finish) costs 0.90-0.93 x the database time with this index gone
+-- (medians of three runs; ~5-10 us a row), a reaper pass over 5,000 live leases 1.6-4 ms
+-- instead of ~10 us: at 10,000 claims/s that is 50-100 ms/s saved for 2-4 ms/s spent.
+-- lease_until is then in no index, so a lease extension (leases_extend) is a HOT update.
+--
+-- The alternatives measured (leases in their own table, one ready index, no
+-- occurrence_id index) and why they were not taken: README, Performance, round two.
+-- Dropping an index moves no row: every lease, leased_at and worker_id stays as it was.
+DROP INDEX IF EXISTS dispatch_leased;
