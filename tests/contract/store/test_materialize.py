@@ -56,9 +56,17 @@ async def test_due_schedules_read_exactly_the_planning_inputs_of_the_whole_defin
     notify = (Notification(NotifyEvent.MISSED, argv=("page", "ops")),)
     created = [
         await add_schedule(store, "plain"),
-        await add_schedule(store, "policies", misfire=MisfirePolicy.CATCH_UP, catch_up_limit=3,
-                           max_lateness=timedelta(seconds=30), window=timedelta(minutes=2),
-                           retry=RetryPolicy(retries=5), queue="batch", tenant="acme"),  # fmt: skip
+        await add_schedule(
+            store,
+            "policies",
+            misfire=MisfirePolicy.CATCH_UP,
+            catch_up_limit=3,
+            max_lateness=timedelta(seconds=30),
+            window=timedelta(minutes=2),
+            retry=RetryPolicy(retries=5),
+            queue="batch",
+            tenant="acme",
+        ),
         await add_schedule(store, "skip", misfire=MisfirePolicy.SKIP, catch_up_limit=0, retry=RetryPolicy(retries=0)),
         await add_schedule(store, "stdin", target=CommandTarget(argv=("cat",), stdin="hello")),
         await add_schedule(store, "notify", notify=notify, target=NoopTarget()),
