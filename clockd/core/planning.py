@@ -119,9 +119,12 @@ class SchedulePlan:
     next_run_at: datetime | None  # the new cursor (None: the schedule will never fire again)
 
 
+_NO_WINDOW = timedelta(0)
+
+
 def available_at(occ_id: str, scheduled_for: datetime, window: timedelta) -> datetime:
     """Deterministic spread inside a flexible window: every node, every retry, same instant."""
-    if window <= timedelta(0):
+    if window <= _NO_WINDOW:
         return scheduled_for
     offset = int(stable_fraction(occ_id) * window.total_seconds() * 1000)
     return scheduled_for + timedelta(milliseconds=offset)
@@ -145,6 +148,8 @@ def plan_schedule(
         cursor = next_after(cursor)
 
     late_before = now - schedule.max_lateness
+    if not instants or instants[0] >= late_before:  # none late (ascending): the steady state
+        return _on_time(schedule, instants, cursor)
     late = [t for t in instants if t < late_before]
     runs_late: set[datetime]
     if not late:
@@ -182,6 +187,17 @@ def plan_schedule(
                     catch_up=t < late_before,
                 )
             )
+    return SchedulePlan(tuple(planned), cursor)
+
+
+def _on_time(schedule: DueSchedule, instants: list[datetime], cursor: datetime | None) -> SchedulePlan:
+    """:func:`plan_schedule` when no instant is late: each one SCHEDULED, in its window.
+    The materializer's common case, once per due schedule, kept to the bare steps."""
+    sid, version, window, scheduled = schedule.id, schedule.version, schedule.window, OccurrenceState.SCHEDULED
+    planned = []
+    for t in instants:
+        occ_id = occurrence_id(sid, version, t)
+        planned.append(PlannedOccurrence(occ_id, t, available_at(occ_id, t, window), scheduled))
     return SchedulePlan(tuple(planned), cursor)
 
 
