@@ -26,6 +26,7 @@ SUITES = (
     "bench.apply",
     "bench.staging",
     "bench.queue_layout",
+    "bench.materializer",
     "bench.distributed",
 )
 

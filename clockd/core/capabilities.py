@@ -11,7 +11,8 @@ nothing — every release before capabilities existed — honours the baseline o
 
 Invariants: ``required(definition) ⊆ WORKER_CAPABILITIES`` for every definition this
 release can store; a new feature that an older worker would silently ignore adds a
-name here (and to ``required``) in the same change.
+name here (and to ``required``, ``required_of`` and the flags ``Store.due_schedules``
+selects) in the same change.
 """
 
 from __future__ import annotations
@@ -34,13 +35,23 @@ def advertised(modes: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 def required(definition: ScheduleDef) -> frozenset[str]:
     """The capabilities a worker needs to run ``definition`` as written."""
-    needs: set[str] = set()
     target = definition.target
-    if isinstance(target, CommandTarget) and target.stdin is not None:
-        needs.add(STDIN)
-    if definition.notify:
-        needs.add(NOTIFY)
-    return frozenset(needs)
+    return required_of(stdin=isinstance(target, CommandTarget) and target.stdin is not None,
+                       notify=bool(definition.notify))  # fmt: skip
+
+
+def required_of(*, stdin: bool, notify: bool) -> frozenset[str]:
+    """:func:`required` from the features a definition uses, as the materializer reads
+    them (``Store.due_schedules`` selects these flags, not the whole definition: a new
+    capability adds its flag there too)."""
+    return _REQUIRED[stdin, notify]
+
+
+_REQUIRED = {
+    (stdin, notify): frozenset(name for name, used in ((STDIN, stdin), (NOTIFY, notify)) if used)
+    for stdin in (False, True)
+    for notify in (False, True)
+}
 
 
 def offered(advertised: list[tuple[str, ...]]) -> frozenset[str] | None:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from clockd.core import capabilities
 from clockd.core.ids import occurrence_id, stable_fraction
 from clockd.core.model import (
     AttemptOutcome,
@@ -39,11 +40,67 @@ from clockd.core.model import (
     OccurrenceState,
     RetryPolicy,
     Schedule,
+    ScheduleKind,
 )
 
 CATCH_UP_LIMIT = 10  # the default of ScheduleDef.catch_up_limit
 MAX_WINDOW = timedelta(minutes=5)  # a flexible window spreads starts over at most this
 MIN_LATENESS = timedelta(seconds=1)  # the leader's misfire sweep does not look closer
+
+
+@dataclass(frozen=True, slots=True)
+class DueSchedule:
+    """A schedule as the materializer plans it: exactly what :func:`plan_schedule`, the
+    capability hold and the occurrence rows read, and nothing more.
+
+    ``Store.due_schedules`` selects these fields (jsonb paths, ``json_extract``) instead
+    of decoding whole definitions: the target, labels, retry backoff and notification
+    addresses are not planning inputs. ``requires`` is
+    ``capabilities.required(definition)``; ``notify`` tells whether the definition asks
+    for notifications (the materializer then looks the whole schedule up, only for the
+    rare MISSED it reports). :meth:`of` derives it from a whole :class:`Schedule`; both
+    paths give equal values for the same schedule (a contract test holds them to it)."""
+
+    id: str
+    version: int
+    next_run_at: datetime | None  # the cursor
+    created_at: datetime  # the anchor of ``every`` schedules
+    name: str
+    kind: ScheduleKind
+    expr: str
+    tz: str
+    queue: str
+    tenant: str
+    misfire: MisfirePolicy
+    max_lateness: timedelta
+    window: timedelta
+    catch_up_limit: int
+    max_attempts: int
+    requires: frozenset[str]
+    notify: bool
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> DueSchedule:
+        d = schedule.definition
+        return cls(
+            id=schedule.id,
+            version=schedule.version,
+            next_run_at=schedule.next_run_at,
+            created_at=schedule.created_at,
+            name=d.name,
+            kind=d.kind,
+            expr=d.expr,
+            tz=d.tz,
+            queue=d.queue,
+            tenant=d.tenant,
+            misfire=d.misfire,
+            max_lateness=d.max_lateness,
+            window=d.window,
+            catch_up_limit=d.catch_up_limit,
+            max_attempts=d.retry.max_attempts,
+            requires=capabilities.required(d),
+            notify=bool(d.notify),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +119,19 @@ class SchedulePlan:
     next_run_at: datetime | None  # the new cursor (None: the schedule will never fire again)
 
 
+_NO_WINDOW = timedelta(0)
+
+
 def available_at(occ_id: str, scheduled_for: datetime, window: timedelta) -> datetime:
     """Deterministic spread inside a flexible window: every node, every retry, same instant."""
-    if window <= timedelta(0):
+    if window <= _NO_WINDOW:
         return scheduled_for
     offset = int(stable_fraction(occ_id) * window.total_seconds() * 1000)
     return scheduled_for + timedelta(milliseconds=offset)
 
 
 def plan_schedule(
-    schedule: Schedule,
+    schedule: DueSchedule,
     next_after: Callable[[datetime], datetime | None],
     until: datetime,
     now: datetime,
@@ -81,25 +141,26 @@ def plan_schedule(
     ``max_instants`` of them, with misfire policy applied; and the cursor after them.
 
     ``next_after(t)`` is the schedule's timeline (strictly after ``t``)."""
-    definition = schedule.definition
     instants: list[datetime] = []
     cursor = schedule.next_run_at
     while cursor is not None and cursor <= until and len(instants) < max_instants:
         instants.append(cursor)
         cursor = next_after(cursor)
 
-    late_before = now - definition.max_lateness
+    late_before = now - schedule.max_lateness
+    if not instants or instants[0] >= late_before:  # none late (ascending): the steady state
+        return _on_time(schedule, instants, cursor)
     late = [t for t in instants if t < late_before]
     runs_late: set[datetime]
     if not late:
         runs_late = set()
-    elif definition.misfire is MisfirePolicy.SKIP:
+    elif schedule.misfire is MisfirePolicy.SKIP:
         runs_late = set()
-    elif definition.misfire is MisfirePolicy.FIRE_ONCE:
+    elif schedule.misfire is MisfirePolicy.FIRE_ONCE:
         on_time_due = any(late_before <= t <= now for t in instants)
         runs_late = set() if on_time_due else {late[-1]}
     else:
-        limit = max(0, definition.catch_up_limit)
+        limit = max(0, schedule.catch_up_limit)
         runs_late = set(late[-limit:]) if limit else set()
 
     planned: list[PlannedOccurrence] = []
@@ -113,7 +174,7 @@ def plan_schedule(
                     scheduled_for=t,
                     available_at=t,
                     state=OccurrenceState.MISSED,
-                    reason=missed_reason(lateness, definition.max_lateness, definition.misfire),
+                    reason=missed_reason(lateness, schedule.max_lateness, schedule.misfire),
                 )
             )
         else:
@@ -121,7 +182,7 @@ def plan_schedule(
                 PlannedOccurrence(
                     id=occ_id,
                     scheduled_for=t,
-                    available_at=available_at(occ_id, t, definition.window),
+                    available_at=available_at(occ_id, t, schedule.window),
                     state=OccurrenceState.SCHEDULED,
                     catch_up=t < late_before,
                 )
@@ -129,7 +190,18 @@ def plan_schedule(
     return SchedulePlan(tuple(planned), cursor)
 
 
-def plan_instants(schedule: Schedule, instants: Iterable[datetime], now: datetime) -> tuple[PlannedOccurrence, ...]:
+def _on_time(schedule: DueSchedule, instants: list[datetime], cursor: datetime | None) -> SchedulePlan:
+    """:func:`plan_schedule` when no instant is late: each one SCHEDULED, in its window.
+    The materializer's common case, once per due schedule, kept to the bare steps."""
+    sid, version, window, scheduled = schedule.id, schedule.version, schedule.window, OccurrenceState.SCHEDULED
+    planned = []
+    for t in instants:
+        occ_id = occurrence_id(sid, version, t)
+        planned.append(PlannedOccurrence(occ_id, t, available_at(occ_id, t, window), scheduled))
+    return SchedulePlan(tuple(planned), cursor)
+
+
+def plan_instants(schedule: DueSchedule, instants: Iterable[datetime], now: datetime) -> tuple[PlannedOccurrence, ...]:
     """:func:`plan_schedule` over the given ``instants`` (fires of ``schedule``'s current
     definition) instead of its timeline: ids under ``schedule.version``, the window's
     ``available_at``, and the misfire policy applied to them as one pass at ``now``.

@@ -40,8 +40,8 @@ from datetime import datetime, timedelta
 from clockd.coord import Coordinator, Lease
 from clockd.core import capabilities
 from clockd.core.clock import Clock
-from clockd.core.model import OccurrenceState, Schedule
-from clockd.core.planning import plan_schedule
+from clockd.core.model import OccurrenceState
+from clockd.core.planning import DueSchedule, plan_schedule
 from clockd.core.spec import compile_spec
 from clockd.errors import ClockdError, FencedOut, StoreError
 from clockd.modes.base import fault_hold_while, run_ticks
@@ -152,19 +152,19 @@ class Materializer:
         if status.reachable:  # else keep what was last seen
             self._offered = capabilities.offered([m.capabilities for m in status.members if "worker" in m.modes])
 
-    def _waits_for_workers(self, schedule: Schedule) -> bool:
+    def _waits_for_workers(self, schedule: DueSchedule) -> bool:
         """True when a live worker would not honour the schedule (an older release that
         ignores a feature it uses): it is not planned until every worker does, so that
         worker never claims it. Its instants then follow the misfire policy, recorded."""
         offered = capabilities.WORKER_CAPABILITIES if self._offered is None else self._offered
-        missing = capabilities.required(schedule.definition) - offered
+        missing = schedule.requires - offered
         if not missing:
             if schedule.id in self._held:
                 self._held.discard(schedule.id)
                 log.info(
                     "schedule %s: every live worker honours it now",
-                    schedule.definition.name,
-                    extra={"action": "capability_ready", "schedule": schedule.definition.name},
+                    schedule.name,
+                    extra={"action": "capability_ready", "schedule": schedule.name},
                 )
             return False
         if schedule.id not in self._held:
@@ -172,10 +172,9 @@ class Materializer:
             log.warning(
                 "schedule %s waits: a live worker does not honour %s (an older release); "
                 "it is planned once every worker does",
-                schedule.definition.name,
+                schedule.name,
                 ", ".join(sorted(missing)),
-                extra={"action": "capability_wait", "schedule": schedule.definition.name,
-                       "missing": sorted(missing)},
+                extra={"action": "capability_wait", "schedule": schedule.name, "missing": sorted(missing)},
             )
         return True
 
@@ -188,15 +187,14 @@ class Materializer:
         self._catch_up_next[tenant] = slot + timedelta(minutes=1) / rate
         return slot
 
-    async def _materialize_shard(self, lease: Lease, schedules: list[Schedule]) -> None:
+    async def _materialize_shard(self, lease: Lease, schedules: list[DueSchedule]) -> None:
         now = self.clock.now()
         until = now + self.settings.horizon
         occurrences: list[NewOccurrence] = []
         cursors: list[CursorAdvance] = []
-        for schedule in schedules:
-            d = schedule.definition
+        for d in schedules:
             try:
-                spec = compile_spec(d.kind, d.expr, d.tz, schedule.created_at)
+                spec = compile_spec(d.kind, d.expr, d.tz, d.created_at)
             except ClockdError as exc:
                 # Validated at creation; a definition that no longer compiles (e.g. a zone
                 # removed from a newer tzdata) is reported, not silently dropped.
@@ -207,13 +205,13 @@ class Materializer:
                     extra={"action": "schedule_invalid", "schedule": d.name},
                 )
                 continue
-            if self._waits_for_workers(schedule):
+            if self._waits_for_workers(d):
                 continue
-            plan = plan_schedule(schedule, spec.next_after, until, now, self.settings.instants_per_schedule)
+            plan = plan_schedule(d, spec.next_after, until, now, self.settings.instants_per_schedule)
             for p in plan.occurrences:
                 paced = self._paced(d.tenant, p.available_at, now) if p.catch_up else None
-                occurrences.append(NewOccurrence.planned(schedule, p, paced))
-            cursors.append(CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, plan.next_run_at))
+                occurrences.append(NewOccurrence.planned(d, p, paced))
+            cursors.append(CursorAdvance(d.id, d.version, d.next_run_at, plan.next_run_at))
         # The deadline check comes last, right before the write: planning took time (and
         # the wall clock may have jumped meanwhile: the plan would then be wrong).
         if not lease.valid(self.clock.monotonic()):
@@ -238,7 +236,7 @@ class Materializer:
             raise
         missed = sum(1 for o in occurrences if o.state is OccurrenceState.MISSED)
         if missed:
-            self._report_missed(schedules, occurrences)
+            await self._report_missed(schedules, occurrences)
         metrics.occurrences_materialized.labels(state="SCHEDULED").inc(result.inserted - min(missed, result.inserted))
         if missed:
             metrics.occurrences_materialized.labels(state="MISSED").inc(missed)
@@ -249,8 +247,10 @@ class Materializer:
                 extra={"action": "materialized", "shard": lease.shard, "count": result.inserted},
             )
 
-    def _report_missed(self, schedules: list[Schedule], occurrences: list[NewOccurrence]) -> None:
-        """Instants planned MISSED: one warning per schedule, and its ``on_missed``."""
+    async def _report_missed(self, schedules: list[DueSchedule], occurrences: list[NewOccurrence]) -> None:
+        """Instants planned MISSED: one warning per schedule, and its ``on_missed``. The
+        whole schedule (its notifications) is looked up only for one that asks to be
+        notified: ``due_schedules`` read its planning inputs alone."""
         by_id = {s.id: s for s in schedules}
         counts: dict[str, list[NewOccurrence]] = {}
         for o in occurrences:
@@ -266,7 +266,19 @@ class Materializer:
                 missed[0].reason,
                 extra={"action": "run_missed", "schedule": schedule.name, "count": len(missed)},
             )
-            if self.notifier is None or not schedule.definition.notify:
+            if self.notifier is None or not schedule.notify:
                 continue
+            try:
+                whole = await self.store.get_schedule_by_id(schedule_id)
+            except StoreError as exc:  # as the notifier's own lookup: this notification is lost
+                log.warning(
+                    "cannot look up %s to notify its MISSED: %s",
+                    schedule.name,
+                    exc.message,
+                    extra={"action": "notify_failed", "schedule": schedule.name},
+                )
+                continue
+            if whole is None:
+                continue  # deleted since: nobody to tell
             for o in missed:
-                self.notifier.missed(schedule, o.id, o.version, o.scheduled_for, o.reason)
+                self.notifier.missed(whole, o.id, o.version, o.scheduled_for, o.reason)

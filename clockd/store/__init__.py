@@ -84,7 +84,7 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
-from clockd.core.planning import PlannedOccurrence
+from clockd.core.planning import DueSchedule, PlannedOccurrence
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,21 +112,20 @@ class NewOccurrence:
 
     @classmethod
     def planned(
-        cls, schedule: Schedule, planned: PlannedOccurrence, available_at: datetime | None = None
+        cls, schedule: DueSchedule, planned: PlannedOccurrence, available_at: datetime | None = None
     ) -> NewOccurrence:
         """``planned`` (core.planning) as ``schedule``'s current version writes it: the one
         mapping the materializer and an update's re-plan share. ``available_at`` overrides
         the planned one (the materializer's catch-up pacing)."""
-        d = schedule.definition
         return cls(
             id=planned.id,
             schedule_id=schedule.id,
             version=schedule.version,
             scheduled_for=planned.scheduled_for,
             available_at=planned.available_at if available_at is None else available_at,
-            queue=d.queue,
-            tenant=d.tenant,
-            max_attempts=d.retry.max_attempts,
+            queue=schedule.queue,
+            tenant=schedule.tenant,
+            max_attempts=schedule.max_attempts,
             state=planned.state,
             reason=planned.reason,
         )
@@ -422,9 +421,11 @@ class Store(Protocol):
 
     # -- materializer --------------------------------------------------------------
 
-    async def due_schedules(self, shards: Sequence[int], until: datetime, limit: int) -> list[Schedule]:
-        """Active schedules of ``shards`` whose ``next_run_at <= until``, earliest first.
-        Answered from the ``(shard, next_run_at)`` index, never a scan of all schedules."""
+    async def due_schedules(self, shards: Sequence[int], until: datetime, limit: int) -> list[DueSchedule]:
+        """Active schedules of ``shards`` whose ``next_run_at <= until``, earliest first, as
+        their planning inputs only (``DueSchedule``: equal to ``DueSchedule.of`` the whole
+        schedule; the whole definition is not decoded). Answered from the
+        ``(shard, next_run_at)`` index, never a scan of all schedules."""
         ...
 
     async def due_shards(self, shards: Sequence[int], until: datetime) -> list[int]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from clockd.core.capabilities import required_of
 from clockd.core.model import (
     Attempt,
     AttemptOutcome,
@@ -38,6 +39,7 @@ from clockd.core.model import (
     target_from_json,
 )
 from clockd.core.notify import notifications_from_json, notifications_to_json
+from clockd.core.planning import DueSchedule
 from clockd.store import LagStats, ScheduleHistory, VersionRecord
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -271,6 +273,54 @@ def schedule_from_row(
         updated_at=instant(updated_at),
         paused_at=opt_instant(paused_at),
     )
+
+
+# The planning fields' decoders (``due_from_rows``): a dict lookup, not an enum call per
+# row (an unknown value still raises the enum's ValueError, as a whole decode would).
+_KINDS = {k.value: k for k in ScheduleKind}
+_MISFIRES = {m.value: m for m in MisfirePolicy}
+
+
+def due_from_rows(
+    rows: Sequence[Sequence[Any]],
+    instant: Callable[[Any], datetime],
+    opt_instant: Callable[[Any], datetime | None],
+) -> list[DueSchedule]:
+    """``due_schedules`` rows (id, tenant, name, kind, expr, tz, queue, version,
+    next_run_at, created_at, then from the spec: misfire, max_lateness_us, window_us,
+    catch_up_limit, retry.retries, whether the target has a stdin, whether notify is a
+    non-empty list) as DueSchedules: the planning inputs alone, defaults filled in for
+    keys a document lacks exactly as ``definition_from_parts`` fills them. A spec number
+    arrives as text from PostgreSQL (``->>``) and as an integer from SQLite; ``int``
+    takes both."""
+    default = _DEFAULT_DEF
+    lateness, window = default.max_lateness, default.window
+    out: list[DueSchedule] = []
+    append = out.append  # the materializer's hot loop: up to a batch of rows per read
+    for (sid, tenant, name, kind, expr, tz, queue, version, next_run_at, created_at,
+         misfire, lateness_us, window_us, catch_up_limit, retries, stdin, notify) in rows:  # fmt: skip
+        append(
+            DueSchedule(
+                id=sid,
+                version=int(version),
+                next_run_at=opt_instant(next_run_at),
+                created_at=instant(created_at),
+                name=name,
+                kind=_KINDS.get(kind) or ScheduleKind(kind),
+                expr=expr,
+                tz=tz,
+                queue=queue,
+                tenant=tenant,
+                misfire=default.misfire if misfire is None else _MISFIRES.get(misfire) or MisfirePolicy(misfire),
+                max_lateness=lateness if lateness_us is None else timedelta(microseconds=int(lateness_us)),
+                window=window if window_us is None else timedelta(microseconds=int(window_us)),
+                catch_up_limit=default.catch_up_limit if catch_up_limit is None else int(catch_up_limit),
+                max_attempts=(_DEFAULT_RETRY.retries if retries is None else int(retries)) + 1,
+                requires=required_of(stdin=bool(stdin), notify=bool(notify)),
+                notify=bool(notify),
+            )
+        )
+    return out
 
 
 # Definitions decoded from rows, by everything but the name (SQLite's spec is JSON text):

@@ -54,7 +54,7 @@ from clockd.core.model import (
     TenantLimits,
     TenantUsage,
 )
-from clockd.core.planning import MAX_WINDOW, missed_reason, plan_instants, sweep_verdict
+from clockd.core.planning import MAX_WINDOW, DueSchedule, missed_reason, plan_instants, sweep_verdict
 from clockd.core.spec import compile_spec, fires_at
 from clockd.errors import ClockdError, Conflict, FencedOut, NotFound, QuotaExceeded
 from clockd.store import (
@@ -99,6 +99,7 @@ from clockd.store.codec import (
     attempt_from_row,
     definition_from_dict,
     definition_json,
+    due_from_rows,
     histories_from_rows,
     minute_of,
     occurrence_from_row,
@@ -705,8 +706,9 @@ class SqlStore:
             fires: list[datetime] = []
         else:
             fires = [t for t in unstarted if fires_at(spec, t)]
-        planned = plan_instants(schedule, fires, d.read(stamp))
-        new = [NewOccurrence.planned(schedule, p) for p in planned]
+        due = DueSchedule.of(schedule)
+        planned = plan_instants(due, fires, d.read(stamp))
+        new = [NewOccurrence.planned(due, p) for p in planned]
         yield from self._insert_planned([row for _, row in self._planned_rows(new, stamp)], stamp)
         by_instant = {p.scheduled_for: p for p in planned}
         out = tuple(
@@ -821,17 +823,17 @@ class SqlStore:
 
     # -- materializer --------------------------------------------------------------------------
 
-    async def due_schedules(self, shards: Sequence[int], until: datetime, limit: int) -> list[Schedule]:
+    async def due_schedules(self, shards: Sequence[int], until: datetime, limit: int) -> list[DueSchedule]:
         if not shards or limit <= 0:
             return []
         d = self.driver
         params = {"shards": d.array(list(dict.fromkeys(shards))), "until": d.instant(until), "limit": limit}
 
-        def body() -> Body[list[Schedule]]:
+        def body() -> Body[list[DueSchedule]]:
             rows = yield Run("due_schedules", params)
-            return [self._schedule(row) for row in rows]
+            return due_from_rows(rows, d.read, d.opt_read)
 
-        result: list[Schedule] = await self._read(body())
+        result: list[DueSchedule] = await self._read(body())
         return result
 
     async def due_shards(self, shards: Sequence[int], until: datetime) -> list[int]:

@@ -17,7 +17,7 @@ from clockd.core.model import (
     ScheduleKind,
     ScheduleState,
 )
-from clockd.core.planning import plan_schedule, sweep_verdict
+from clockd.core.planning import DueSchedule, plan_schedule, sweep_verdict
 from clockd.core.spec import compile_spec
 
 T0 = datetime(2026, 3, 2, 23, 0, tzinfo=UTC)
@@ -43,7 +43,7 @@ def test_late_instants_follow_the_policy_and_catch_up_limit(misfire: MisfirePoli
     s = schedule(misfire=misfire, catch_up_limit=limit, max_lateness=2 * MIN)
     spec = compile_spec(s.definition.kind, s.definition.expr, s.definition.tz, T0)
     now = T0 + 43 * MIN
-    plan = plan_schedule(s, spec.next_after, now + 2 * MIN, now, 500)
+    plan = plan_schedule(DueSchedule.of(s), spec.next_after, now + 2 * MIN, now, 500)
     scheduled = [p for p in plan.occurrences if p.state is OccurrenceState.SCHEDULED]
     assert [int((p.scheduled_for - T0) / MIN) for p in scheduled] == ran
     # Late ones that run are flagged for pacing; on-time ones are not.

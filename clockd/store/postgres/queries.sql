@@ -246,8 +246,13 @@ ORDER BY 2;
 -- name: due_schedules
 -- One ordered index scan per shard (schedules_due), merged: `shard = ANY(...)` with
 -- ORDER BY next_run_at would read every due row of every shard and sort them.
-SELECT s.id, s.tenant, s.name, s.kind, s.expr, s.tz, s.queue, s.state, s.version,
-       s.next_run_at, s.shard, s.created_at, s.updated_at, s.paused_at, s.spec
+-- Only the planning inputs (clockd.core.planning.DueSchedule): the spec's fields are
+-- read by path here, so the whole document is neither sent nor decoded.
+SELECT s.id, s.tenant, s.name, s.kind, s.expr, s.tz, s.queue, s.version, s.next_run_at,
+       s.created_at, s.spec->>'misfire', s.spec->>'max_lateness_us', s.spec->>'window_us',
+       s.spec->>'catch_up_limit', s.spec#>>'{retry,retries}',
+       s.spec#>>'{target,type}' = 'command' AND s.spec#>>'{target,stdin}' IS NOT NULL,
+       coalesce(jsonb_typeof(s.spec->'notify') = 'array' AND s.spec->'notify' <> '[]', false)
 FROM unnest(%(shards)b::integer[]) AS k(shard)
 CROSS JOIN LATERAL (
     SELECT * FROM schedules

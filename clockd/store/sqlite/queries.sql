@@ -201,8 +201,14 @@ ORDER BY 2;
 -- ------------------------------------------------------------------ materializer
 
 -- name: due_schedules
-SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
-       created_at, updated_at, paused_at, spec
+-- Only the planning inputs (clockd.core.planning.DueSchedule), the spec's fields read by
+-- path: the whole document is not decoded.
+SELECT id, tenant, name, kind, expr, tz, queue, version, next_run_at, created_at,
+       json_extract(spec, '$.misfire'), json_extract(spec, '$.max_lateness_us'),
+       json_extract(spec, '$.window_us'), json_extract(spec, '$.catch_up_limit'),
+       json_extract(spec, '$.retry.retries'),
+       json_extract(spec, '$.target.type') = 'command' AND json_extract(spec, '$.target.stdin') IS NOT NULL,
+       coalesce(json_type(spec, '$.notify') = 'array' AND json_array_length(spec, '$.notify') > 0, 0)
 FROM schedules
 WHERE state = 'active' AND shard IN (SELECT value FROM json_each(:shards))
   AND next_run_at <= :until

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from clockd.core.model import OccurrenceState, ScheduleState
+from clockd.core.model import (
+    CommandTarget,
+    HttpTarget,
+    MisfirePolicy,
+    NoopTarget,
+    OccurrenceState,
+    RetryPolicy,
+    ScheduleKind,
+    ScheduleState,
+)
+from clockd.core.notify import Notification, NotifyEvent
+from clockd.core.planning import DueSchedule
 from clockd.errors import FencedOut
 from clockd.store import CursorAdvance, Fence, MaterializeResult, Store
 
@@ -30,11 +43,55 @@ async def test_due_schedules_by_shard_and_horizon_earliest_first(store: Store) -
 
     due = await store.due_schedules([1, 2], T0 + 5 * MIN, 100)
     assert [s.id for s in due] == [early.id, late.id]
-    assert due[0] == early
+    assert due[0] == DueSchedule.of(early)
     assert [s.id for s in await store.due_schedules([1, 2], T0 + 5 * MIN, 1)] == [early.id]
     assert [s.id for s in await store.due_schedules([1], T0 + 2 * MIN, 100)] == [late.id]
     assert await store.due_schedules([1], T0 + 2 * MIN - SEC, 100) == []
     assert await store.due_schedules([], T0 + 60 * MIN, 100) == []
+
+
+async def test_due_schedules_read_exactly_the_planning_inputs_of_the_whole_definition(store: Store) -> None:
+    """The narrow read (spec fields by path) gives what decoding the whole definition
+    gives: every policy, the capability flags, and the defaults."""
+    notify = (Notification(NotifyEvent.MISSED, argv=("page", "ops")),)
+    created = [
+        await add_schedule(store, "plain"),
+        await add_schedule(
+            store,
+            "policies",
+            misfire=MisfirePolicy.CATCH_UP,
+            catch_up_limit=3,
+            max_lateness=timedelta(seconds=30),
+            window=timedelta(minutes=2),
+            retry=RetryPolicy(retries=5),
+            queue="batch",
+            tenant="acme",
+        ),
+        await add_schedule(store, "skip", misfire=MisfirePolicy.SKIP, catch_up_limit=0, retry=RetryPolicy(retries=0)),
+        await add_schedule(store, "stdin", target=CommandTarget(argv=("cat",), stdin="hello")),
+        await add_schedule(store, "notify", notify=notify, target=NoopTarget()),
+        await add_schedule(store, "http", target=HttpTarget(method="POST", url="http://127.0.0.1:9/hook")),
+        await add_schedule(store, "every", kind=ScheduleKind.EVERY, expr="90s", tz="Europe/Paris"),
+    ]
+    due = {s.id: s for s in await store.due_schedules([0], T0, 100)}
+    for schedule in created:
+        whole = await store.get_schedule_by_id(schedule.id)
+        assert whole is not None
+        assert due[schedule.id] == DueSchedule.of(whole), schedule.name
+    assert due[created[3].id].requires == {"stdin"}
+    assert due[created[4].id].requires == {"notify"} and due[created[4].id].notify
+    assert due[created[0].id].requires == frozenset() and not due[created[0].id].notify
+
+
+async def test_due_schedules_fill_in_defaults_for_keys_an_older_document_lacks(backend: Backend) -> None:
+    store = await backend.open_store()
+    schedule = await add_schedule(store, "old")
+    spec = '{"target":{"type":"command","argv":["echo","hi"]}}'  # what a first release might have written
+    value = "?" if backend.kind == "sqlite" else "CAST(? AS jsonb)"
+    await backend.execute(f"UPDATE schedules SET spec = {value} WHERE id = ?", spec, schedule.id)
+    whole = await store.get_schedule_by_id(schedule.id)
+    assert whole is not None and whole.definition.retry == RetryPolicy()
+    assert await store.due_schedules([0], T0, 100) == [DueSchedule.of(whole)]
 
 
 async def test_due_shards_names_the_shards_with_work_most_urgent_first(store: Store) -> None:
