@@ -437,12 +437,15 @@ class Worker:
         accepted = await self.store.finish(batch, self.clock.now())
         del self.pending[: len(batch)]
         self._slot_free.set()  # recorded completions free their leases (_free_slots)
+        self._pending_tokens.difference_update([c.lease_token for c in batch])
+        outcomes = self._outcomes
         for completion in batch:
-            self._pending_tokens.discard(completion.lease_token)
-            outcome = self._outcomes.pop(completion.lease_token, None)
-            if outcome is not None and self.notifier is not None and completion.lease_token in accepted:
-                self.notifier.notify(outcome)
-            if completion.lease_token not in accepted:
+            token = completion.lease_token
+            outcome = outcomes.pop(token, None) if outcomes else None
+            if token in accepted:
+                if outcome is not None and self.notifier is not None:
+                    self.notifier.notify(outcome)
+            else:
                 metrics.stale_completions.inc()
                 log.warning(
                     "completion rejected: lease token is stale (a newer attempt owns the occurrence)",
