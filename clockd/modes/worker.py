@@ -35,7 +35,9 @@ what it hands out may start now.
 Each run is logged at INFO, as cron and systemd do: ``run_started`` (schedule,
 occurrence, attempt, what runs) and ``run_finished`` (outcome, exit code or HTTP
 status, duration, and what comes next); an occurrence that goes DEAD is a warning
-(``run_dead``). No-op targets (benchmarks) are not logged. Once the store has
+(``run_dead``). No-op targets (benchmarks) are not logged, and one the runner settles
+without running anything (``DispatchRunner.settled``) is recorded as it is claimed,
+with no task: its lease is held until the flush records it, like any other. Once the store has
 accepted a completion, the schedule's notifications are handed to the
 ``Notifier`` (``clockd.runner.notify``), which sends them in the background.
 
