@@ -2,7 +2,7 @@
 
 Each run is a fresh process (``sys.path`` starting at its tree) against a fresh database
 on a durable PostgreSQL 15 (``bench.servers``): it creates the schedules (no-op target),
-materializes and relays N occurrences due an hour ago (untimed), then starts one
+materializes and relays N occurrences due two hours ago (untimed), then starts one
 ``Worker`` (the daemon's ``DispatchRunner``, concurrency 1,000, the daemon's claim and
 flush batches) and stops it once every occurrence is recorded. The figures are the
 process's CPU (``getrusage``: user + system, every thread: the driver's too) divided by
@@ -13,7 +13,8 @@ The machine is shared, so only ratios taken in the same run are evidence: with
 ``BENCH_WORKER_AB=DIR`` (a tree holding ``clockd/``, e.g. ``git archive main | tar -x -C
 DIR``) the rounds alternate between that tree and this one, and the suite prints
 both medians and their ratio. ``python -m bench.worker [--old DIR] [--rounds R] [-n N]``
-prints the same outside ``make bench``.
+prints the same outside ``make bench``. With ``--profile DIR`` (``BENCH_PROFILE``) each
+run is recorded by py-spy into ``DIR/worker-TREE-ROUND.txt`` (``python -m bench.pyspy``).
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ def _one(tree: str, dsn: str, count: int, profile: Path | None) -> dict[str, flo
             spy = BIN / "py-spy"
             argv = [str(spy), "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", str(profile), "--",
                     *argv]  # fmt: skip
-        subprocess.run(argv, capture_output=True, check=True, cwd=HERE)
+        ran = subprocess.run(argv, capture_output=True, text=True, cwd=HERE)
+        if ran.returncode != 0:
+            raise RuntimeError(f"bench.worker run of {tree} exited {ran.returncode}:\n{ran.stderr[-2000:]}")
         result: dict[str, float] = json.loads(out.read_text())
     return result
 
