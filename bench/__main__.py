@@ -27,6 +27,7 @@ SUITES = (
     "bench.staging",
     "bench.queue_layout",
     "bench.materializer",
+    "bench.worker",
     "bench.distributed",
 )
 

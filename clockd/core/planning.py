@@ -224,6 +224,9 @@ class AfterAttempt:
     reason: str | None
 
 
+_ENDED = AfterAttempt(OccurrenceState.SUCCEEDED, None, None)  # frozen: every success shares it
+
+
 def after_attempt(
     outcome: AttemptOutcome,
     attempt: int,
@@ -240,7 +243,7 @@ def after_attempt(
     ``permanent_exit_codes``) goes straight to DEAD. Anything else retries with
     exponential backoff and full jitter while attempts remain, then DEAD."""
     if outcome is AttemptOutcome.SUCCEEDED:
-        return AfterAttempt(OccurrenceState.SUCCEEDED, None, None)
+        return _ENDED
     if permanent or (exit_code is not None and exit_code in retry.permanent_exit_codes):
         return AfterAttempt(OccurrenceState.DEAD, None, "permanent failure: not retried")
     if attempt >= max_attempts:

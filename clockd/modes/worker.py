@@ -35,7 +35,9 @@ what it hands out may start now.
 Each run is logged at INFO, as cron and systemd do: ``run_started`` (schedule,
 occurrence, attempt, what runs) and ``run_finished`` (outcome, exit code or HTTP
 status, duration, and what comes next); an occurrence that goes DEAD is a warning
-(``run_dead``). No-op targets (benchmarks) are not logged. Once the store has
+(``run_dead``). No-op targets (benchmarks) are not logged, and one the runner settles
+without running anything (``DispatchRunner.settled``) is recorded as it is claimed,
+with no task: its lease is held until the flush records it, like any other. Once the store has
 accepted a completion, the schedule's notifications are handed to the
 ``Notifier`` (``clockd.runner.notify``), which sends them in the background.
 
@@ -55,11 +57,12 @@ import logging
 import os
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from clockd.core.clock import Clock
-from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, RetryPolicy
+from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, RetryPolicy, Target
 from clockd.core.planning import after_attempt
 from clockd.errors import StoreError
 from clockd.modes.base import Backoff, wait_or_stop
@@ -75,6 +78,8 @@ log = logging.getLogger(__name__)
 
 # Labelled children bound once: ``.labels()`` on every job cost 5–9 % of a busy worker's CPU.
 _LAG_STARTED = metrics.schedule_lag.labels(step="started")
+# Stands in for a success's retry policy, which ``after_attempt`` never reads.
+_UNUSED_RETRY = RetryPolicy()
 _ATTEMPTS = {outcome: metrics.attempts_total.labels(outcome=str(outcome)) for outcome in AttemptOutcome}
 
 
@@ -202,6 +207,9 @@ class Worker:
         self._slot_free = asyncio.Event()
         self.completed = 0
         self._tenants: dict[tuple[str, int], str] = {}
+        # The runner's result for a target that runs nothing, known without running it
+        # (``DispatchRunner.settled``: a no-op); a runner without it runs every target.
+        self._settled: Callable[[Target], RunResult | None] | None = getattr(runner, "settled", None)
 
     # -- the loops -------------------------------------------------------------------
 
@@ -262,20 +270,32 @@ class Worker:
                 # Claimed but never started: give them back so nothing waits for a lease.
                 await self._release([c.lease_token for c in claims])
                 return
+            now = self.clock.now()  # one reading per batch: the lag of claims taken together
             for claim in claims:
-                self._start(claim)
+                self._start(claim, now)
             if len(claims) == min(free, self.settings.claim_batch) and claims:
                 await asyncio.sleep(0)
                 continue
             if await wait_or_stop(stopping, self.settings.poll):
                 return
 
-    def _start(self, claim: Claim) -> None:
+    def _start(self, claim: Claim, now: datetime | None = None) -> None:
+        """Start ``claim`` (``now``: when it was taken; default the clock's time)."""
+        if now is None:
+            now = self.clock.now()
+        lag = (now - claim.scheduled_for).total_seconds()
+        _LAG_STARTED.observe(max(0.0, lag))
+        settled = self._settled(claim.target) if self._settled is not None else None
+        if settled is not None:
+            # Nothing runs (a no-op): recorded at once, without a task, an Event and a
+            # request — they were most of a no-op's cost. Not in ``running`` either: no
+            # await passes between the claim and the completion, so no heartbeat, drain
+            # or gauge reading could have seen it there.
+            self._record(claim, settled, now)
+            return
         entry = _Running(claim=claim, stop=asyncio.Event())
         self.running[claim.lease_token] = entry
         metrics.running_jobs.set(len(self.running))
-        lag = (self.clock.now() - claim.scheduled_for).total_seconds()
-        _LAG_STARTED.observe(max(0.0, lag))
         entry.task = asyncio.create_task(self._run_one(entry))
 
     async def _tenant(self, claim: Claim) -> str | RunResult:
@@ -325,13 +345,22 @@ class Worker:
 
     def _complete(self, entry: _Running, result: RunResult) -> None:
         claim = entry.claim
-        now = self.clock.now()
-        retry = RetryPolicy(
-            retries=claim.max_attempts - 1,
-            backoff=claim.retry_backoff,
-            backoff_max=claim.retry_backoff_max,
-            permanent_exit_codes=claim.permanent_exit_codes,
-        )
+        self._record(claim, result, self.clock.now())
+        self.running.pop(claim.lease_token, None)
+        metrics.running_jobs.set(len(self.running))
+        self._slot_free.set()
+
+    def _record(self, claim: Claim, result: RunResult, now: datetime) -> None:
+        """Buffer ``claim``'s completion for the flusher, log it and count it."""
+        # A success ends the occurrence whatever the policy (after_attempt): not built then.
+        retry = _UNUSED_RETRY
+        if result.outcome is not AttemptOutcome.SUCCEEDED:
+            retry = RetryPolicy(
+                retries=claim.max_attempts - 1,
+                backoff=claim.retry_backoff,
+                backoff_max=claim.retry_backoff_max,
+                permanent_exit_codes=claim.permanent_exit_codes,
+            )
         decision_state: OccurrenceState
         retry_at: datetime | None
         reason: str | None
@@ -381,9 +410,6 @@ class Worker:
             metrics.retries_total.inc()
         elif decision_state is OccurrenceState.DEAD:
             metrics.dead_total.inc()
-        self.running.pop(claim.lease_token, None)
-        metrics.running_jobs.set(len(self.running))
-        self._slot_free.set()
         if len(self.pending) >= self.settings.flush_batch:
             self._flush_now.set()
 
@@ -418,12 +444,15 @@ class Worker:
         accepted = await self.store.finish(batch, self.clock.now())
         del self.pending[: len(batch)]
         self._slot_free.set()  # recorded completions free their leases (_free_slots)
+        self._pending_tokens.difference_update([c.lease_token for c in batch])
+        outcomes = self._outcomes
         for completion in batch:
-            self._pending_tokens.discard(completion.lease_token)
-            outcome = self._outcomes.pop(completion.lease_token, None)
-            if outcome is not None and self.notifier is not None and completion.lease_token in accepted:
-                self.notifier.notify(outcome)
-            if completion.lease_token not in accepted:
+            token = completion.lease_token
+            outcome = outcomes.pop(token, None) if outcomes else None
+            if token in accepted:
+                if outcome is not None and self.notifier is not None:
+                    self.notifier.notify(outcome)
+            else:
                 metrics.stale_completions.inc()
                 log.warning(
                     "completion rejected: lease token is stale (a newer attempt owns the occurrence)",

@@ -151,7 +151,9 @@ class MaterializeResult:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One claimed occurrence: everything a worker needs to run it and report back."""
+    """One claimed occurrence: everything a worker needs to run it and report back.
+    The engine builds it positionally on the claim's hot path: mypy checks each field's
+    type there, so a reordering that mixes same-typed fields needs that call fixed too."""
 
     occurrence_id: str
     lease_token: str

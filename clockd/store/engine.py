@@ -51,6 +51,7 @@ from clockd.core.model import (
     ScheduleDef,
     ScheduleKind,
     ScheduleState,
+    Target,
     TenantLimits,
     TenantUsage,
 )
@@ -195,6 +196,11 @@ def not_dead_message(occurrence: Occurrence) -> str:
 
 def name_taken(definition: ScheduleDef) -> Conflict:
     return Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}")
+
+
+# What a claim takes from its definition: name, target, timeout, retry backoff, its
+# maximum and the permanent exit codes (in Claim's field order).
+_ClaimShared = tuple[str, Target, timedelta | None, timedelta, timedelta, tuple[int, ...]]
 
 
 def new_tokens(count: int) -> list[str]:
@@ -979,28 +985,22 @@ class SqlStore:
             if not rows:
                 return []
             definitions = yield from self._definitions_for({(row[3], int(row[4])) for row in rows})
+            # Per claimed row (the worker's hot path): positional fields, in Claim's order,
+            # and what each definition gives its claims looked up once per definition.
+            shared: dict[tuple[str, int], _ClaimShared] = {}
+            for key, definition in definitions.items():
+                retry = definition.retry
+                shared[key] = (definition.name, definition.target, definition.timeout, retry.backoff,
+                               retry.backoff_max, retry.permanent_exit_codes)  # fmt: skip
+            read = d.read
             claims: list[Claim] = []
             for occ, token, attempt, schedule_id, version, scheduled_for, max_attempts in rows:
-                definition = definitions[(schedule_id, int(version))]
-                retry = definition.retry
+                version = int(version)
+                name, target, timeout, backoff, backoff_max, permanent = shared[(schedule_id, version)]
                 claims.append(
-                    Claim(
-                        occurrence_id=occ,
-                        lease_token=token,
-                        attempt=int(attempt),
-                        schedule_id=schedule_id,
-                        schedule_name=definition.name,
-                        version=int(version),
-                        scheduled_for=d.read(scheduled_for),
-                        target=definition.target,
-                        timeout=definition.timeout,
-                        max_attempts=int(max_attempts),
-                        retry_backoff=retry.backoff,
-                        retry_backoff_max=retry.backoff_max,
-                        permanent_exit_codes=retry.permanent_exit_codes,
-                        lease_until=lease_until,
-                    )
-                )
+                    Claim(occ, token, int(attempt), schedule_id, name, version, read(scheduled_for), target, timeout,
+                          int(max_attempts), backoff, backoff_max, permanent, lease_until)
+                )  # fmt: skip
             return claims
 
         result: list[Claim] = await self._write(body())

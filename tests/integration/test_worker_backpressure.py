@@ -16,11 +16,15 @@ from pathlib import Path
 import pytest
 
 from clockd.core.clock import ManualClock
-from clockd.core.model import AttemptOutcome
+from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState
 from clockd.errors import StoreUnavailable
 from clockd.modes.clockwatch import ClockWatch
 from clockd.modes.worker import Worker, WorkerSettings
-from clockd.runner import RunRequest, RunResult
+from clockd.obs import metrics
+from clockd.runner import Runner, RunRequest, RunResult
+from clockd.runner.dispatch import DispatchRunner
+from clockd.runner.http import HttpRunner
+from clockd.runner.process import ProcessRunner
 from clockd.store import Completion, CursorAdvance
 from clockd.store.sqlite.store import SqliteStore
 from tests.contract.store.support import FENCE, MIN, T0, add_schedule, planned
@@ -41,22 +45,34 @@ class SlowToRecord(SqliteStore):
         return await super().finish(completions, now)
 
 
+def _sample(name: str, **labels: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
 class Instant:
     async def run(self, request: RunRequest, stop: asyncio.Event) -> RunResult:
         return RunResult(outcome=AttemptOutcome.SUCCEEDED, exit_code=0)
 
 
-async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("noop", [False, True], ids=["scripted-runner", "daemon-runner-noop"])
+async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded(tmp_path: Path, noop: bool) -> None:
+    """Also with the daemon's runner and no-op targets, which it settles without a task
+    (``DispatchRunner.settled``): the leases are held the same way, every attempt and
+    start lag is counted."""
     clock = ManualClock(T0)
     store = SlowToRecord(tmp_path / "clockd.db")
     await store.open()
     try:
-        schedule = await add_schedule(store, "flood", next_run_at=T0)
+        schedule = await add_schedule(store, "flood", next_run_at=T0, **({"target": NoopTarget()} if noop else {}))
         occurrences = [planned(schedule, T0 + i * US) for i in range(50)]
         await store.materialize(FENCE, occurrences, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
         assert await store.relay(T0 + MIN, 50, T0) == 50
         clock.advance(MIN)
-        worker = Worker(store, Instant(), clock, WorkerSettings(concurrency=4, flush_batch=2, poll=0.01))
+        succeeded = _sample("clockd_attempts_total", outcome="succeeded")
+        lags = _sample("clockd_schedule_lag_seconds_count", step="started")
+        runner: Runner = DispatchRunner(ProcessRunner(), HttpRunner()) if noop else Instant()
+        worker = Worker(store, runner, clock, WorkerSettings(concurrency=4, flush_batch=2, poll=0.01))
         stopping = asyncio.Event()
         running = asyncio.create_task(worker.run(stopping))
         try:
@@ -68,6 +84,7 @@ async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded
             )  # fmt: skip
             backlog = await store.backlog(clock.now())
             assert (backlog.running, backlog.queued) == (6, 44)
+            assert worker.running == {}  # every job has ended; only its record waits
             store.gate.set()
             await until(lambda: worker.completed == 50, within=30, what="every job recorded")
         finally:
@@ -75,8 +92,17 @@ async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded
             stopping.set()
             await running
         assert (await store.backlog(clock.now())).running == 0
+        found = await store.list_occurrences(schedule.id, limit=100)
+        assert len(found) == 50 and {o.state for o in found} == {OccurrenceState.SUCCEEDED}
+        assert _sample("clockd_attempts_total", outcome="succeeded") == succeeded + 50
+        assert _sample("clockd_schedule_lag_seconds_count", step="started") == lags + 50
     finally:
         await store.close()
+
+
+def _sample(name: str, **labels: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(name, labels)
+    return 0.0 if value is None else value
 
 
 class CountingWatch(ClockWatch):

@@ -1,0 +1,193 @@
+"""The worker's own CPU per execution (issue 18): one worker over N due no-op occurrences.
+
+Each run is a fresh process (``sys.path`` starting at its tree) against a fresh database
+on a durable PostgreSQL 15 (``bench.servers``): it creates the schedules (no-op target),
+materializes and relays N occurrences due two hours ago (untimed), then starts one
+``Worker`` (the daemon's ``DispatchRunner``, concurrency 1,000, the daemon's claim and
+flush batches) and stops it once every occurrence is recorded. The figures are the
+process's CPU (``getrusage``: user + system, every thread: the driver's too) divided by
+the executions, and executions per second of wall time. The database's own CPU is not
+in the figure (``bench.distributed`` prints it).
+
+The machine is shared, so only ratios taken in the same run are evidence: with
+``BENCH_WORKER_AB=DIR`` (a tree holding ``clockd/``, e.g. ``git archive main | tar -x -C
+DIR``) the rounds alternate between that tree and this one, and the suite prints
+both medians and their ratio. ``python -m bench.worker [--old DIR] [--rounds R] [-n N]``
+prints the same outside ``make bench``. With ``--profile DIR`` (``BENCH_PROFILE``) each
+run is recorded by py-spy into ``DIR/worker-TREE-ROUND.txt`` (``python -m bench.pyspy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+HERE = str(Path(__file__).resolve().parent.parent)
+BIN = Path(sys.executable).parent
+GOAL_US = 30.0  # the worker's share of issue 18's 60 µs per execution across all processes
+SCHEDULES = 200
+
+
+async def workload(dsn: str, count: int) -> dict[str, float]:
+    """One run through whatever ``clockd`` comes first on ``sys.path``."""
+    from clockd.core.clock import SystemClock
+    from clockd.core.ids import new_schedule_id, occurrence_id
+    from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
+    from clockd.modes.worker import Worker, WorkerSettings
+    from clockd.store import CursorAdvance, Fence, NewOccurrence, NewSchedule
+    from clockd.store.postgres import PostgresStore
+    from clockd.wiring import make_runner
+
+    store = PostgresStore(dsn)
+    await store.migrate()
+    await store.open()
+    t0 = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+    news = [
+        NewSchedule(
+            new_schedule_id(),
+            ScheduleDef(name=f"w{i}", kind=ScheduleKind.CRON, expr="* * * * *", tz="UTC", target=NoopTarget()),
+            0,
+            t0,
+        )
+        for i in range(SCHEDULES)
+    ]
+    created = (await store.apply_schedules(news, [], t0)).created
+    per = -(-count // SCHEDULES)
+    for s in created:
+        instants = [t0 + timedelta(seconds=k) for k in range(per)]
+        occurrences = [
+            NewOccurrence(occurrence_id(s.id, 1, at), s.id, 1, at, at, "default", s.definition.tenant, 3)
+            for at in instants
+        ]
+        until = t0 + timedelta(seconds=per)
+        await store.materialize(Fence("shard:0", 1), occurrences, [CursorAdvance(s.id, 1, t0, until)], t0)
+    total = per * SCHEDULES
+    while await store.relay(t0 + timedelta(hours=1), 10_000, t0):
+        pass
+    worker = Worker(store, make_runner(), SystemClock(), WorkerSettings(concurrency=1000))
+    stopping = asyncio.Event()
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    task = asyncio.create_task(worker.run(stopping))
+    while worker.completed < total and not task.done():
+        await asyncio.wait({task}, timeout=0.05)  # coarse: the poll's own CPU stays out of the figure
+    stopping.set()
+    await task
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    await store.close()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    system = after.ru_stime - before.ru_stime
+    return {"cpu_us": cpu / total * 1e6, "sys_us": system / total * 1e6, "rate": total / wall,
+            "executions": float(total)}  # fmt: skip
+
+
+def _one(tree: str, dsn: str, count: int, profile: Path | None) -> dict[str, float]:
+    """One run of ``tree`` in a fresh process (sampled by py-spy into ``profile``)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "result.json"
+        argv = [sys.executable, "-m", "bench.worker", "--child", tree, "--dsn", dsn, "-n", str(count),
+                "--out", str(out)]  # fmt: skip
+        if profile is not None:
+            spy = BIN / "py-spy"
+            argv = [str(spy), "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", str(profile), "--",
+                    *argv]  # fmt: skip
+        ran = subprocess.run(argv, capture_output=True, text=True, cwd=HERE)
+        if ran.returncode != 0:
+            raise RuntimeError(f"bench.worker run of {tree} exited {ran.returncode}:\n{ran.stderr[-2000:]}")
+        result: dict[str, float] = json.loads(out.read_text())
+    return result
+
+
+def measure(
+    trees: dict[str, str], rounds: int, count: int, profile: str | None = None
+) -> dict[str, list[dict[str, float]]]:
+    """``rounds`` runs per tree, alternating the order, each on a fresh database; with
+    ``profile`` (a directory) each run is sampled into ``DIR/worker-TREE-ROUND.txt``."""
+    from bench.servers import log, servers
+
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    with servers() as found:
+        for r in range(rounds):
+            names = list(trees) if r % 2 == 0 else list(reversed(trees))
+            for name in names:
+                dsn = found.new_database(f"worker_{name}")
+                try:
+                    spy = None if profile is None else Path(profile) / f"worker-{name}-{r + 1}.txt"
+                    run = _one(trees[name], dsn, count, spy)
+                finally:
+                    found.drop_database(dsn)
+                log(f"round {r + 1} {name}: {run['cpu_us']:.1f} µs/execution (system {run['sys_us']:.1f}), "
+                    f"{run['rate']:,.0f}/s")
+                results[name].append(run)
+    return results
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    count, rounds = (4_000, 2) if quick else (40_000, 4)
+    old = os.environ.get("BENCH_WORKER_AB")
+    trees = {"this": HERE} | ({"old": old} if old else {})
+    results = measure(trees, rounds, count, os.environ.get("BENCH_PROFILE"))
+    cpu = _median(results["this"], "cpu_us")
+    rows: list[dict[str, Any]] = [
+        {"name": "worker CPU per execution", "value": cpu, "unit": "µs", "target": f"≤ {GOAL_US:.0f} µs (noop, PG)",
+         "ok": cpu <= GOAL_US},
+        {"name": "one worker, executions/s", "value": _median(results["this"], "rate"), "unit": "/s",
+         "target": "report", "ok": None},
+    ]  # fmt: skip
+    if old:
+        before = _median(results["old"], "cpu_us")
+        rows.append({"name": "worker CPU per execution, old tree", "value": before, "unit": "µs",
+                     "target": f"this/old = {cpu / before:.2f}", "ok": None})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--old", help="another tree (a directory holding clockd/) to alternate with")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("-n", type=int, default=40_000, help="executions per run")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # one run, in this process
+    parser.add_argument("--profile", metavar="DIR", help="py-spy record each run into DIR")
+    parser.add_argument("--dsn", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        sys.path.insert(0, args.child)
+        import clockd
+
+        where = Path(clockd.__file__).resolve()
+        assert where.is_relative_to(Path(args.child).resolve()), where
+        Path(args.out).write_text(json.dumps(asyncio.run(workload(args.dsn, args.n))))
+        return
+    trees = {"this": HERE} | ({"old": args.old} if args.old else {})
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+    results = measure(trees, args.rounds, args.n, args.profile)
+    sys.stdout.write("\n| tree | CPU µs/execution (median) | min | executions/s (median) |\n|---|---|---|---|\n")
+    for name, runs in results.items():
+        cpus = [r["cpu_us"] for r in runs]
+        rate = _median(runs, "rate")
+        sys.stdout.write(f"| {name} | {statistics.median(cpus):.1f} | {min(cpus):.1f} | {rate:,.0f} |\n")
+    if args.old:
+        ratio = _median(results["this"], "cpu_us") / _median(results["old"], "cpu_us")
+        sys.stdout.write(f"\nthis/old CPU per execution: {ratio:.2f}\n")
+
+
+if __name__ == "__main__":
+    main()
