@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from datetime import UTC, datetime
 
@@ -45,7 +46,11 @@ def manual_occurrence_id(schedule_id: str, requested_at: datetime, nonce: str) -
 
 
 def new_schedule_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID in its canonical text, as ``str(uuid.uuid4())`` gives
+    it, written from the hex digits directly: half the cost, without the UUID object."""
+    h = os.urandom(16).hex()
+    variant = "89ab"[int(h[16], 16) & 3]  # RFC 9562 variant bits 10xx
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}"
 
 
 def shard_of(schedule_id: str, shard_count: int) -> int:

@@ -65,6 +65,8 @@ def check_name(text: str, field: str) -> None:
     """``text`` as a name (schedule name, tenant or queue) or :class:`InvalidInput` naming ``field``."""
     if not text.strip() or len(text) > MAX_NAME:
         raise InvalidInput(f"{field}: must be 1 to {MAX_NAME} characters")
+    if text.isascii() and text.isprintable():
+        return  # ASCII's only invisible characters are its controls, which isprintable refuses
     bad = next((c for c in text if _invisible(c)), None)
     if bad is not None:
         raise InvalidInput(

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import httpx
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from clockd.api import openapi
 from clockd.api.app import build_app
@@ -48,3 +48,16 @@ async def test_the_served_document_is_the_committed_one_and_documents_every_rout
             assert (path, method) in documented, f"{method} {route.path} is not in the OpenAPI document"
     problem_types = served["components"]["schemas"]["Problem"]["properties"]["type"]["enum"]
     assert len(problem_types) == len(TYPES)
+
+
+def test_the_routes_dispatched_directly_are_those_the_router_would_pick(tmp_path: Path) -> None:
+    # clockd.api.app: parameterless routes skip Starlette's router; for each, the router
+    # itself (every route tried in order) lands on the same endpoint.
+    app, routes = _app(tmp_path)
+    direct = app.direct  # type: ignore[attr-defined]  # clockd.api.app._Api
+    assert ("POST", "/v1/schedules") in direct and ("GET", "/v1/schedules") in direct
+    for (method, path), handler in direct.items():
+        scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+        chosen = next(r for r in routes if r.matches(scope)[0] is Match.FULL)
+        assert chosen.endpoint is handler, (method, path)
+    assert not any("{" in path for _, path in direct)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from clockd.core.ids import OCCURRENCE_NAMESPACE, occurrence_id
+from clockd.core.ids import OCCURRENCE_NAMESPACE, new_schedule_id, occurrence_id
 
 
 def test_an_occurrence_id_is_pinned() -> None:
@@ -34,3 +34,13 @@ def test_the_id_is_uuid5_of_the_utc_instant_whatever_zone_it_is_given_in(
     assert occurrence_id(schedule_id, version, instant) == expected
     shifted = instant.astimezone(timezone(timedelta(minutes=offset_minutes)))
     assert occurrence_id(schedule_id, version, shifted) == expected
+
+
+def test_a_new_schedule_id_is_a_canonical_random_uuid() -> None:
+    ids = {new_schedule_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
+    # Every variant digit (8, 9, a, b) turns up: the two random bits are kept.
+    assert {text[19] for text in ids} == set("89ab")
