@@ -19,7 +19,15 @@ import sys
 import time
 from typing import Any
 
-SUITES = ("bench.time_core", "bench.embedded", "bench.api", "bench.apply", "bench.staging", "bench.distributed")
+SUITES = (
+    "bench.time_core",
+    "bench.embedded",
+    "bench.api",
+    "bench.apply",
+    "bench.staging",
+    "bench.retention",
+    "bench.distributed",
+)
 
 
 def main() -> int:

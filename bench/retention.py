@@ -1,0 +1,280 @@
+"""Retention on PostgreSQL: what retiring a million occurrences costs (issue 18, "History
+that does not slow the hot path").
+
+At 200 M occurrences a day, a million arrive every 432 s; retention that is to stay out
+of the hot path's way gets a small share of that. The goal printed is the issue's:
+retire a million in well under 0.43 s of database time (0.1 % of the day's wall time).
+
+On a fresh database of a durable PostgreSQL (``bench.servers``), N terminal occurrences
+(SUCCEEDED, one attempt each; 1,000,000, ``--quick`` 20,000), spread over ten days of
+``scheduled_for``, are loaded with set-based inserts, then:
+
+* **row delete (today)**: ``Store.prune`` as the leader calls it (``prune_batch`` 10,000
+  per transaction) until nothing is left: wall time, database time (pg_stat_statements,
+  the ``prune`` statement) and WAL written (``pg_current_wal_lsn``), per million;
+* **partition retirement (design probe)**: the same rows copied into a prototype of
+  ``occurrences`` and ``attempts`` range-partitioned by day on ``scheduled_for``
+  (attempts carry the column), 32 daily partitions; retirement is ``DETACH PARTITION``
+  then ``DROP TABLE`` of each partition whose day is older than the cutoff, after a
+  scan that finds every row of it terminal, the same three figures per million;
+* **the hot path's lookup by id**: the finish's single-row ``UPDATE … WHERE id = $1``
+  (a HOT update, 2,000 of them a round, rounds interleaved) on the flat table, on the
+  partitioned prototype by id alone (no partition key: every partition is probed) and
+  by ``(id, scheduled_for)`` (pruned to one partition): database time per statement.
+
+The prototype is not the schema: it measures what migration 0012 would buy and cost
+(README, "Retention and partitioned history").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from bench.cluster import row
+from bench.servers import Servers, log, servers
+from clockd.core.ids import new_schedule_id
+from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
+from clockd.store import Fence, NewSchedule
+from clockd.store.postgres.store import PostgresStore
+
+Row = dict[str, Any]
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+DAYS = 10  # the loaded rows' span of scheduled_for
+PARTITIONS = 32  # a 30-day retention window of daily partitions, and the days ahead
+GOAL_DB_S = 0.43  # database seconds per million retired (issue 18)
+LOOKUPS = 2_000  # single-row updates per variant and round
+ROUNDS = 3
+TERMINAL = "'SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED'"
+
+
+def _scalar(conn: psycopg.Connection[tuple[Any, ...]], query: str, params: dict[str, Any] | None = None) -> Any:
+    found = conn.execute(query, params).fetchone()
+    return None if found is None else found[0]
+
+
+def _wal(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
+    return str(_scalar(conn, "SELECT pg_current_wal_lsn()::text /* bench */"))
+
+
+def _wal_since(conn: psycopg.Connection[tuple[Any, ...]], lsn: str) -> int:
+    return int(_scalar(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %(lsn)s::pg_lsn) /* bench */", {"lsn": lsn}))
+
+
+def _stat_ms(conn: psycopg.Connection[tuple[Any, ...]], like: str) -> float:
+    """Execution time (ms) so far of this database's statements ``LIKE like``."""
+    return float(
+        _scalar(
+            conn,
+            "SELECT coalesce(sum(total_exec_time), 0) FROM pg_stat_statements /* bench */ "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND query NOT LIKE '%%/* bench */%%' AND query LIKE %(like)s",
+            {"like": like},
+        )
+    )
+
+
+async def _schedule(dsn: str) -> str:
+    """Migrate, and create the one schedule the loaded occurrences belong to."""
+    store = PostgresStore(dsn, max_size=2)
+    await store.migrate()
+    await store.open()
+    try:
+        definition = ScheduleDef(name="history", kind=ScheduleKind.CRON, expr="* * * * *", tz="UTC",
+                                 target=NoopTarget())  # fmt: skip
+        created = await store.apply_schedules([NewSchedule(new_schedule_id(), definition, 0, T0)], [], T0)
+        return created.created[0].id
+    finally:
+        await store.close()
+
+
+def _load(conn: psycopg.Connection[tuple[Any, ...]], schedule_id: str, n: int) -> None:
+    """N terminal occurrences with one attempt each, set-based, ``scheduled_for`` spread
+    evenly over DAYS days from T0 (ids like the real ones: text, unique)."""
+    step = timedelta(days=DAYS) / n
+    conn.execute(
+        "INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for, available_at, "
+        "state, attempts, max_attempts, enqueued_at, started_at, finished_at, exit_code) "
+        "SELECT md5(g::text), %(sid)s, 1, 'default', 'default', %(t0)s + g * %(step)s, %(t0)s + g * %(step)s, "
+        "'SUCCEEDED', 1, 3, %(t0)s + g * %(step)s, %(t0)s + g * %(step)s, %(t0)s + g * %(step)s + interval '1 s', 0 "
+        "FROM generate_series(1, %(n)s) AS g",
+        {"sid": schedule_id, "t0": T0, "step": step, "n": n},
+    )
+    conn.execute(
+        "INSERT INTO attempts (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at, outcome, "
+        "exit_code) SELECT id, 1, md5(id), 'w1', started_at, finished_at, 'succeeded', 0 FROM occurrences"
+    )
+    conn.execute("VACUUM ANALYZE occurrences")
+    conn.execute("VACUUM ANALYZE attempts")
+
+
+def _prototype(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """Daily-partitioned copies of occurrences and attempts (attempts carry
+    ``scheduled_for``), holding the same rows."""
+    conn.execute(
+        "CREATE TABLE p_occurrences (LIKE occurrences INCLUDING DEFAULTS INCLUDING GENERATED) "
+        "PARTITION BY RANGE (scheduled_for)"
+    )
+    conn.execute("ALTER TABLE p_occurrences ADD PRIMARY KEY (id, scheduled_for)")
+    conn.execute("CREATE INDEX p_occurrences_recent ON p_occurrences (scheduled_for DESC)")
+    conn.execute(
+        "CREATE TABLE p_attempts (LIKE attempts INCLUDING DEFAULTS, scheduled_for timestamptz NOT NULL) "
+        "PARTITION BY RANGE (scheduled_for)"
+    )
+    conn.execute("ALTER TABLE p_attempts ADD PRIMARY KEY (occurrence_id, attempt, scheduled_for)")
+    for day in range(PARTITIONS):
+        lo, hi = T0 + timedelta(days=day), T0 + timedelta(days=day + 1)
+        for table in ("p_occurrences", "p_attempts"):
+            conn.execute(
+                f"CREATE TABLE {table}_{day:02d} PARTITION OF {table} "
+                f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
+            )
+    for table in ("p_occurrences", "p_attempts"):
+        conn.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT")
+    columns = ", ".join(
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT column_name FROM information_schema.columns /* bench */ "
+            "WHERE table_name = 'occurrences' AND is_generated = 'NEVER' ORDER BY ordinal_position"
+        )
+    )
+    conn.execute(f"INSERT INTO p_occurrences ({columns}) SELECT {columns} FROM occurrences")
+    conn.execute(
+        "INSERT INTO p_attempts SELECT a.*, o.scheduled_for FROM attempts a "
+        "JOIN occurrences o ON o.id = a.occurrence_id"
+    )
+    conn.execute("VACUUM ANALYZE p_occurrences")
+    conn.execute("VACUUM ANALYZE p_attempts")
+
+
+# Each marked, so pg_stat_statements (which keeps the comment) tells them apart.
+UPDATES = {
+    "flat": "UPDATE occurrences SET exit_code = 0 WHERE id = %(id)s /* probe flat */",
+    "partitioned, by id": "UPDATE p_occurrences SET exit_code = 0 WHERE id = %(id)s /* probe by id */",
+    "partitioned, by id and scheduled_for": (
+        "UPDATE p_occurrences SET exit_code = 0 WHERE id = %(id)s AND scheduled_for = %(at)s /* probe by key */"
+    ),
+}
+
+
+def _lookups(dsn: str, servers_: Servers, n: int) -> dict[str, float]:
+    """µs of database time per single-row update, per variant, rounds interleaved."""
+    with servers_.connect(dsn) as conn:
+        picked = [str(g) for g in range(1, n + 1, max(1, n // LOOKUPS))][:LOOKUPS]
+        keys = conn.execute(
+            "SELECT id, scheduled_for FROM occurrences "
+            "WHERE id = ANY(ARRAY(SELECT md5(g) FROM unnest(%(g)s::text[]) g)) /* bench */",
+            {"g": picked},
+        ).fetchall()
+        spent = dict.fromkeys(UPDATES, 0.0)
+        calls = dict.fromkeys(UPDATES, 0)
+        for round_ in range(ROUNDS):
+            order = list(UPDATES) if round_ % 2 == 0 else list(reversed(UPDATES))
+            for name in order:
+                marker = "%" + UPDATES[name].rsplit("/*", 1)[1]
+                before = _stat_ms(conn, marker)
+                with conn.transaction():
+                    for occurrence_id, at in keys:
+                        conn.execute(UPDATES[name], {"id": occurrence_id, "at": at})
+                spent[name] += _stat_ms(conn, marker) - before
+                calls[name] += len(keys)
+    return {name: 1000 * spent[name] / calls[name] for name in UPDATES}
+
+
+async def _prune(dsn: str) -> int:
+    store = PostgresStore(dsn, max_size=2)
+    await store.open()
+    try:
+        total, before = 0, T0 + timedelta(days=DAYS + 1)
+        while pruned := await store.prune(Fence("leader", 1), before, 10_000, before):
+            total += pruned
+        return total
+    finally:
+        await store.close()
+
+
+def _retire_partitions(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+    """Detach and drop the partitions wholly before the cutoff; occurrences retired."""
+    retired = 0
+    for day in range(DAYS + 1):
+        for table in ("p_attempts", "p_occurrences"):
+            part = f"{table}_{day:02d}"
+            if table == "p_occurrences":
+                # What retention must know before it drops: every row terminal. No index
+                # names state (the finish stays HOT), so this is a scan of the partition:
+                # counted in the database time, an upper bound on the check.
+                live, count = conn.execute(
+                    f"SELECT count(*) FILTER (WHERE state NOT IN ({TERMINAL})), count(*) FROM {part}"
+                ).fetchone() or (0, 0)
+                if live:
+                    raise RuntimeError(f"{part} holds {live} live occurrences")
+                retired += int(count)
+            conn.execute(f"ALTER TABLE {table} DETACH PARTITION {part}")
+            conn.execute(f"DROP TABLE {part}")
+    return retired
+
+
+def _measure(srv: Servers, dsn: str, label: str, act: Any) -> tuple[int, float, float, int]:
+    """(rows, wall s, database s, WAL bytes) of ``act()``."""
+    with srv.connect(dsn) as conn:
+        lsn, db_ms = _wal(conn), _stat_ms(conn, "%")
+        began = time.perf_counter()
+        count = int(act())
+        wall = time.perf_counter() - began
+        spent = (_stat_ms(conn, "%") - db_ms) / 1000
+        wal = _wal_since(conn, lsn)
+    log(
+        f"retention, {label}: {count:,} occurrences in {wall:.2f} s wall, {spent:.2f} s database, "
+        f"{wal / 1e6:.0f} MB WAL"
+    )
+    return count, wall, spent, wal
+
+
+def run(quick: bool) -> list[Row]:
+    n = 20_000 if quick else 1_000_000
+    rows: list[Row] = []
+    with servers() as srv:
+        dsn = srv.new_database("retention")
+        try:
+            schedule_id = asyncio.run(_schedule(dsn))
+            with srv.connect(dsn) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                began = time.perf_counter()
+                _load(conn, schedule_id, n)
+                _prototype(conn)
+                log(f"retention: {n:,} occurrences and attempts loaded, flat and partitioned, "
+                    f"in {time.perf_counter() - began:.1f} s")  # fmt: skip
+            per_update = _lookups(dsn, srv, n)
+            for name, us in per_update.items():
+                log(f"hot path probe: single-row update, {name}: {us:.1f} µs database time")
+            deleted = _measure(srv, dsn, "row delete (prune)", lambda: asyncio.run(_prune(dsn)))
+            with srv.connect(dsn) as conn:
+                dropped = _measure(srv, dsn, "partition drop (prototype)", lambda: _retire_partitions(conn))
+            for label, (count, wall, spent, wal) in (("row delete, today", deleted),
+                                                     ("partition drop, prototype", dropped)):  # fmt: skip
+                per = 1_000_000 / max(count, 1)
+                rows += [
+                    row(f"retire 1 M: {label}, database time", spent * per, "s", f"≤ {GOAL_DB_S} s",
+                        spent * per <= GOAL_DB_S),
+                    row(f"retire 1 M: {label}, wall time", wall * per, "s"),
+                    row(f"retire 1 M: {label}, WAL", wal * per / 1e6, "MB"),
+                ]  # fmt: skip
+            flat = per_update["flat"]
+            for name, us in per_update.items():
+                rows.append(row(f"finish's update by id: {name}", us, "µs", "≤ flat" if name != "flat" else "",
+                                None if name == "flat" else us <= flat * 1.1))  # fmt: skip
+        finally:
+            srv.drop_database(dsn)
+    return rows
+
+
+if __name__ == "__main__":
+    import sys
+
+    quick = "--quick" in sys.argv
+    for r in run(quick):
+        print(r)
