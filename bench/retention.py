@@ -24,11 +24,11 @@ On a fresh database of a durable PostgreSQL (``bench.servers``), N terminal occu
   per batch of 100 ids in an array; rounds interleaved) on the flat table, on the
   partitioned prototype by id alone (no partition key: every partition is probed) and
   by ``(id, scheduled_for)`` (pruned to one partition; with the generic plan a prepared
-  statement gets, and with custom plans): database and client wall time per statement
-  per occurrence (the "× bare" column of these rows: the ratio to the flat table).
+  statement gets, and with custom plans): database and client wall time per
+  occurrence (the "× bare" column of these rows: the ratio to the flat table).
 
-The prototype is not the schema: it measures what migration 0012 would buy and cost
-(README, "Retention and partitioned history").
+The prototype is not the schema: it measures what a partitioned schema would buy and
+cost (docs/store.md, "Retention and partitioned history").
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ DAYS = 10  # the loaded rows' span of scheduled_for
 WIDTH = int(os.environ.get("BENCH_RETENTION_WIDTH", "1"))
 PARTITIONS = -(-32 // WIDTH)
 GOAL_DB_S = 0.43  # database seconds per million retired (issue 18)
-LOOKUPS = 2_000  # single-row updates per variant and round
+LOOKUPS = 2_000  # rows updated per variant and round
 ROUNDS = 3
 TERMINAL = "'SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED'"
 
