@@ -121,15 +121,28 @@ def _load(conn: psycopg.Connection[tuple[Any, ...]], schedule_id: str, n: int) -
     conn.execute("VACUUM ANALYZE attempts")
 
 
+def _storage(table: str) -> str:
+    return "WITH (fillfactor = 50)" if table == "p_occurrences" else ""
+
+
 def _prototype(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-    """Daily-partitioned copies of occurrences and attempts (attempts carry
-    ``scheduled_for``), holding the same rows."""
+    """Partitioned copies of occurrences and attempts (attempts carry ``scheduled_for``)
+    with the same indexes and storage, holding the same rows."""
     conn.execute(
         "CREATE TABLE p_occurrences (LIKE occurrences INCLUDING DEFAULTS INCLUDING GENERATED) "
         "PARTITION BY RANGE (scheduled_for)"
     )
-    conn.execute("ALTER TABLE p_occurrences ADD PRIMARY KEY (id, scheduled_for)")
-    conn.execute("CREATE INDEX p_occurrences_recent ON p_occurrences (scheduled_for DESC)")
+    # The schema's indexes (schema 0009), the primary key widened to hold the partition
+    # key; occurrences_planned already does.
+    for index in (
+        "ALTER TABLE p_occurrences ADD PRIMARY KEY (id, scheduled_for)",
+        "CREATE UNIQUE INDEX ON p_occurrences (schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
+        "CREATE INDEX ON p_occurrences (schedule_id, scheduled_for DESC)",
+        "CREATE INDEX ON p_occurrences (scheduled_for DESC)",
+        "CREATE INDEX ON p_occurrences (dead_at, id) WHERE dead_at IS NOT NULL",
+        "CREATE INDEX ON p_occurrences (not_run_at) WHERE not_run_at IS NOT NULL",
+    ):
+        conn.execute(index)
     conn.execute(
         "CREATE TABLE p_attempts (LIKE attempts INCLUDING DEFAULTS, scheduled_for timestamptz NOT NULL) "
         "PARTITION BY RANGE (scheduled_for)"
@@ -138,12 +151,13 @@ def _prototype(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
     for day in range(PARTITIONS):
         lo, hi = T0 + timedelta(days=day * WIDTH), T0 + timedelta(days=(day + 1) * WIDTH)
         for table in ("p_occurrences", "p_attempts"):
+            # fillfactor as the flat table's (schema 0004): room for HOT updates.
             conn.execute(
                 f"CREATE TABLE {table}_{day:02d} PARTITION OF {table} "
-                f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}')"
+                f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{hi.isoformat()}') {_storage(table)}"
             )
     for table in ("p_occurrences", "p_attempts"):
-        conn.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT")
+        conn.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT {_storage(table)}")
     columns = ", ".join(
         str(name)
         for (name,) in conn.execute(
