@@ -329,16 +329,21 @@ def run(quick: bool) -> list[Row]:
             with srv.connect(dsn) as conn:
                 checked = _measure(srv, dsn, "live-row scan (prototype)", lambda: _check_partitions(conn))
                 dropped = _measure(srv, dsn, "partition drop (prototype)", lambda: _drop_partitions(conn, checked[0]))
-            for label, (count, wall, spent, wal) in (("row delete, today", deleted),
-                                                     ("the delete's vacuum, today", vacuumed),
-                                                     ("live-row scan, prototype", checked),
-                                                     ("partition drop, prototype", dropped)):  # fmt: skip
-                per = 1_000_000 / max(count, 1)
+            # Before (delete + vacuum) and after (scan + drop) side by side, against the
+            # goal; then their parts.
+            parts = f"{PARTITIONS + 1} partitions"
+            for label, steps in (("before: row delete + vacuum", (deleted, vacuumed)),
+                                 (f"after: scan + drop, {parts}", (checked, dropped)),
+                                 ("row delete", (deleted,)), ("vacuum", (vacuumed,)),
+                                 ("live-row scan", (checked,)), ("partition drop", (dropped,))):  # fmt: skip
+                per = 1_000_000 / max(deleted[0], 1)
+                spent, wall, wal = (sum(step[i] for step in steps) * per for i in (2, 1, 3))
+                whole = label.startswith(("before", "after"))
                 rows += [
-                    row(f"retire 1 M: {label}, database time", spent * per, "s", f"≤ {GOAL_DB_S} s",
-                        spent * per <= GOAL_DB_S),
-                    row(f"retire 1 M: {label}, wall time", wall * per, "s"),
-                    row(f"retire 1 M: {label}, WAL", wal * per / 1e6, "MB"),
+                    row(f"retire 1 M, {label}: database time", spent, "s", f"≤ {GOAL_DB_S} s" if whole else "",
+                        spent <= GOAL_DB_S if whole else None),
+                    row(f"retire 1 M, {label}: wall time", wall, "s"),
+                    row(f"retire 1 M, {label}: WAL", wal / 1e6, "MB"),
                 ]  # fmt: skip
             # What a migration converting the tables would take (a copy under a lock).
             rows.append(row("convert 1 M occurrences + attempts to partitioned (copy)", copied * 1e6 / n, "s"))
@@ -346,7 +351,9 @@ def run(quick: bool) -> list[Row]:
             for name, (us, wall_us) in per_update.items():
                 batched = name.endswith(f"batches of {BATCH}")
                 flat, flat_wall = per_update[f"flat, batches of {BATCH}" if batched else "flat"]
-                goal = "" if name.startswith("flat") else "≤ 1.1 × flat"
+                # By id alone (every partition probed) is the reference, not a candidate.
+                goal = "≤ 1.1 × flat" if "scheduled_for" in name else ""
+                name = name.replace("partitioned", f"partitioned ({parts})")
                 rows += [
                     row(f"finish's update by id: {name}, database", us, "µs", goal,
                         None if not goal else us <= flat * 1.1, us / flat),
