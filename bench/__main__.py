@@ -28,6 +28,7 @@ SUITES = (
     "bench.queue_layout",
     "bench.materializer",
     "bench.worker",
+    "bench.retention",
     "bench.distributed",
 )
 
