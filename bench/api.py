@@ -48,7 +48,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from bench.embedded import percentile
+from bench.cluster import cpu_seconds, percentile
 from bench.http1 import Connection
 from clockd.core.ids import new_schedule_id, shard_of
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
@@ -91,12 +91,6 @@ async def _fill(db: Path, n: int) -> None:
         await store.close()
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread) that process ``pid`` has used, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
 async def _creates(
     url: str, token: str, n: int, server: int, prefix: str = "create"
 ) -> tuple[float, list[float], float, float]:
@@ -117,14 +111,14 @@ async def _creates(
             if response.status != 201:
                 raise RuntimeError(f"create answered {response.status}: {response.body[:300]!r}")
 
-    started, cpu, server_cpu = time.perf_counter(), time.process_time(), process_cpu(server)
+    started, cpu, server_cpu = time.perf_counter(), time.process_time(), cpu_seconds(server)
     try:
         await asyncio.gather(*(one_worker(http) for http in connections))
     finally:
         for http in connections:
             await http.close()
     elapsed = time.perf_counter() - started
-    per_create = (process_cpu(server) - server_cpu) / n
+    per_create = (cpu_seconds(server) - server_cpu) / n
     # The client's own CPU over the run: well under 100 % means it is not what limits the rate.
     client_cpu = (time.process_time() - cpu) / elapsed
     return n / elapsed, latencies, client_cpu, per_create

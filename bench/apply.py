@@ -21,7 +21,6 @@ core slows the plan and the database alike. Sizes: 20,000 (``--quick``) / 100,00
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from datetime import UTC, datetime
 
 from bench.cluster import row
 from bench.distributed import _bare_create_rate, _mix
-from bench.servers import log, servers
+from bench.servers import load_average, log, servers
 from clockd.core.clock import ManualClock
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
 from clockd.services.ops import Ops
@@ -46,11 +45,6 @@ def definitions(n: int, prefix: str, seed: int = 42) -> list[ScheduleDef]:
         out.append(ScheduleDef(name=f"{prefix}-{i:07d}", kind=ScheduleKind.CRON, expr=expr, tz=zone,
                                target=NoopTarget()))  # fmt: skip
     return out
-
-
-def _load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} cores"
 
 
 async def _apply(dsn: str, desired: Sequence[ScheduleDef], tenant: str) -> tuple[float, float, float]:
@@ -90,7 +84,7 @@ def run(quick: bool) -> list[Row]:
                 applied.append(asyncio.run(_apply(dsn, definitions(n, f"r{round_}"), f"apply{round_}")))
                 a, b, c = applied[-1]
                 log(f"apply {n:,}: round {round_ + 1}: bare {bare[-1]:,.0f}/s, apply path (pipelined) {n / a:,.0f}/s, "
-                    f"plan then write {n / b:,.0f}/s, plan alone {n / c:,.0f}/s; {_load()}")  # fmt: skip
+                    f"plan then write {n / b:,.0f}/s, plan alone {n / c:,.0f}/s; {load_average()}")  # fmt: skip
             rate = max(n / a for a, _, _ in applied)
             steps_rate = max(n / b for _, b, _ in applied)
             plan_rate = max(n / c for _, _, c in applied)
@@ -102,7 +96,7 @@ def run(quick: bool) -> list[Row]:
                     steps_rate / bare_rate),
                 row(f"plan alone (Ops.plan_apply), {n // 1000}k", plan_rate, "/s"),
                 row(f"create, bare set-based SQL, {n // 1000}k", bare_rate, "/s"),
-                row("machine load after the apply figures", _load(), ""),
+                row("machine load after the apply figures", load_average(), ""),
             ]  # fmt: skip
         finally:
             srv.drop_database(dsn)

@@ -27,21 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import pyspy
-from bench.cluster import row
+from bench.cluster import percentile, row
 from clockd.core.clock import SystemClock
 from clockd.core.model import CommandTarget, NoopTarget, ScheduleDef, ScheduleKind, Target
 from clockd.services.ops import Ops
 from clockd.store.sqlite.store import SqliteStore
 
 BIN = Path(sys.executable).parent
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 async def _create(db: Path, n: int, due: datetime, target: Target) -> float:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from clockd.coord.local import LockHolder
     from clockd.modes.clockwatch import ClockWatch
     from clockd.modes.supervisor import Service, Supervisor
+    from clockd.runner.cgroups import Support
     from clockd.runner.dispatch import DispatchRunner
     from clockd.runner.egress import EgressPolicy, LiveEgress
     from clockd.runner.notify import Notifier
@@ -153,8 +154,9 @@ def make_runner(settings: Settings | None = None, egress: LiveEgress | None = No
     )
 
 
-def log_containment() -> None:
-    """Say once, when the daemon has its store, what jobs started here run in."""
+def log_containment() -> Support:
+    """Say once, when the daemon has its store, what jobs started here run in; returns
+    what was found."""
     from clockd.runner.cgroups import detect
 
     support = detect()
@@ -164,16 +166,16 @@ def log_containment() -> None:
         support.describe(),
         extra={"action": "job_containment", "cgroup": str(support.v2) if support.v2 else None},
     )
+    return support
 
 
-def sweep_stale_cgroups() -> None:
+def sweep_stale_cgroups(support: Support | None = None) -> None:
     """Remove the empty job cgroups that daemons killed before their shutdown left behind
-    (``clockd.runner.cgroups``: a group with a process in it is kept)."""
+    (``clockd.runner.cgroups``: a group with a process in it is kept); ``support``: what
+    ``detect()`` found (found again when not given)."""
     from clockd.runner.cgroups import Cgroups, detect
 
-    support = detect()
-    if support.contained:
-        Cgroups(support).sweep_stale()
+    Cgroups(support or detect()).sweep_stale()
 
 
 def egress_policy(settings: Settings) -> EgressPolicy:
@@ -337,8 +339,7 @@ class Daemon:
         if isinstance(self.coord, LocalCoordinator):
             self.coord.acquire_lock()
         await self.store.open()
-        log_containment()
-        sweep_stale_cgroups()
+        sweep_stale_cgroups(log_containment())
 
 
 def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clock | None = None) -> Daemon:

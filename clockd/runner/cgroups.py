@@ -366,12 +366,17 @@ class Cgroups:
             with self._lock:
                 self._lingering.append(group)
 
+    def _bases(self) -> list[Path]:
+        """The daemon's own groups, v2 and each v1 limit hierarchy, where ``clockd-<pid>``
+        parents are made (none without containment)."""
+        support = self.support
+        return [support.v2, *support.v1.values()] if support.v2 is not None else []
+
     def sweep_stale(self) -> list[str]:
         """At start: remove the empty ``clockd-<pid>`` groups of daemons that no longer
         run (killed before :meth:`close`). Returns the groups removed (for the log)."""
-        support = self.support
         removed: list[str] = []
-        for base in [support.v2, *support.v1.values()] if support.v2 is not None else []:
+        for base in self._bases():
             try:
                 entries = list(base.iterdir())
             except OSError:
@@ -398,9 +403,7 @@ class Cgroups:
     def close(self) -> None:
         """At shutdown: remove what is empty, the ``clockd-<pid>`` parents included."""
         self.collect()
-        support = self.support
-        parents = [support.v2, *support.v1.values()] if support.v2 is not None else []
-        for base in parents:
+        for base in self._bases():
             with contextlib.suppress(OSError):
                 (base / f"clockd-{os.getpid()}").rmdir()
 
