@@ -23,7 +23,10 @@ pytestmark = pytest.mark.e2e
 
 
 def env_for(home: Path) -> dict[str, str]:
-    env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_METRICS_ADDR": "off", "CLOCKD_LOG_FORMAT": "json"}
+    # An ephemeral API port: the default 127.0.0.1:8470 may be taken by another test's
+    # clockd running at the same time (pytest-xdist), and this daemon must fail on its store.
+    env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_METRICS_ADDR": "off", "CLOCKD_LOG_FORMAT": "json",
+           "CLOCKD_API_ADDR": "127.0.0.1:0"}  # fmt: skip
     env.pop("CLOCKD_STORE", None)
     return env
 
