@@ -170,8 +170,10 @@ def test_pause_stops_new_occurrences_and_resume_does_not_replay(clockd: Clockd) 
     )
     assert resume_marker
     assert live() == settled
-    clockd.ctl("resume", "ticker")
+    # Taken before the command: resume plans from the instant after its own now, which an
+    # instant between that and the command's return belongs to (not the pause).
     resumed_at = datetime.now(UTC)
+    clockd.ctl("resume", "ticker")
     wait_for("runs after resume", lambda: live() > settled)
     runs = clockd.runs("ticker")
     in_pause = [
