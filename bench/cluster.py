@@ -139,7 +139,9 @@ class Cluster:
         ]  # fmt: skip
         popen = subprocess.Popen(
             argv,
-            env={**self.env, **(env or {})},
+            # PGAPPNAME: pg_stat_activity names each process's connections (the server CPU
+            # by process the sustained run logs).
+            env={**self.env, "PGAPPNAME": f"bench-{name}", **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=log_path.open("ab"),
             stderr=subprocess.STDOUT,

@@ -69,7 +69,7 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -78,7 +78,7 @@ import psycopg
 from bench import baseline, bulk
 from bench.baseline import BareResult
 from bench.cluster import Cluster, percentile, row
-from bench.servers import Servers, log, servers
+from bench.servers import Servers, log, machine_busy, servers
 from clockd.core.durations import parse_duration
 from clockd.core.ids import shard_of
 from clockd.core.model import CommandTarget, NoopTarget, ScheduleDef, ScheduleKind
@@ -401,6 +401,14 @@ class Load:
     cpu: dict[str, float]  # CPU seconds of each clockd process in the window
     rss: dict[str, float]  # peak RSS (MB) of each process
     opened_after: float = float("nan")  # seconds from ready to the window: warm-up + catch-up
+    server_cpu: float | None = None  # CPU seconds of the whole PostgreSQL server in the window
+    busy: float = float("nan")  # share of the machine's cores busy in the window (0–1)
+    waits: Counter[str] = field(default_factory=Counter)  # active backends by wait event, sampled
+
+    @property
+    def server_cpu_per_run(self) -> float:
+        """µs of PostgreSQL server CPU per finished attempt."""
+        return self.server_cpu / self.finished * 1e6 if self.server_cpu is not None and self.finished else float("nan")
 
     @property
     def finished(self) -> int:
@@ -501,10 +509,13 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 start = datetime.now(UTC)
                 depth0 = _one(conn, depth_sql, {"now": start})
                 cpu0 = {name: p.cpu() for name, p in cluster.procs.items()}
+                server0, busy0, backends0 = srv.server_cpu_seconds(), machine_busy(), srv.backend_cpu()
+                waits: Counter[str] = Counter()
                 behind = [float(depth0[3])]
                 next_probe = time.monotonic() + 2.0
                 while (datetime.now(UTC) - start).total_seconds() < window:
                     cluster.sample()
+                    waits.update(srv.wait_events(dsn))
                     if time.monotonic() >= next_probe:  # every 2 s: a scan of the active schedules
                         behind.append(float(_one(conn, _BEHIND_SQL, {"now": datetime.now(UTC)})[0]))
                         next_probe = time.monotonic() + 2.0
@@ -514,6 +525,8 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 db_ms = srv.db_time_ms(dsn)
                 depth1 = _one(conn, depth_sql, {"now": end})
                 cpu = {name: p.cpu() - cpu0[name] for name, p in cluster.procs.items()}
+                server1, busy1, backends1 = srv.server_cpu_seconds(), machine_busy(), srv.backend_cpu()
+                statements = srv.top_statements(dsn)
                 time.sleep(3)  # let the last instants of the window start
                 found = conn.execute(
                     # A running attempt has no row yet (its lease is its record): o.started_at.
@@ -540,7 +553,29 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
     log(f"{label}: due rows (queued, outbox), schedules behind, oldest cursor age: "
         f"{tuple(depth0)} → {tuple(depth1)}; oldest cursor age every 2 s: "
         f"{' '.join(f'{b:.1f}' for b in behind)}")  # fmt: skip
-    log(f"{label}: CPU seconds in the window: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+    log(
+        f"{label}: CPU seconds in the window: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+        + (f", PostgreSQL server {server1 - server0:.1f}" if server0 is not None and server1 is not None else "")
+    )
+    if server0 is not None and server1 is not None:
+        by_label: dict[str, float] = {}
+        for pid, (name, seconds) in backends1.items():
+            by_label[name] = by_label.get(name, 0.0) + seconds - backends0.get(pid, (name, 0.0))[1]
+        by_label["exited backends (autovacuum workers…)"] = server1 - server0 - sum(by_label.values())
+        log(
+            f"{label}: PostgreSQL CPU seconds in the window by client/backend: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_label.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.05)
+        )
+    log(
+        f"{label}: top statements in the window (calls, ms, rows): "
+        + " | ".join(f"{c:,} {ms:,.0f} {n:,} {q}" for c, ms, n, q in statements)
+    )
+    samples = sum(waits.values())
+    log(
+        f"{label}: active backends by wait event ({samples:,} sampled, every ~0.5 s): "
+        + ", ".join(f"{k} {v / max(1, samples):.0%}" for k, v in waits.most_common(8))
+    )
     # Instants due in the window, from the definitions (anchor + k·period).
     expected = sum(_fires_in(r.created_at, r.template.definition.expr, start, end) for r in rows)
     missing = expected - len(lags)
@@ -553,6 +588,8 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
         backlog=(int(depth0[0]) + int(depth0[1]), int(depth1[0]) + int(depth1[1])),
         behind=(float(depth0[3]), float(depth1[3]), max(behind_max, float(depth1[3]))),
         db_per_run=db_per_run, cpu=cpu, rss=rss, opened_after=caught_up,
+        server_cpu=server1 - server0 if server0 is not None and server1 is not None else None,
+        busy=(busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1]), waits=waits,
     )  # fmt: skip
 
 
@@ -582,6 +619,11 @@ def sustained(
             r.db_per_run / bare_db if bare_db else None),
         row(f"{label}: CPU per execution, all clockd processes", r.cpu_per_run, "µs", "≤ 60 µs",
             r.cpu_per_run <= 60),
+        row(f"{label}: PostgreSQL server CPU per execution", r.server_cpu_per_run, "µs",
+            "(the database's share of the cores)"),
+        row(f"{label}: machine CPU busy in window", r.busy * 100, "%", f"of {os.cpu_count()} cores"),
+        row(f"{label}: active backends waiting, top", ", ".join(
+            f"{k} {v / max(1, sum(r.waits.values())):.0%}" for k, v in r.waits.most_common(3)), ""),
         row(f"{label}: backlog start→end", f"{r.backlog[0]:,}→{r.backlog[1]:,} rows", "", "no growth", r.steady),
         row(f"{label}: materializer behind, max in window", r.behind[2], "s", "never (≤ 1 s)", r.never_behind),
         row(f"{label}: worker CPU", workers / r.span * 100, "%", "of one core, 2 workers"),

@@ -142,10 +142,91 @@ class Servers:
             return None
         return None if found is None else float(found[0])
 
+    def server_cpu_seconds(self) -> float | None:
+        """utime + stime of the whole PostgreSQL server so far — the postmaster, every live
+        backend and (through the postmaster's cutime/cstime) every exited one — when it
+        runs on this machine; None otherwise. The database's share of the cores, which
+        ``db_time_ms`` (wall time of execution, waits included) does not tell."""
+        try:
+            with self.connect() as conn:
+                found = conn.execute("SELECT pg_backend_pid()").fetchone()
+            backend = int(found[0]) if found else 0
+            postmaster = int(_stat(backend)[1])
+            total = sum(int(v) for v in _stat(postmaster)[11:15])
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    with contextlib.suppress(OSError, IndexError):
+                        fields = _stat(int(entry))
+                        if int(fields[1]) == postmaster:
+                            total += int(fields[11]) + int(fields[12])
+        except (OSError, psycopg.Error, ValueError, IndexError):
+            return None
+        return total / os.sysconf("SC_CLK_TCK")
+
+    def backend_cpu(self) -> dict[int, tuple[str, float]]:
+        """CPU seconds so far of each live backend of the server, by pid, labelled with its
+        ``application_name`` (the bench's processes set ``PGAPPNAME``) or its
+        ``backend_type`` (autovacuum worker, walwriter, checkpointer…); empty when the
+        server is not on this machine."""
+        found: dict[int, tuple[str, float]] = {}
+        with contextlib.suppress(psycopg.Error), self.connect() as conn:
+            for pid, label in conn.execute(
+                "SELECT /* bench */ pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity"
+            ).fetchall():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = _stat(int(pid))
+                    found[int(pid)] = (str(label), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+        return found
+
+    def top_statements(self, dsn: str, top: int = 8) -> list[tuple[int, float, int, str]]:
+        """(calls, total ms, rows, first words) of ``dsn``'s statements that took the most
+        execution time since the last reset (pg_stat_statements), the bench's own left out."""
+        with contextlib.suppress(psycopg.Error), self.connect(dsn) as conn:
+            return [
+                (int(calls), float(total), int(rows), " ".join(str(query).split())[:70])
+                for calls, total, rows, query in conn.execute(
+                    "SELECT calls, total_exec_time, rows, query FROM pg_stat_statements "
+                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                    "AND query NOT LIKE '%%/* bench */%%' ORDER BY total_exec_time DESC LIMIT %(top)s",
+                    {"top": top},
+                ).fetchall()
+            ]
+        return []
+
+    def wait_events(self, dsn: str) -> list[str]:
+        """What each of ``dsn``'s active backends is doing now, from ``pg_stat_activity``:
+        ``Lock:transactionid``, ``IO:WALSync``, ``CPU`` (active with no wait event: running
+        or waiting for a core) — the sustained run counts them every half second."""
+        with contextlib.suppress(psycopg.Error), self.connect(dsn) as conn:
+            return [
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT /* bench */ coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()"
+                ).fetchall()
+            ]
+        return []
+
     def describe(self) -> str:
         pg = "own PostgreSQL 15 (fsync=on, synchronous_commit=on)" if self.own_postgres else "given PostgreSQL"
         etcd = "own etcd" if self.own_etcd else "given etcd"
         return f"{pg}, {etcd}"
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name: [0] state, [1] ppid, [11] utime, [12] stime,
+    [13] cutime, [14] cstime."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of every core since boot, from /proc/stat: the share of the
+    machine's CPU that was not idle (nor waiting for IO) over an interval."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return float(sum(values[:8]) - idle), float(sum(values[:8]))
 
 
 @contextlib.contextmanager
