@@ -25,17 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from bench.servers import cpu_seconds as cpu_seconds  # re-exported: bench.api reads CPU through it
 from bench.servers import log
 
 BIN = Path(sys.executable).parent
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a live process (its threads included), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def memory_kib(pid: int) -> tuple[int, int]:

@@ -438,6 +438,12 @@ class Load:
         return self.p99 <= 2.0 and self.missing <= 0 and self.executed >= 0.98 * self.due
 
 
+def _shares(counts: Counter[str], top: int) -> str:
+    """The ``top`` most common keys with their share of all counts: "CPU 81%, IO:WALSync 3%"."""
+    total = max(1, sum(counts.values()))
+    return ", ".join(f"{k} {v / total:.0%}" for k, v in counts.most_common(top))
+
+
 def _direct() -> bool:
     """The processes write the queue from the materializer (``CLOCKD_DIRECT_DISPATCH``)."""
     return os.environ.get("CLOCKD_DIRECT_DISPATCH", "").lower() in ("1", "true", "yes", "on")
@@ -553,29 +559,26 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
     log(f"{label}: due rows (queued, outbox), schedules behind, oldest cursor age: "
         f"{tuple(depth0)} → {tuple(depth1)}; oldest cursor age every 2 s: "
         f"{' '.join(f'{b:.1f}' for b in behind)}")  # fmt: skip
+    server_cpu = server1 - server0 if server0 is not None and server1 is not None else None
     log(
         f"{label}: CPU seconds in the window: "
         + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
-        + (f", PostgreSQL server {server1 - server0:.1f}" if server0 is not None and server1 is not None else "")
+        + (f", PostgreSQL server {server_cpu:.1f}" if server_cpu is not None else "")
     )
-    if server0 is not None and server1 is not None:
+    if server_cpu is not None:
         by_label: dict[str, float] = {}
         for pid, (name, seconds) in backends1.items():
             by_label[name] = by_label.get(name, 0.0) + seconds - backends0.get(pid, (name, 0.0))[1]
-        by_label["exited backends (autovacuum workers…)"] = server1 - server0 - sum(by_label.values())
+        by_label["exited backends (autovacuum workers…)"] = server_cpu - sum(by_label.values())
         log(
             f"{label}: PostgreSQL CPU seconds in the window by client/backend: "
             + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_label.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.05)
         )
     log(
         f"{label}: top statements in the window (calls, ms, rows): "
-        + " | ".join(f"{c:,} {ms:,.0f} {n:,} {q}" for c, ms, n, q in statements)
+        + " | ".join(f"{c:,} {ms:,.0f} {n:,} {q[:70]}" for c, ms, n, q in statements or [])
     )
-    samples = sum(waits.values())
-    log(
-        f"{label}: active backends by wait event ({samples:,} sampled, every ~0.5 s): "
-        + ", ".join(f"{k} {v / max(1, samples):.0%}" for k, v in waits.most_common(8))
-    )
+    log(f"{label}: active backends by wait event ({sum(waits.values()):,} sampled, every ~0.5 s): {_shares(waits, 8)}")
     # Instants due in the window, from the definitions (anchor + k·period).
     expected = sum(_fires_in(r.created_at, r.template.definition.expr, start, end) for r in rows)
     missing = expected - len(lags)
@@ -588,7 +591,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
         backlog=(int(depth0[0]) + int(depth0[1]), int(depth1[0]) + int(depth1[1])),
         behind=(float(depth0[3]), float(depth1[3]), max(behind_max, float(depth1[3]))),
         db_per_run=db_per_run, cpu=cpu, rss=rss, opened_after=caught_up,
-        server_cpu=server1 - server0 if server0 is not None and server1 is not None else None,
+        server_cpu=server_cpu,
         busy=(busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1]), waits=waits,
     )  # fmt: skip
 
@@ -622,8 +625,7 @@ def sustained(
         row(f"{label}: PostgreSQL server CPU per execution", r.server_cpu_per_run, "µs",
             "(the database's share of the cores)"),
         row(f"{label}: machine CPU busy in window", r.busy * 100, "%", f"of {os.cpu_count()} cores"),
-        row(f"{label}: active backends waiting, top", ", ".join(
-            f"{k} {v / max(1, sum(r.waits.values())):.0%}" for k, v in r.waits.most_common(3)), ""),
+        row(f"{label}: active backends waiting, top", _shares(r.waits, 3), ""),
         row(f"{label}: backlog start→end", f"{r.backlog[0]:,}→{r.backlog[1]:,} rows", "", "no growth", r.steady),
         row(f"{label}: materializer behind, max in window", r.behind[2], "s", "never (≤ 1 s)", r.never_behind),
         row(f"{label}: worker CPU", workers / r.span * 100, "%", "of one core, 2 workers"),

@@ -47,6 +47,22 @@ STATS_SETTINGS = dict(PG_SETTINGS) | {
 }
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name: [0] state, [1] ppid, [11] utime, [12] stime,
+    [13] cutime, [14] cstime (in clock ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process (its threads included), in seconds."""
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def load_average() -> str:
     """The load average, printed beside figures taken on a shared machine."""
     one, five, _ = os.getloadavg()
@@ -104,22 +120,13 @@ class Servers:
     def statements(self, dsn: str, path: str, top: int = 20) -> None:
         """With ``BENCH_PROFILE``: write the statements of ``dsn``'s database that took the
         most server time (pg_stat_statements, if the server has it loaded)."""
-        try:
-            with self.connect(dsn) as conn:
-                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-                rows = conn.execute(
-                    "SELECT calls, total_exec_time, mean_exec_time, rows, query FROM pg_stat_statements "
-                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                    "ORDER BY total_exec_time DESC LIMIT %(top)s",
-                    {"top": top},
-                ).fetchall()
-        except psycopg.Error as exc:
-            log(f"pg_stat_statements unavailable: {exc}")
+        found = self.top_statements(dsn, top, with_bench=True)
+        if found is None:
             return
         with open(path, "w") as f:
             f.write("calls\ttotal_ms\tmean_ms\trows\tquery\n")
-            for calls, total, mean, nrows, query in rows:
-                f.write(f"{calls}\t{total:.0f}\t{mean:.3f}\t{nrows}\t{' '.join(str(query).split())[:300]}\n")
+            for calls, total, nrows, query in found:
+                f.write(f"{calls}\t{total:.0f}\t{total / max(1, calls):.3f}\t{nrows}\t{query[:300]}\n")
 
     def db_time_ms(self, dsn: str, reset: bool = False, like: str = "%") -> float | None:
         """Server execution time of ``dsn``'s database so far (pg_stat_statements, ms) of
@@ -161,7 +168,7 @@ class Servers:
                             total += int(fields[11]) + int(fields[12])
         except (OSError, psycopg.Error, ValueError, IndexError):
             return None
-        return total / os.sysconf("SC_CLK_TCK")
+        return total / _TICKS
 
     def backend_cpu(self) -> dict[int, tuple[str, float]]:
         """CPU seconds so far of each live backend of the server, by pid, labelled with its
@@ -174,24 +181,30 @@ class Servers:
                 "SELECT /* bench */ pid, coalesce(nullif(application_name, ''), backend_type) FROM pg_stat_activity"
             ).fetchall():
                 with contextlib.suppress(OSError, IndexError, ValueError):
-                    fields = _stat(int(pid))
-                    found[int(pid)] = (str(label), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+                    found[int(pid)] = (str(label), cpu_seconds(int(pid)))
         return found
 
-    def top_statements(self, dsn: str, top: int = 8) -> list[tuple[int, float, int, str]]:
-        """(calls, total ms, rows, first words) of ``dsn``'s statements that took the most
-        execution time since the last reset (pg_stat_statements), the bench's own left out."""
-        with contextlib.suppress(psycopg.Error), self.connect(dsn) as conn:
-            return [
-                (int(calls), float(total), int(rows), " ".join(str(query).split())[:70])
-                for calls, total, rows, query in conn.execute(
+    def top_statements(
+        self, dsn: str, top: int = 8, with_bench: bool = False
+    ) -> list[tuple[int, float, int, str]] | None:
+        """(calls, total ms, rows, query on one line) of ``dsn``'s statements that took the
+        most execution time since the last reset (pg_stat_statements), the bench's own
+        (``/* bench */``) left out unless ``with_bench``; None when the server lacks the
+        extension."""
+        try:
+            with self.connect(dsn) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                rows = conn.execute(
                     "SELECT calls, total_exec_time, rows, query FROM pg_stat_statements "
                     "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                    "AND query NOT LIKE '%%/* bench */%%' ORDER BY total_exec_time DESC LIMIT %(top)s",
-                    {"top": top},
+                    "AND (%(with_bench)s OR query NOT LIKE '%%/* bench */%%') "
+                    "ORDER BY total_exec_time DESC LIMIT %(top)s",
+                    {"top": top, "with_bench": with_bench},
                 ).fetchall()
-            ]
-        return []
+        except psycopg.Error as exc:
+            log(f"pg_stat_statements unavailable: {exc}")
+            return None
+        return [(int(calls), float(total), int(n), " ".join(str(query).split())) for calls, total, n, query in rows]
 
     def wait_events(self, dsn: str) -> list[str]:
         """What each of ``dsn``'s active backends is doing now, from ``pg_stat_activity``:
@@ -211,13 +224,6 @@ class Servers:
         pg = "own PostgreSQL 15 (fsync=on, synchronous_commit=on)" if self.own_postgres else "given PostgreSQL"
         etcd = "own etcd" if self.own_etcd else "given etcd"
         return f"{pg}, {etcd}"
-
-
-def _stat(pid: int) -> list[str]:
-    """/proc/<pid>/stat after the command name: [0] state, [1] ppid, [11] utime, [12] stime,
-    [13] cutime, [14] cstime."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
 
 
 def machine_busy() -> tuple[float, float]:

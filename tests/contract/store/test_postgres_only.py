@@ -69,6 +69,22 @@ async def fill_queue(store: PostgresStore, count: int) -> None:
     assert await store.relay(T0 + MIN, count, T0 - MIN) == count
 
 
+def claim_params(queues: list[str], limit: int) -> dict[str, Any]:
+    """The parameters of ``claim_lease`` for worker "w" at T0 + 1 min, as the engine passes
+    them (clockd.store.engine): its tokens, states, defaults and reasons."""
+    return {
+        "queues": queues,
+        "worker_id": "w",
+        "limit": limit,
+        "now": T0 + MIN,
+        "lease_until": T0 + 2 * MIN,
+        "minute": T0 + MIN,
+        "tokens": new_tokens(limit),
+        "claimable": [s.value for s in states.sources("claim")],
+        **policy_rules(),
+    }
+
+
 async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         row = await (await conn.execute(query, params)).fetchone()  # type: ignore[arg-type]
@@ -299,18 +315,7 @@ async def test_the_claim_reads_the_ready_index_in_order_without_statistics(
     """The shape the notes warn about: no scan of the queue, no sort of every visible row,
     even right after a bulk load (no ANALYZE has run)."""
     await fill_queue(stores[0], 2000)
-    params = {
-        "queues": ["default", "other"],
-        "worker_id": "w",
-        "limit": 100,
-        "now": T0 + MIN,
-        "lease_until": T0 + 2 * MIN,
-        "minute": T0 + MIN,
-        # The rules the engine passes (clockd.store.engine): tokens, states, defaults, reasons.
-        "tokens": new_tokens(100),
-        "claimable": [s.value for s in states.sources("claim")],
-        **policy_rules(),
-    }
+    params = claim_params(["default", "other"], 100)
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await conn.execute("SET plan_cache_mode = force_custom_plan")
         cur = await conn.execute("EXPLAIN " + Q["claim_lease"], params)  # type: ignore[operator]
@@ -348,17 +353,7 @@ async def test_the_claim_visits_each_row_of_its_batch_a_bounded_number_of_times(
         await fill_queue(stores[0], 600)
     else:
         await fill_queue_of_distinct_schedules(stores[0], 600, overlap)
-    params = {
-        "queues": ["default"],
-        "worker_id": "w",
-        "limit": 500,
-        "now": T0 + MIN,
-        "lease_until": T0 + 2 * MIN,
-        "minute": T0 + MIN,
-        "tokens": new_tokens(500),
-        "claimable": [s.value for s in states.sources("claim")],
-        **policy_rules(),
-    }
+    params = claim_params(["default"], 500)
     async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:  # rolled back: nothing claimed
         cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["claim_lease"], params)  # type: ignore[operator]
         row = await cur.fetchone()
