@@ -90,7 +90,7 @@ def test_sighup_applies_schedules_dir_while_a_running_job_keeps_running(clockd: 
     config = tmp_path / "clockd.yaml"
     config.write_text(f"schedules_dir: {schedules}\nlog_level: info\n")
     clockd.start("--config", str(config))
-    [applied] = wait_for("the directory applied at start", lambda: _actions(clockd, "schedules_applied"), 10)
+    [applied] = wait_for("the directory applied at start", lambda: _actions(clockd, "schedules_applied"), 20)
     assert applied["schedules_created"] == ["long"]
     pid = int(wait_for("the long job to start", lambda: started.exists() and started.read_text(), 15))
 

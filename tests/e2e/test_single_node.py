@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -193,20 +193,45 @@ def test_second_clockd_on_the_same_store_exits_with_a_clear_message(clockd: Cloc
     assert len(second.stderr.strip().splitlines()) == 1
 
 
-def test_direct_dispatch_runs_jobs_on_time_without_a_relay(clockd: Clockd) -> None:
-    """direct_dispatch: the materializer queues the occurrence itself (visible at its due
-    time, not before), so the job runs on time with no relay at all (without the setting
-    it would wait in the outbox)."""
-    clockd.env["CLOCKD_DIRECT_DISPATCH"] = "true"
-    clockd.start("--mode", "leader,materializer,worker")
-    added = clockd.ctl_json("add", "--at", "now+2s", "--name", "direct", "--", "echo", "direct")
+def _runs_once_on_time(clockd: Clockd, name: str) -> None:
+    """Add a once job 2 s ahead; it succeeds, started within a second of its instant."""
+    added = clockd.ctl_json("add", "--at", "now+2s", "--name", name, "--", "echo", name)
     due = parse(added["next_runs"][0])
 
     def succeeded() -> dict[str, object] | None:
-        runs = clockd.runs("direct")
+        runs = clockd.runs(name)
         return runs[0] if runs and runs[0]["state"] == "SUCCEEDED" else None
 
     run = wait_for("the once job to succeed", succeeded, timeout=15)
     started = parse(str(run["started_at"]))
     assert 0 <= (started - due).total_seconds() <= 1.0, (started, due)
-    assert clockd.ctl("logs", str(run["id"])).stdout == "direct\n"
+    assert clockd.ctl("logs", str(run["id"])).stdout == f"{name}\n"
+
+
+def test_direct_dispatch_runs_jobs_on_time_without_a_relay(clockd: Clockd) -> None:
+    """direct_dispatch (the default): the materializer queues the occurrence itself
+    (visible at its due time, not before), so the job runs on time with no relay at all
+    (without the setting it would wait in the outbox)."""
+    clockd.start("--mode", "leader,materializer,worker")
+    _runs_once_on_time(clockd, "direct")
+
+
+def test_with_direct_dispatch_off_the_relay_carries_every_run(clockd: Clockd) -> None:
+    """direct_dispatch: false — the materializer writes outbox rows only: without a relay
+    the run stays SCHEDULED past its instant; a relay then stages it and it runs."""
+    clockd.env["CLOCKD_DIRECT_DISPATCH"] = "false"
+    clockd.start("--mode", "leader,materializer,worker")
+    added = clockd.ctl_json("add", "--at", "now+1s", "--name", "outboxed", "--", "echo", "outboxed")
+    due = parse(added["next_runs"][0])
+    runs = wait_for(
+        "the run to be planned and due",
+        lambda: datetime.now(UTC) > due + timedelta(seconds=2) and clockd.runs("outboxed"),
+        10,
+    )
+    assert [r["state"] for r in runs] == ["SCHEDULED"]
+    clockd.stop()
+    clockd.start()  # every mode: the relay stages the overdue row
+    wait_for(
+        "the outboxed run to succeed", lambda: [r for r in clockd.runs("outboxed") if r["state"] == "SUCCEEDED"], 15
+    )
+    _runs_once_on_time(clockd, "relayed")
