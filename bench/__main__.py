@@ -25,6 +25,7 @@ SUITES = (
     "bench.api",
     "bench.apply",
     "bench.staging",
+    "bench.occurrence_keys",
     "bench.queue_layout",
     "bench.materializer",
     "bench.worker",

@@ -132,11 +132,10 @@ def _prototype(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         "CREATE TABLE p_occurrences (LIKE occurrences INCLUDING DEFAULTS INCLUDING GENERATED) "
         "PARTITION BY RANGE (scheduled_for)"
     )
-    # The schema's indexes (schema 0009), the primary key widened to hold the partition
-    # key; occurrences_planned already does.
+    # The schema's indexes (schema 0011), the primary key widened to hold the partition
+    # key (the id is the uuid5 of the instant, so the pair is as unique as the id).
     for index in (
         "ALTER TABLE p_occurrences ADD PRIMARY KEY (id, scheduled_for)",
-        "CREATE UNIQUE INDEX ON p_occurrences (schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
         "CREATE INDEX ON p_occurrences (schedule_id, scheduled_for DESC)",
         "CREATE INDEX ON p_occurrences (scheduled_for DESC)",
         "CREATE INDEX ON p_occurrences (dead_at, id) WHERE dead_at IS NOT NULL",

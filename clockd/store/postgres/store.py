@@ -78,7 +78,6 @@ _CONSTRAINTS: Final = {
     "schedules_pkey": "schedule_id",
     "schedules_idempotency": "idempotency",
     "occurrences_pkey": "occurrence_id",
-    "occurrences_planned": "occurrence_id",
 }
 
 

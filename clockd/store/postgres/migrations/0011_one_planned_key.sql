@@ -1,0 +1,14 @@
+-- clockd PostgreSQL store, schema 0011: one index entry fewer for every occurrence the
+-- materializer writes (issue 18, "fewer index entries"). The SQLite store drops the same
+-- index under the same number.
+--
+-- occurrences_planned (schedule_id, schedule_version, scheduled_for) WHERE NOT manual
+-- said "no instant materialized twice". The primary key already says it: a planned
+-- occurrence's id is the uuid5 of exactly that triple (clockd.core.ids.occurrence_id,
+-- the only way core.planning names an instant), so two rows with the same triple have
+-- the same id and the second insert is skipped by the key (ON CONFLICT DO NOTHING),
+-- as it was by this index. No query read through it: the reads by schedule walk
+-- occurrences_by_schedule (schedule_id, scheduled_for DESC). What it cost: a fourth
+-- B-tree entry, at a random place of a 60-byte key, in every materializer insert.
+-- Dropping an index moves no row.
+DROP INDEX IF EXISTS occurrences_planned;
