@@ -23,6 +23,7 @@ import psycopg
 from bench.cluster import row
 from bench.servers import STATS_SETTINGS, log, url_dsn
 from bench.servers import load_average as _load
+from bench.staging import statement_stats
 from clockd.core.ids import occurrence_id
 from clockd.store.postgres.store import PostgresStore, Q
 from tests.harness.postgres import PostgresServer
@@ -46,16 +47,6 @@ def _params(schedules: list[str], at: datetime) -> dict[str, Any]:
         "states": ["SCHEDULED"] * n, "max_attempts": [1] * n, "reasons": [None] * n, "finished_at": [None] * n,
         "now": datetime.now(UTC), "scheduled": "SCHEDULED", "enqueued": "ENQUEUED",
     }  # fmt: skip
-
-
-def _stats(conn: psycopg.Connection[Any], tag: str) -> tuple[float, int]:
-    """(total ms, rows) of the statements tagged ``tag``."""
-    found = conn.execute(
-        "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(rows), 0) FROM pg_stat_statements WHERE query LIKE %s",
-        (f"/* {tag} */%",),
-    ).fetchone()
-    assert found is not None
-    return float(found[0]), int(found[1])
 
 
 async def _migrate(dsn: str) -> None:
@@ -93,8 +84,8 @@ def run(quick: bool) -> list[dict[str, object]]:
                     conn.execute(f"SET search_path = {schema}")
                     conn.execute(f"/* {tag} */ " + insert, params)  # type: ignore[arg-type]  # trusted SQL
             log(f"occurrence_keys: {2 * rounds * BATCH:,} occurrences in {time.perf_counter() - began:.1f}s; {_load()}")
-            today_ms, today_rows = _stats(conn, "today")
-            old_ms, old_rows = _stats(conn, "s0010")
+            today_ms, today_rows = statement_stats(conn, "/* today */", "no such text")
+            old_ms, old_rows = statement_stats(conn, "/* s0010 */", "no such text")
         today = today_ms / max(today_rows, 1) * 1000
         old = old_ms / max(old_rows, 1) * 1000
         return [

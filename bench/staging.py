@@ -73,7 +73,7 @@ def _params(schedule_id: str, base: datetime, n: int, offset: int) -> dict[str, 
     }  # fmt: skip
 
 
-def _stats(conn: psycopg.Connection[Any], needle: str, without: str = "staging-direct") -> tuple[float, int]:
+def statement_stats(conn: psycopg.Connection[Any], needle: str, without: str = "staging-direct") -> tuple[float, int]:
     """(total ms, rows) of the statements whose text contains ``needle`` and not ``without``."""
     found = conn.execute(
         "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(rows), 0) FROM pg_stat_statements "
@@ -134,11 +134,11 @@ def run(quick: bool) -> list[dict[str, object]]:
                 conn.execute(Q["dispatch_insert_enqueued"], {"ids": [r[0] for r in found], **rule})
                 conn.execute(DIRECT, _params(schedule_id, past, BATCH, (3 * i + 2) * BATCH))
             log(f"staging: {3 * rounds * BATCH:,} occurrences in {time.perf_counter() - began:.1f}s; {_load()}")
-            mat_ms, mat_rows = _stats(conn, "INSERT INTO outbox")
-            relay_ms, relay_rows = _stats(conn, "DELETE FROM outbox")
-            direct_ms, direct_rows = _stats(conn, "staging-direct", "no such text")
-            enq_ms, enq_rows = _stats(conn, "ELSE u.state END")  # materialize_insert_enqueued
-            disp_ms, disp_rows = _stats(conn, "available_at FROM occurrences")  # dispatch_insert_enqueued
+            mat_ms, mat_rows = statement_stats(conn, "INSERT INTO outbox")
+            relay_ms, relay_rows = statement_stats(conn, "DELETE FROM outbox")
+            direct_ms, direct_rows = statement_stats(conn, "staging-direct", "no such text")
+            enq_ms, enq_rows = statement_stats(conn, "ELSE u.state END")  # materialize_insert_enqueued
+            disp_ms, disp_rows = statement_stats(conn, "available_at FROM occurrences")  # dispatch_insert_enqueued
             two_step = (mat_ms / max(mat_rows, 1) + relay_ms / max(relay_rows, 1)) * 1000
             clockd_direct = (enq_ms / max(enq_rows, 1) + disp_ms / max(disp_rows, 1)) * 1000
             direct = direct_ms / max(direct_rows, 1) * 1000
@@ -149,7 +149,7 @@ def run(quick: bool) -> list[dict[str, object]]:
         half = max(1, rounds // 2)
         asyncio.run(_claims(dsn, half))
         with psycopg.connect(dsn, autocommit=True) as conn:
-            due_ms, due_rows = _stats(conn, "lease_until")
+            due_ms, due_rows = statement_stats(conn, "lease_until")
             ahead = datetime.now(UTC) + timedelta(seconds=10)
             for i in range(0, future, 5000):
                 conn.execute(DIRECT, _params(schedule_id, ahead, 5000, i))
@@ -157,7 +157,7 @@ def run(quick: bool) -> list[dict[str, object]]:
             conn.execute("SELECT pg_stat_statements_reset()")
         asyncio.run(_claims(dsn, half))
         with psycopg.connect(dsn, autocommit=True) as conn:
-            fut_ms, fut_rows = _stats(conn, "lease_until")
+            fut_ms, fut_rows = statement_stats(conn, "lease_until")
         claim_due = due_ms / max(due_rows, 1) * 1000
         claim_future = fut_ms / max(fut_rows, 1) * 1000
         log(f"staging: {queued:,} due rows queued; claims {due_rows:,} rows (due only) then {fut_rows:,} "

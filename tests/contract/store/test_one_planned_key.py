@@ -7,7 +7,6 @@ from __future__ import annotations
 from clockd.core.ids import occurrence_id
 from clockd.store import CursorAdvance, MaterializeResult, Store
 from clockd.store.postgres import PostgresStore
-from clockd.store.sqlite import SqliteStore
 
 from .support import FENCE, MIN, T0, Backend, add_schedule, materialize_next, planned
 
@@ -44,7 +43,7 @@ async def test_the_upgrade_to_0011_keeps_every_occurrence(store: Store, backend:
     a, first = await materialize_next(store, a)
     a, second = await materialize_next(store, a)
     await store.close()
-    await backend.execute(UNDO_0011["sqlite" if isinstance(store, SqliteStore) else "postgres"])
+    await backend.execute(UNDO_0011[backend.kind])
     await backend.execute("DELETE FROM schema_migrations WHERE version = 11")
     new = backend.new_store()
     if isinstance(new, PostgresStore):
