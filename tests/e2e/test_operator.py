@@ -79,7 +79,10 @@ def test_sighup_applies_schedules_dir_while_a_running_job_keeps_running(clockd: 
         "import os,sys,time; open(sys.argv[1],'w').write(str(os.getpid())); time.sleep(6); "
         "open(sys.argv[2],'w').write('done')"
     )
-    at = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
+    # Far enough ahead that it is still in the future when clockd applies the directory:
+    # an `at` already past never fires and the whole directory is refused (a start under
+    # load took more than the 2 s this once allowed).
+    at = (datetime.now(UTC) + timedelta(seconds=8)).replace(microsecond=0)
     long_job = {
         "name": "long",
         "at": at.isoformat().replace("+00:00", "Z"),
@@ -90,9 +93,9 @@ def test_sighup_applies_schedules_dir_while_a_running_job_keeps_running(clockd: 
     config = tmp_path / "clockd.yaml"
     config.write_text(f"schedules_dir: {schedules}\nlog_level: info\n")
     clockd.start("--config", str(config))
-    [applied] = wait_for("the directory applied at start", lambda: _actions(clockd, "schedules_applied"), 20)
+    [applied] = wait_for("the directory applied at start", lambda: _actions(clockd, "schedules_applied"), 10)
     assert applied["schedules_created"] == ["long"]
-    pid = int(wait_for("the long job to start", lambda: started.exists() and started.read_text(), 15))
+    pid = int(wait_for("the long job to start", lambda: started.exists() and started.read_text(), 20))
 
     # Edit the files (a new schedule) and the config (a live and a restart-only setting).
     _jobs(schedules / "jobs.yaml", [long_job, {"name": "added", "schedule": "0 0 1 1 *", "noop": True}])
