@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv/ with clockd and clockctl installed from this checkout
 	@mkdir -p $(VENV)/share/man/man1 $(VENV)/share/man/man5 $(VENV)/share/man/man8
 	@for f in man/*.[158]; do [ -e "$$f" ] || continue; s=$${f##*.}; cp "$$f" $(VENV)/share/man/man$$s/; done
+	@# The checkout is installed editable: with PYTHONDONTWRITEBYTECODE set (as on the CI
+	@# machines) every clockd and clockctl process would compile its modules from source
+	@# (+0.08 s CPU per clockctl call); compile them once here (only what changed).
+	@$(BIN)/python -m compileall -q clockd cli >/dev/null
 
 .PHONY: servers
 servers: ## Install PostgreSQL and etcd server binaries (apt) when missing
