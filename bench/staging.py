@@ -8,9 +8,9 @@ PostgreSQL, A/B interleaved in the same run:
 * **direct** (``direct_dispatch``): the materializer's own transaction writes the
   occurrence already ENQUEUED and its ``dispatch`` row with ``visible_at`` — the built-in
   queue is a table of the same database, so that transaction *is* the transactional
-  outbox. Measured as clockd runs it (``materialize_insert_enqueued`` then
-  ``dispatch_insert_enqueued``, two statements that both dialects share) and as one
-  chained PostgreSQL statement (``DIRECT`` below, not product code).
+  outbox. Measured as clockd runs it: ``materialize_insert_enqueued``, one PostgreSQL
+  statement that chains the ``dispatch`` insert on the occurrences' RETURNING (until
+  2026-12-03 it was two statements, the second reading each occurrence again by id).
 
 Then the price of direct writes with a minutes-ahead horizon: the claim (``claim_lease``,
 through ``Store.claim``) with only due rows in ``dispatch``, and with the horizon's future
@@ -41,27 +41,6 @@ from tests.harness.postgres import PostgresServer
 
 BATCH = 500
 
-DIRECT = """/* staging-direct */
-WITH inserted AS (
-    INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
-                             available_at, state, max_attempts, reason, finished_at, enqueued_at)
-    SELECT u.id, u.schedule_id, u.version, u.tenant, u.queue, u.scheduled_for, u.available_at,
-           CASE WHEN u.state = 'SCHEDULED' THEN 'ENQUEUED' ELSE u.state END, u.max_attempts, u.reason,
-           u.finished_at, CASE WHEN u.state = 'SCHEDULED' THEN %(now)s::timestamptz END
-    FROM unnest(%(ids)b::text[], %(schedule_ids)b::text[], %(versions)b::integer[],
-                %(tenants)b::text[], %(queues)b::text[], %(scheduled_for)b::timestamptz[],
-                %(available_at)b::timestamptz[], %(states)b::text[],
-                %(max_attempts)b::integer[], %(reasons)b::text[], %(finished_at)b::timestamptz[])
-         AS u(id, schedule_id, version, tenant, queue, scheduled_for, available_at, state, max_attempts,
-              reason, finished_at)
-    ON CONFLICT DO NOTHING
-    RETURNING id, state, queue, tenant, available_at
-)
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, available_at FROM inserted WHERE state = 'ENQUEUED' ORDER BY available_at
-ON CONFLICT (occurrence_id) DO NOTHING
-"""
-
 
 def _params(schedule_id: str, base: datetime, n: int, offset: int) -> dict[str, Any]:
     times = [base + timedelta(microseconds=offset + i) for i in range(n)]
@@ -73,7 +52,7 @@ def _params(schedule_id: str, base: datetime, n: int, offset: int) -> dict[str, 
     }  # fmt: skip
 
 
-def statement_stats(conn: psycopg.Connection[Any], needle: str, without: str = "staging-direct") -> tuple[float, int]:
+def statement_stats(conn: psycopg.Connection[Any], needle: str, without: str = "no such text") -> tuple[float, int]:
     """(total ms, rows) of the statements whose text contains ``needle`` and not ``without``."""
     found = conn.execute(
         "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(rows), 0) FROM pg_stat_statements "
@@ -126,21 +105,16 @@ def run(quick: bool) -> list[dict[str, object]]:
                      "expected": "SCHEDULED", "next": "ENQUEUED"}  # fmt: skip
             began = time.perf_counter()
             rule = {"scheduled": "SCHEDULED", "enqueued": "ENQUEUED"}
-            for i in range(rounds):  # interleaved: two-step, direct as clockd runs it, one statement
-                conn.execute(Q["materialize_insert"], {**_params(schedule_id, past, BATCH, 3 * i * BATCH), **rule})
+            for i in range(rounds):  # interleaved: the two-step path, then direct as clockd runs it
+                conn.execute(Q["materialize_insert"], {**_params(schedule_id, past, BATCH, 2 * i * BATCH), **rule})
                 conn.execute(Q["relay_dispatch"], {**relay, "now": datetime.now(UTC)})
-                params = _params(schedule_id, past, BATCH, (3 * i + 1) * BATCH)
-                found = conn.execute(Q["materialize_insert_enqueued"], {**params, **rule}).fetchall()
-                conn.execute(Q["dispatch_insert_enqueued"], {"ids": [r[0] for r in found], **rule})
-                conn.execute(DIRECT, _params(schedule_id, past, BATCH, (3 * i + 2) * BATCH))
-            log(f"staging: {3 * rounds * BATCH:,} occurrences in {time.perf_counter() - began:.1f}s; {_load()}")
+                params = _params(schedule_id, past, BATCH, (2 * i + 1) * BATCH)
+                conn.execute(Q["materialize_insert_enqueued"], {**params, **rule})
+            log(f"staging: {2 * rounds * BATCH:,} occurrences in {time.perf_counter() - began:.1f}s; {_load()}")
             mat_ms, mat_rows = statement_stats(conn, "INSERT INTO outbox")
             relay_ms, relay_rows = statement_stats(conn, "DELETE FROM outbox")
-            direct_ms, direct_rows = statement_stats(conn, "staging-direct", "no such text")
-            enq_ms, enq_rows = statement_stats(conn, "ELSE u.state END")  # materialize_insert_enqueued
-            disp_ms, disp_rows = statement_stats(conn, "available_at FROM occurrences")  # dispatch_insert_enqueued
+            direct_ms, direct_rows = statement_stats(conn, "ELSE u.state END")  # materialize_insert_enqueued
             two_step = (mat_ms / max(mat_rows, 1) + relay_ms / max(relay_rows, 1)) * 1000
-            clockd_direct = (enq_ms / max(enq_rows, 1) + disp_ms / max(disp_rows, 1)) * 1000
             direct = direct_ms / max(direct_rows, 1) * 1000
             # The claim: due rows only, then with the horizon's future rows in the queue.
             (queued,) = conn.execute("SELECT count(*) FROM dispatch").fetchone() or (0,)
@@ -152,7 +126,7 @@ def run(quick: bool) -> list[dict[str, object]]:
             due_ms, due_rows = statement_stats(conn, "lease_until")
             ahead = datetime.now(UTC) + timedelta(seconds=10)
             for i in range(0, future, 5000):
-                conn.execute(DIRECT, _params(schedule_id, ahead, 5000, i))
+                conn.execute(Q["materialize_insert_enqueued"], {**_params(schedule_id, ahead, 5000, i), **rule})
             conn.execute("VACUUM ANALYZE dispatch")
             conn.execute("SELECT pg_stat_statements_reset()")
         asyncio.run(_claims(dsn, half))
@@ -164,9 +138,7 @@ def run(quick: bool) -> list[dict[str, object]]:
             f"(with {future:,} future rows); {_load()}")  # fmt: skip
         return [
             row("db time to dispatch, outbox → relay (today)", two_step, "µs", "per occurrence"),
-            row("db time to dispatch, direct_dispatch (2 statements)", clockd_direct, "µs", "per occurrence", None,
-                clockd_direct / two_step if two_step else None),
-            row("db time to dispatch, direct, one chained statement", direct, "µs", "per occurrence", None,
+            row("db time to dispatch, direct_dispatch", direct, "µs", "per occurrence", None,
                 direct / two_step if two_step else None),
             row("claim db time, due rows only", claim_due, "µs", "per claimed row"),
             row(f"claim db time, + {future // 1000}k future rows", claim_future, "µs", "per claimed row", None,

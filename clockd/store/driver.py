@@ -166,6 +166,12 @@ class Driver(Protocol):
         """Insert the occurrences and the outbox rows of the SCHEDULED ones; the number inserted."""
         ...
 
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[int]:
+        """``direct_dispatch``'s insert: the occurrences, SCHEDULED ones written ENQUEUED
+        (``enqueued_at`` = ``now``), and the ``dispatch`` rows of those inserted ENQUEUED
+        (what the relay would write for them); the number of occurrences inserted."""
+        ...
+
     def release_slots(self, params: dict[str, Any]) -> Body[None]:
         """Overlap slots held by ended occurrences (``ids``) pass to their waiter (back in
         the queue at ``now``) or become free."""

@@ -928,13 +928,9 @@ class SqlStore:
         """``materialize(direct=True)``'s writes: the occurrences, SCHEDULED ones already
         ENQUEUED, then the ``dispatch`` rows of those inserted ENQUEUED (what the relay's
         ``relay_dispatch`` would write for them). Returns the occurrences inserted."""
-        d = self.driver
         rule = {"scheduled": S.SCHEDULED.value, "enqueued": states.target("relay").value, "now": stamp}
-        inserted = yield Run("materialize_insert_enqueued", {**table, **rule})
-        queued = [oid for oid, state in inserted if state == rule["enqueued"]]
-        if queued:
-            yield Run("dispatch_insert_enqueued", {"ids": d.array(queued), "enqueued": rule["enqueued"]}, "none")
-        return len(inserted)
+        inserted: int = yield from self.driver.materialize_insert_enqueued({**table, **rule})
+        return inserted
 
     # -- relay ---------------------------------------------------------------------------------
 
@@ -1565,8 +1561,7 @@ ENGINE_QUERIES: Final = frozenset(
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
-        "start_lag_histogram", "materialize_insert_enqueued", "dispatch_insert_enqueued",
-        "occurrences_started_after", "schedule_cursor_move",
+        "start_lag_histogram", "occurrences_started_after", "schedule_cursor_move",
         "schedules_page_state", "schedules_page_label", "schedule_labels_insert", "schedule_labels_delete",
     }
 )  # fmt: skip

@@ -72,7 +72,9 @@ DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c TimeZone=UTC"
 
 # The queries this driver's own steps run (the engine's are in clockd.store.engine).
-DRIVER_QUERIES: Final = frozenset({"claim_lease", "relay_dispatch", "materialize_insert", "overlap_release"})
+DRIVER_QUERIES: Final = frozenset(
+    {"claim_lease", "relay_dispatch", "materialize_insert", "materialize_insert_enqueued", "overlap_release"}
+)
 _CONSTRAINTS: Final = {
     "schedules_live_name": "schedule_name",
     "schedules_pkey": "schedule_id",
@@ -379,6 +381,10 @@ class PostgresDriver:
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
         rows = yield Run("materialize_insert", params)
+        return len(rows)
+
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[int]:
+        rows = yield Run("materialize_insert_enqueued", params)
         return len(rows)
 
     def release_slots(self, params: dict[str, Any]) -> Body[None]:

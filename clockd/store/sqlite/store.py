@@ -76,7 +76,8 @@ DRIVER_QUERIES: Final = frozenset(
         "claim_tenants", "claim_pick_fair", "claim_pick", "overlap_slots_ensure",
         "claim_judge", "claim_losers", "dispatch_delete", "overlap_slots_take", "claim_lease", "claim_start",
         "tenant_claims_count", "relay_take", "relay_enqueue", "relay_dispatch",
-        "materialize_insert", "outbox_insert", "overlap_unpark", "overlap_release",
+        "materialize_insert", "outbox_insert", "materialize_insert_enqueued", "dispatch_insert_enqueued",
+        "overlap_unpark", "overlap_release",
     }
 )  # fmt: skip
 
@@ -556,6 +557,15 @@ class SqliteDriver:
         queued = [oid for oid, state in inserted if state == params["scheduled"]]
         if queued:
             yield Run("outbox_insert", {"ids": dumps(queued), "scheduled": params["scheduled"]}, "none")
+        return len(inserted)
+
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[int]:
+        # SQLite cannot chain an INSERT on another's RETURNING: the dispatch rows are a
+        # second statement over the ids inserted.
+        inserted = yield Run("materialize_insert_enqueued", params)
+        queued = [oid for oid, state in inserted if state == params["enqueued"]]
+        if queued:
+            yield Run("dispatch_insert_enqueued", {"ids": dumps(queued), "enqueued": params["enqueued"]}, "none")
         return len(inserted)
 
     def release_slots(self, params: dict[str, Any]) -> Body[None]:
