@@ -445,9 +445,9 @@ def _shares(counts: Counter[str], top: int) -> str:
 
 
 def _direct() -> bool:
-    """The processes write the queue from the materializer (``CLOCKD_DIRECT_DISPATCH``;
-    unset: the default, off)."""
-    return os.environ.get("CLOCKD_DIRECT_DISPATCH", "").lower() in ("1", "true", "yes", "on")
+    """The processes write the queue from the materializer (``CLOCKD_DIRECT_DISPATCH``,
+    unset: the default, on)."""
+    return os.environ.get("CLOCKD_DIRECT_DISPATCH", "true").lower() in ("1", "true", "yes", "on")
 
 
 # Cursor age of the most overdue active schedule (> 0: an instant is due and not yet

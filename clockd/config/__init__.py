@@ -103,7 +103,7 @@ class Settings:
     horizon: timedelta = timedelta(minutes=2)
     relay_lead: timedelta = timedelta(seconds=30)
     # The materializer writes the built-in queue's rows itself (no outbox, no relay hop).
-    direct_dispatch: bool = False
+    direct_dispatch: bool = True
     lease_ttl: timedelta = timedelta(seconds=10)
     visibility_timeout: timedelta = timedelta(seconds=30)
     heartbeat: timedelta = timedelta(seconds=10)

@@ -62,7 +62,7 @@ class MaterializerSettings:
     limits_every: float = 10.0  # seconds between reads of the tenants' catch-up rates
     # direct_dispatch: write the dispatch rows in the materializer's own transaction
     # (Store.materialize(direct=True)) instead of outbox rows for the relay.
-    direct: bool = False
+    direct: bool = True
     # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_BEFORE_COMMIT, read only by
     # clockd.wiring.Faults): hold each batch this long between the lease check and the
     # commit, as a GC pause or a VM migration would. Zero in production.

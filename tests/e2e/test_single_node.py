@@ -209,16 +209,15 @@ def _runs_once_on_time(clockd: Clockd, name: str) -> None:
 
 
 def test_direct_dispatch_runs_jobs_on_time_without_a_relay(clockd: Clockd) -> None:
-    """direct_dispatch: the materializer queues the occurrence itself (visible at its due
-    time, not before), so the job runs on time with no relay at all (without the setting
-    it would wait in the outbox)."""
-    clockd.env["CLOCKD_DIRECT_DISPATCH"] = "true"
+    """direct_dispatch (the default): the materializer queues the occurrence itself
+    (visible at its due time, not before), so the job runs on time with no relay at all
+    (without the setting it would wait in the outbox)."""
     clockd.start("--mode", "leader,materializer,worker")
     _runs_once_on_time(clockd, "direct")
 
 
 def test_with_direct_dispatch_off_the_relay_carries_every_run(clockd: Clockd) -> None:
-    """direct_dispatch: false (the default) — the materializer writes outbox rows only: without a relay
+    """direct_dispatch: false — the materializer writes outbox rows only: without a relay
     the run stays SCHEDULED past its instant; a relay then stages it and it runs."""
     clockd.env["CLOCKD_DIRECT_DISPATCH"] = "false"
     clockd.start("--mode", "leader,materializer,worker")
