@@ -553,24 +553,28 @@ class SqliteDriver:
         return int(count)
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
-        inserted = yield Run("materialize_insert", params)
-        queued = [oid for oid, state in inserted if state == params["scheduled"]]
-        if queued:
-            yield Run("outbox_insert", {"ids": dumps(queued), "scheduled": params["scheduled"]}, "none")
-        return len(inserted)
+        return (yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params))
 
     def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[int]:
-        # SQLite cannot chain an INSERT on another's RETURNING: the dispatch rows are a
-        # second statement over the ids inserted.
-        inserted = yield Run("materialize_insert_enqueued", params)
-        queued = [oid for oid, state in inserted if state == params["enqueued"]]
-        if queued:
-            yield Run("dispatch_insert_enqueued", {"ids": dumps(queued), "enqueued": params["enqueued"]}, "none")
-        return len(inserted)
+        return (
+            yield from _insert_then_queue("materialize_insert_enqueued", "dispatch_insert_enqueued", "enqueued", params)
+        )
 
     def release_slots(self, params: dict[str, Any]) -> Body[None]:
         yield Run("overlap_unpark", params, "none")
         yield Run("overlap_release", params, "none")
+
+
+def _insert_then_queue(insert: str, queue: str, state: str, params: dict[str, Any]) -> Body[int]:
+    """The materializer's insert in two statements (SQLite cannot chain an INSERT on
+    another's RETURNING, as PostgreSQL's one statement does): the occurrences, then the
+    outbox or dispatch rows (``queue``) of those inserted in ``params[state]``; the
+    number of occurrences inserted."""
+    inserted = yield Run(insert, params)
+    queued = [oid for oid, written in inserted if written == params[state]]
+    if queued:
+        yield Run(queue, {"ids": dumps(queued), state: params[state]}, "none")
+    return len(inserted)
 
 
 class SqliteStore(SqlStore):
