@@ -8,6 +8,7 @@ interpreter lives where ``nobody`` cannot read.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pwd
 import shutil
@@ -193,6 +194,11 @@ def test_clockctl_as_another_user_is_told_the_store_is_roots(tmp_path: Path) -> 
 
     runner = CliRunner()
     runner.invoke(app, ["--store", f"sqlite:///{home}/clockd.db", "list"])  # imports everything as root first
+    # ... and what `add` imports only when it runs (the validator's target checks load
+    # grp): nobody may be unable to read the interpreter's own extension modules (a
+    # pyenv Python under /root), so, alone, the child's `add` died on "No module named
+    # 'grp'" (exit 1) and the test passed only after another test had imported it.
+    importlib.import_module("clockd.formats.schedfile")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: become nobody, run clockctl, report
