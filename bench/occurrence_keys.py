@@ -1,5 +1,6 @@
 """Schema 0011's index drop, measured: the database time of the materializer's insert of
-occurrences (``materialize_insert_enqueued``, the statement ``direct_dispatch`` runs)
+occurrences (``materialize_insert_enqueued``, the statement ``direct_dispatch`` runs;
+since 2026-12-03 it also writes the queue rows, so each side has its own ``dispatch``)
 into today's ``occurrences`` against a copy that still has ``occurrences_planned`` (the
 unique (schedule, version, instant) index the primary key made redundant), on one
 durable PostgreSQL with ``pg_stat_statements``, interleaved batch by batch, the order
@@ -34,6 +35,8 @@ SCHEDULES = 50_000
 WITH_PLANNED = (
     "CREATE SCHEMA s0010",
     "CREATE TABLE s0010.occurrences (LIKE public.occurrences INCLUDING ALL)",
+    # The statement chains the queue rows' insert (since 2026-12-03): each side its own.
+    "CREATE TABLE s0010.dispatch (LIKE public.dispatch INCLUDING ALL)",
     "CREATE UNIQUE INDEX occurrences_planned ON s0010.occurrences "
     "(schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
 )
