@@ -87,8 +87,8 @@ def run(quick: bool) -> list[dict[str, object]]:
                     conn.execute(f"SET search_path = {schema}")
                     conn.execute(f"/* {tag} */ " + insert, params)  # type: ignore[arg-type]  # trusted SQL
             log(f"occurrence_keys: {2 * rounds * BATCH:,} occurrences in {time.perf_counter() - began:.1f}s; {_load()}")
-            today_ms, today_rows = statement_stats(conn, "/* today */", "no such text")
-            old_ms, old_rows = statement_stats(conn, "/* s0010 */", "no such text")
+            today_ms, today_rows = statement_stats(conn, "/* today */")
+            old_ms, old_rows = statement_stats(conn, "/* s0010 */")
         today = today_ms / max(today_rows, 1) * 1000
         old = old_ms / max(old_rows, 1) * 1000
         return [
