@@ -728,7 +728,7 @@ def _as_text(value: Value, what: str) -> str:
     """A scalar taken as written (env values, labels, command items)."""
     if isinstance(value, Scalar) and value.tag != "merge":
         return value.text
-    raise _Refused(f"{what}: expected a string, got {_what(value)}", value.line)
+    raise _Refused(f"{_shown(what)}: expected a string, got {_what(value)}", value.line)
 
 
 class _Refusals(InvalidInput):

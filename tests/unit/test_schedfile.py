@@ -195,6 +195,8 @@ VALID = ["every: 1m", "noop: true"]
         (job(*VALID, "queue: 7"), "f.yaml:5: queue: expected a string, got an integer (quote it to make it a string)"),
         (job(*VALID, "queue: ''"), "f.yaml:5: queue: must not be empty"),
         (job(*VALID, "env: [A=b]"), "f.yaml:5: env: expected a mapping (key: value), got a list"),
+        # A key with a line break is shown quoted: every refusal is one line (found by the fuzz test).
+        (job(*VALID, 'env: {"a\\nb": [x]}'), "f.yaml:5: env: 'a\\nb': expected a string, got a list"),
         (job(*VALID, "labels: {clockd.managed-by: me}"), "f.yaml:5: labels: clockd.managed-by is reserved"),
         (job("at: now+5m", "noop: true"), "f.yaml:3: at: relative instants (now+…) would move at every apply"),
         (
