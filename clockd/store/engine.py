@@ -770,13 +770,13 @@ class SqlStore:
         # The body returns the occurrence, so an audited block (``audited``) can name it.
         def body() -> Body[Occurrence]:
             try:
-                yield Run("occurrence_insert_manual", params, "none")
+                written = yield Run("occurrence_insert_manual", params, "count")
             except Integrity as exc:
-                if exc.kind == "foreign_key":
-                    raise NotFound(f"no schedule with id {schedule.id}") from None
                 if exc.kind == "occurrence_id":
                     raise Conflict(f"occurrence {occurrence_id} already exists") from None
                 raise
+            if not written:  # the insert writes only under an existing schedule row
+                raise NotFound(f"no schedule with id {schedule.id}")
             yield Run("outbox_insert", {"ids": d.array([occurrence_id]), "scheduled": S.SCHEDULED.value}, "none")
             return added
 

@@ -188,10 +188,13 @@ RETURNING id, scheduled_for, attempts;
 -- ------------------------------------------------------------------ occurrences (clockctl)
 
 -- name: occurrence_insert_manual
+-- Only if the schedule row exists (no foreign key says so since schema 0012): no row
+-- written is the engine's NotFound.
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
                          available_at, state, max_attempts, manual)
-VALUES (%(id)s, %(schedule_id)s, %(version)s, %(tenant)s, %(queue)s, %(now)s, %(now)s,
-        %(scheduled)s, %(max_attempts)s, true);
+SELECT %(id)s::text, s.id, %(version)s::integer, %(tenant)s::text, %(queue)s::text,
+       %(now)s::timestamptz, %(now)s::timestamptz, %(scheduled)s::text, %(max_attempts)s::integer, true
+FROM schedules AS s WHERE s.id = %(schedule_id)s;
 
 -- name: occurrence_get
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,

@@ -147,9 +147,12 @@ RETURNING id, scheduled_for, attempts;
 -- ------------------------------------------------------------------ occurrences (clockctl)
 
 -- name: occurrence_insert_manual
+-- Only if the schedule row exists (PostgreSQL has no foreign key to say so since schema
+-- 0012): no row written is the engine's NotFound.
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
                          available_at, state, max_attempts, manual)
-VALUES (:id, :schedule_id, :version, :tenant, :queue, :now, :now, :scheduled, :max_attempts, 1);
+SELECT :id, s.id, :version, :tenant, :queue, :now, :now, :scheduled, :max_attempts, 1
+FROM schedules AS s WHERE s.id = :schedule_id;
 
 -- name: occurrence_get
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,

@@ -1,0 +1,7 @@
+-- clockd embedded store, schema 0012: nothing to do here. The PostgreSQL store's 0012
+-- drops the foreign key from occurrences to schedules, whose check locked the schedule
+-- row for every occurrence written (a row lock and its WAL record). SQLite takes no row
+-- locks, dropping a constraint would rebuild the whole table, and the embedded figures
+-- are within their goals. Both stores insert a run-now occurrence only if its schedule
+-- exists (occurrence_insert_manual). The number is kept so both stores count their
+-- schema alike (tests/contract/store/test_sql_parity.py).
