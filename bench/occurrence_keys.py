@@ -24,38 +24,39 @@ from typing import Any
 
 import psycopg
 
+from bench import bulk
 from bench.cluster import row
 from bench.servers import STATS_SETTINGS, log, url_dsn
 from bench.servers import load_average as _load
 from bench.staging import statement_stats
 from clockd.core.ids import occurrence_id
+from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
 from clockd.store.postgres.store import PostgresStore, Q
 from tests.harness.postgres import PostgresServer
 
 BATCH = 1000
 SCHEDULES = 50_000
 SIDES = ("public", "s0010", "s0011")  # today (schema 0012) and the copies
-# The tables as schemas 0011 and 0010 had them: today's copy (LIKE copies no foreign key)
-# plus what 0012 and 0011 dropped. The statement chains the queue rows' insert (since
-# 2026-12-03): each side its own dispatch.
+
+
+def _copy_of_today(schema: str) -> tuple[str, ...]:
+    """Today's two tables in ``schema`` (LIKE copies no foreign key), with the foreign key
+    to ``schedules`` that schema 0012 dropped; the statement chains the queue rows' insert
+    (since 2026-12-03), so each side has its own dispatch."""
+    return (
+        f"CREATE SCHEMA {schema}",
+        f"CREATE TABLE {schema}.occurrences (LIKE public.occurrences INCLUDING ALL)",
+        f"CREATE TABLE {schema}.dispatch (LIKE public.dispatch INCLUDING ALL)",
+        f"ALTER TABLE {schema}.occurrences ADD FOREIGN KEY (schedule_id) REFERENCES public.schedules (id)",
+    )
+
+
+# The tables as schemas 0011 and 0010 had them: 0010 also had the index 0011 dropped.
 OLDER_SCHEMAS = (
-    "CREATE SCHEMA s0011",
-    "CREATE TABLE s0011.occurrences (LIKE public.occurrences INCLUDING ALL)",
-    "CREATE TABLE s0011.dispatch (LIKE public.dispatch INCLUDING ALL)",
-    "ALTER TABLE s0011.occurrences ADD FOREIGN KEY (schedule_id) REFERENCES public.schedules (id)",
-    "CREATE SCHEMA s0010",
-    "CREATE TABLE s0010.occurrences (LIKE public.occurrences INCLUDING ALL)",
-    "CREATE TABLE s0010.dispatch (LIKE public.dispatch INCLUDING ALL)",
-    "ALTER TABLE s0010.occurrences ADD FOREIGN KEY (schedule_id) REFERENCES public.schedules (id)",
+    *_copy_of_today("s0011"),
+    *_copy_of_today("s0010"),
     "CREATE UNIQUE INDEX occurrences_planned ON s0010.occurrences "
     "(schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
-)
-# The schedules the batches plan (the foreign key's checks find them).
-_SCHEDULES_SQL = (
-    "INSERT INTO public.schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, "
-    "shard, created_at, updated_at, spec) "
-    "SELECT id, 'default', 's-' || id, 'every', '1s', 'UTC', 'default', 'active', 1, now(), 0, now(), now(), "
-    "'{}'::jsonb FROM unnest(%(ids)s::text[]) AS u(id)"
 )
 
 
@@ -88,10 +89,14 @@ def run(quick: bool) -> list[dict[str, object]]:
             for statement in OLDER_SCHEMAS:
                 conn.execute(statement)
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            schedules = [str(uuid.uuid4()) for _ in range(SCHEDULES)]
-            conn.execute(_SCHEDULES_SQL, {"ids": schedules})
-            conn.execute("VACUUM ANALYZE public.schedules")
             t0 = datetime.now(UTC).replace(microsecond=0)
+            # The schedules the batches plan exist (the foreign key's checks find them).
+            schedules = [str(uuid.uuid4()) for _ in range(SCHEDULES)]
+            template = bulk.Template.of(
+                ScheduleDef(name="t", kind=ScheduleKind.EVERY, expr="1s", tz="UTC", target=NoopTarget())
+            )
+            bulk.copy_schedules(dsn, [bulk.Row(sid, f"k-{sid}", template, 0, t0, t0) for sid in schedules])
+            conn.execute("VACUUM ANALYZE public.schedules")
             warm = rounds // 5
             began = time.perf_counter()
             for r in range(rounds):
@@ -101,7 +106,7 @@ def run(quick: bool) -> list[dict[str, object]]:
                 turn = r % len(SIDES)
                 for schema in SIDES[turn:] + SIDES[:turn]:
                     conn.execute(f"SET search_path = {schema}, public")  # the copies: their own two tables
-                    conn.execute(f"/* {schema} */ " + insert, params)  # type: ignore[arg-type]  # trusted SQL
+                    conn.execute(f"/* {schema} */ " + insert, params)
             log(f"occurrence_keys: {len(SIDES) * rounds * BATCH:,} occurrences in "
                 f"{time.perf_counter() - began:.1f}s; {_load()}")  # fmt: skip
             per_row: dict[str, float] = {}
