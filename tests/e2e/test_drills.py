@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.cluster import Cluster, now
 from tests.e2e.conftest import wait_for
-from tests.harness import EtcdCluster, EtcdServer, PostgresServer
+from tests.harness import EtcdCluster, EtcdServer, PostgresServer, freeze_process
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -105,7 +105,7 @@ def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
     # starts from now on (one that began while the load was being added may be over already).
     held = len(zombie.actions("fault_hold"))
     wait_for("m1 to hold a batch", lambda: len(zombie.actions("fault_hold")) > held, 20)
-    os.kill(zombie.pid, signal.SIGSTOP)
+    freeze_process(zombie.pid)
     cursor_before = cluster.rows("SELECT id, next_run_at FROM schedules")
     successor = cluster.start("m2", "materializer")
     wait_for("m2 to own all shards", lambda: len(successor.actions("shard_acquired")) >= 64, TTL + 15)
@@ -186,7 +186,7 @@ def test_drill_4_stale_worker_completion_is_rejected(cluster: Cluster, tmp_path:
     wait_for("attempt 1", lambda: (marks / "1").exists(), 20)
     owner = wait_for("attempt 1's worker", lambda: _worker_of_attempt(cluster, 1))
     stale = cluster.procs[owner.split(":")[0]]
-    os.kill(stale.pid, signal.SIGSTOP)
+    freeze_process(stale.pid)
     try:
         wait_for(
             "attempt 2 to succeed elsewhere",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .etcd import EtcdCluster, EtcdError, EtcdServer
 from .postgres import PostgresError, PostgresServer
-from .procs import find_binary, free_port, in_ci, require_binary, teardown_on_sigterm, until, wait_until
+from .procs import find_binary, free_port, freeze_process, in_ci, require_binary, teardown_on_sigterm, until, wait_until
 
 __all__ = [
     "EtcdCluster",
@@ -25,6 +25,7 @@ __all__ = [
     "PostgresServer",
     "find_binary",
     "free_port",
+    "freeze_process",
     "in_ci",
     "require_binary",
     "teardown_on_sigterm",

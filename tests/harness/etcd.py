@@ -23,7 +23,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from .procs import find_binary, free_port, tail, track, track_dir, untrack, untrack_dir
+from .procs import (
+    find_binary,
+    free_port,
+    freeze_process,
+    tail,
+    track,
+    track_dir,
+    untrack,
+    untrack_dir,
+)
 
 _START_ATTEMPTS = 3
 _HEALTH_TIMEOUT = 20.0
@@ -191,8 +200,8 @@ class EtcdServer:
     def freeze(self) -> None:
         """SIGSTOP: the process holds its sockets but answers nothing (a hung server)."""
         if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGSTOP)
-            self.frozen = True
+            self.frozen = True  # set first: _reap must SIGCONT even if the wait below fails
+            freeze_process(self.proc.pid)
 
     def thaw(self) -> None:
         """SIGCONT after ``freeze()``."""

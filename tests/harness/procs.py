@@ -154,6 +154,30 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def thread_states(pid: int) -> list[str]:
+    """The state letter of each thread of ``pid`` (/proc/PID/task/*/stat): R, S, T, ..."""
+    states: list[str] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that exits meanwhile
+            states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+    return states
+
+
+def freeze_process(pid: int, *, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return only once the kernel reports every thread stopped.
+
+    ``kill()`` returns when the signal is queued, not when it took effect: the kernel wakes
+    one thread to carry out the group stop, and until that thread gets a CPU the others go
+    on running user code — on a loaded 2-core machine for long enough to answer a request
+    or commit a transaction after the test believed the process hung.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(
+        lambda: all(state in "tT" for state in thread_states(pid)),
+        timeout=timeout, interval=0.005, what=f"every thread of pid {pid} to stop",
+    )
+
+
 def children_of(pid: int) -> list[int]:
     """Direct children of ``pid`` (from /proc), for killing a postmaster's backends."""
     kids: list[int] = []

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tests.e2e.cluster import BIN, Cluster, Proc, now
 from tests.e2e.conftest import wait_for
-from tests.harness import EtcdCluster, PostgresServer
+from tests.harness import EtcdCluster, PostgresServer, freeze_process
 from tests.harness.faketime import FakeClock
 from tests.harness.netns import Namespace, Relay
 from tests.soak.checker import Report, check, job_argv
@@ -172,7 +172,7 @@ class Soak:
             self.start(name)
             what = f"kill {name}"
         elif kind == "stop":
-            os.kill(proc.pid, signal.SIGSTOP)
+            freeze_process(proc.pid)
             time.sleep(self.rng.uniform(2, 8))
             os.kill(proc.pid, signal.SIGCONT)
             what = f"stop {name}"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import psycopg
 import pytest
 
 from tests.harness import EtcdServer, PostgresServer, require_binary
+from tests.harness.procs import thread_states
 
 
 def test_require_binary_skips_locally_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,6 +42,28 @@ def test_etcd_server_drills() -> None:
         server.stop()
     assert not root.exists()
     assert server.proc is not None and server.proc.poll() is not None
+
+
+def test_a_frozen_etcd_answers_nothing_even_while_the_cores_are_busy() -> None:
+    # kill(SIGSTOP) returns before the stop takes effect: one thread is woken to carry it
+    # out and the rest run on until it gets a CPU. On a busy machine a "frozen" etcd
+    # answered a health check (CI, 2026-12-03); freeze() now waits for every thread.
+    require_binary("etcd")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        with EtcdServer() as server:
+            assert server.pid is not None
+            for _ in range(5):
+                server.freeze()
+                states = thread_states(server.pid)
+                assert states and all(state in "tT" for state in states), states
+                assert not server.healthy()
+                server.thaw()
+                server.wait_healthy()
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
 
 
 def test_pg_dsn_is_a_fresh_copy_of_the_template(
