@@ -172,9 +172,15 @@ class Driver(Protocol):
         (what the relay would write for them); the number of occurrences inserted."""
         ...
 
-    def release_slots(self, params: dict[str, Any]) -> Body[None]:
-        """Overlap slots held by ended occurrences (``ids``) pass to their waiter (back in
-        the queue at ``now``) or become free."""
+    def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        """The statements by which overlap slots held by ended occurrences (``ids``) pass
+        to their waiter (back in the queue at ``now``) or become free; they fetch nothing
+        and run in order, so a caller puts them at the end of its ``Pipeline``."""
+        ...
+
+    def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        """finish's claims that end: ``leases_held``'s rows (same columns) for ``tokens``
+        whose occurrence is ``running``, their ``dispatch`` rows deleted."""
         ...
 
 

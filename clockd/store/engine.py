@@ -1045,14 +1045,20 @@ class SqlStore:
             by_token.setdefault(c.lease_token, c)
         d = self.driver
         stamp = d.instant(now)
-        tokens = list(by_token)
+        retrying = [t for t, c in by_token.items() if c.next_state is S.RETRY_WAIT]
+        ending = [t for t, c in by_token.items() if c.next_state is not S.RETRY_WAIT]
 
         def body() -> Body[set[str]]:
-            held = yield from self._held(tokens)
+            # The claims that end leave the queue as they are taken (end_leases: one write
+            # per queue row, not a lock and then a delete); a retry's row stays, unleased.
+            held: list[Sequence[Any]] = []
+            if ending:
+                held += yield from d.end_leases({"tokens": d.array(ending), "running": S.RUNNING.value})
+            if retrying:
+                held += yield from self._held(retrying)
             if not held:
                 return set()
             rows: list[tuple[Any, ...]] = []
-            done: list[int] = []
             retry: list[tuple[int, Any]] = []
             ended: list[str] = []
             for dispatch_id, occ, token, attempt, _, _, worker_id, started_at in held:
@@ -1069,22 +1075,20 @@ class SqlStore:
                 if c.next_state is S.RETRY_WAIT:
                     retry.append((dispatch_id, stamp if c.retry_at is None else d.instant(c.retry_at)))
                 else:
-                    done.append(dispatch_id)
                     ended.append(occ)
             columns = ("occurrence_ids", "attempts", "outcomes", "exit_codes", "signals", "outputs", "errors",
                        "next_states", "reasons", "lease_tokens", "worker_ids", "started_at")  # fmt: skip
             finished = {**d.table("rows", columns, rows), "now": stamp, "running": S.RUNNING.value, **_OUTCOMES}
             finished["retry_wait"] = S.RETRY_WAIT.value
             runs = [Run("finish_attempts", finished, "none"), Run("finish_occurrences", finished, "none")]
-            if done:
-                runs.append(Run("dispatch_delete", {"ids": d.array(done)}, "none"))
             if retry:
                 runs.append(Run("dispatch_retry", d.table("rows", ("ids", "visible_at"), retry), "none"))
             runs.append(Run("tenant_running_release", {"tenants": d.array([row[4] for row in held])}, "none"))
-            # Independent writes: one pipeline, one round trip (PostgreSQL).
-            yield Pipeline(tuple(runs))
             if ended:  # a RETRY_WAIT holder keeps its overlap slot until it ends
-                yield from d.release_slots({"ids": d.array(ended), "now": stamp})
+                runs.extend(d.slot_release({"ids": d.array(ended), "now": stamp}))
+            # Independent writes but the last (slots after the states): one pipeline, one
+            # round trip (PostgreSQL), run in order.
+            yield Pipeline(tuple(runs))
             return {row[2] for row in held}
 
         result: set[str] = await self._write(body())
@@ -1140,9 +1144,9 @@ class SqlStore:
                 runs.append(Run("dispatch_delete", {"ids": d.array([row[0] for row in dead])}, "none"))
                 runs.append(Run("reap_dead", {"ids": dead_ids, "now": stamp, **self._reap("reap_dead")}, "none"))
             runs.append(Run("tenant_running_release", {"tenants": d.array([row[4] for row in picked])}, "none"))
-            yield Pipeline(tuple(dataclasses.replace(r, fetch="none") for r in runs))
             if dead:
-                yield from d.release_slots({"ids": d.array([row[1] for row in dead]), "now": stamp})
+                runs.extend(d.slot_release({"ids": d.array([row[1] for row in dead]), "now": stamp}))
+            yield Pipeline(tuple(dataclasses.replace(r, fetch="none") for r in runs))
             return [
                 Reaped(
                     occurrence_id=row[1],
@@ -1196,9 +1200,9 @@ class SqlStore:
                 (
                     Run("misfire_mark", mark, "none"),
                     Run("dispatch_delete", {"ids": d.array([m.dispatch_id for m in missed])}, "none"),
+                    *d.slot_release({"ids": ids, "now": stamp}),
                 )
             )
-            yield from d.release_slots({"ids": ids, "now": stamp})
             return len(missed)
 
         result: int = await self._write(body())
@@ -1214,7 +1218,7 @@ class SqlStore:
             rows = yield Run("overlap_stale", {"limit": limit})
             stale = [row[0] for row in rows]
             if stale:
-                yield from d.release_slots({"ids": d.array(stale), "now": stamp})
+                yield Pipeline(d.slot_release({"ids": d.array(stale), "now": stamp}))
             return len(stale)
 
         result: int = await self._write(body())

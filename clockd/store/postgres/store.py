@@ -73,7 +73,10 @@ SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c Tim
 
 # The queries this driver's own steps run (the engine's are in clockd.store.engine).
 DRIVER_QUERIES: Final = frozenset(
-    {"claim_lease", "relay_dispatch", "materialize_insert", "materialize_insert_enqueued", "overlap_release"}
+    {
+        "claim_lease", "relay_dispatch", "materialize_insert", "materialize_insert_enqueued", "overlap_release",
+        "leases_end",
+    }
 )
 _CONSTRAINTS: Final = {
     "schedules_live_name": "schedule_name",
@@ -387,8 +390,12 @@ class PostgresDriver:
         rows = yield Run("materialize_insert_enqueued", params)
         return len(rows)
 
-    def release_slots(self, params: dict[str, Any]) -> Body[None]:
-        yield Run("overlap_release", params, "none")
+    def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        return (Run("overlap_release", params, "none"),)
+
+    def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        rows: list[Sequence[Any]] = yield Run("leases_end", params)
+        return rows
 
 
 class PostgresStore(SqlStore):

@@ -560,9 +560,16 @@ class SqliteDriver:
             yield from _insert_then_queue("materialize_insert_enqueued", "dispatch_insert_enqueued", "enqueued", params)
         )
 
-    def release_slots(self, params: dict[str, Any]) -> Body[None]:
-        yield Run("overlap_unpark", params, "none")
-        yield Run("overlap_release", params, "none")
+    def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        return (Run("overlap_unpark", params, "none"), Run("overlap_release", params, "none"))
+
+    def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        # No row locks to save here (one writer): read, then delete what ends.
+        rows: list[Sequence[Any]] = yield Run("leases_held", {"tokens": params["tokens"]})
+        ending = [row for row in rows if row[5] == params["running"]]
+        if ending:
+            yield Run("dispatch_delete", {"ids": dumps([row[0] for row in ending])}, "none")
+        return ending
 
 
 def _insert_then_queue(insert: str, queue: str, state: str, params: dict[str, Any]) -> Body[int]:

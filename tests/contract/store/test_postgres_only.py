@@ -149,7 +149,7 @@ async def test_claim_and_finish_from_two_stores_account_for_every_occurrence(sto
 async def test_the_reaper_skips_a_lease_its_worker_is_finishing(stores: list[PostgresStore], pg_dsn: str) -> None:
     worker, leader = stores
     _, claim = await running(worker)
-    # A finishing worker holds the dispatch row (leases_held locks it) ...
+    # A finishing worker holds the dispatch row (leases_held locks it, leases_end deletes it) ...
     async with await psycopg.AsyncConnection.connect(pg_dsn) as holder:
         await holder.execute("SELECT id FROM dispatch WHERE lease_token = %s FOR UPDATE", (claim.lease_token,))
         # ... so the reaper passes it by instead of waiting or fighting over it.
@@ -158,6 +158,34 @@ async def test_the_reaper_skips_a_lease_its_worker_is_finishing(stores: list[Pos
     done = Completion(claim.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
     assert await worker.finish([done], T0 + LEASE + 2 * SEC) == {claim.lease_token}
     assert await leader.reap_expired(FENCE, 100, T0 + LEASE + 3 * SEC) == []
+
+
+async def test_a_finish_that_waits_on_a_reaper_which_unleases_the_row_ends_nothing(
+    stores: list[PostgresStore], pg_dsn: str
+) -> None:
+    # The finish deletes the queue rows of the runs that end without locking them first
+    # (leases_end): when the reaper holds a row, the DELETE waits, and once the reaper has
+    # unleased it, the recheck of the token must drop it — a delete of the unleased row
+    # would lose the retry the reaper queued.
+    worker, _ = stores
+    _, claim = await running(worker)
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as reaper:
+        await reaper.execute(
+            "UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL "
+            "WHERE lease_token = %s", (claim.lease_token,),
+        )  # fmt: skip
+        done = Completion(claim.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
+        finishing = asyncio.create_task(worker.finish([done], T0 + LEASE + SEC))
+        deadline = time.monotonic() + 10
+        while not await scalar(
+            pg_dsn, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE %s", ("%finish's take of the claims that end%",),
+        ):
+            assert time.monotonic() < deadline, "the finish never waited on the reaper's row"
+            await asyncio.sleep(0.01)
+        await reaper.commit()
+    assert await asyncio.wait_for(finishing, 10) == set()
+    assert await scalar(pg_dsn, "SELECT count(*) FROM dispatch WHERE occurrence_id = %s", (claim.occurrence_id,)) == 1
 
 
 # -- schema: check on open, migrate ------------------------------------------------------------
