@@ -8,9 +8,20 @@ instant) index the primary key made redundant). One durable PostgreSQL with
 ``pg_stat_statements``, interleaved batch by batch, the order rotating. Each batch plans
 one instant of 1,000 schedules drawn from 50,000 (the sustained scenario's shape: many
 schedules, one occurrence each per batch); the schedules exist, so every key check passes.
+The copies carry the table's storage options (``occurrences`` has fillfactor 50 since
+schema 0004; ``LIKE … INCLUDING ALL`` does not copy it, and until 2026-12-03 the copies
+were fuller, cheaper tables than the one they were compared with).
 
-Figure: database µs per occurrence of each, the ratio to the schema before, and the load
-average beside them.
+A fourth side asks what the *order* of the keys costs: today's tables, the ids of each
+instant with the instant's Unix milliseconds in their first 12 hex digits instead of
+uuid5's first bits (a deterministic id like a UUIDv7), so inserts land at the right edge
+of ``occurrences_pkey`` and ``dispatch``'s occurrence key instead of at random leaves.
+Every side also runs, 20 batches later, what the claim and the finish do by id: an
+update of the batch's occurrences (``WHERE id = ANY``) and the delete of its queue rows
+(``WHERE occurrence_id = ANY``).
+
+Figures: database µs per occurrence of each, the ratio to the schema before (to today's
+for the time-ordered side), and the load average beside them.
 """
 
 from __future__ import annotations
@@ -36,34 +47,56 @@ from tests.harness.postgres import PostgresServer
 
 BATCH = 1000
 SCHEDULES = 50_000
-SIDES = ("public", "s0010", "s0011")  # today (schema 0012) and the copies
+SIDES = ("public", "s0010", "s0011", "s0012t")  # today (schema 0012), the copies, time-ordered ids
+LATER = 20  # the lookups by id touch the batch this many batches back
 
 
-def _copy_of_today(schema: str) -> tuple[str, ...]:
-    """Today's two tables in ``schema`` (LIKE copies no foreign key), with the foreign key
-    to ``schedules`` that schema 0012 dropped; the statement chains the queue rows' insert
-    (since 2026-12-03), so each side has its own dispatch."""
-    return (
-        f"CREATE SCHEMA {schema}",
-        f"CREATE TABLE {schema}.occurrences (LIKE public.occurrences INCLUDING ALL)",
-        f"CREATE TABLE {schema}.dispatch (LIKE public.dispatch INCLUDING ALL)",
-        f"ALTER TABLE {schema}.occurrences ADD FOREIGN KEY (schedule_id) REFERENCES public.schedules (id)",
-    )
+def _copy_of_today(schema: str, *, schedule_key: bool = True) -> tuple[str, ...]:
+    """Today's two tables in ``schema`` with their storage options (LIKE copies neither
+    those nor a foreign key), with the foreign key to ``schedules`` that schema 0012
+    dropped unless ``schedule_key`` is false; the statement chains the queue rows'
+    insert (since 2026-12-03), so each side has its own dispatch."""
+    statements = [f"CREATE SCHEMA {schema}"]
+    for table in ("occurrences", "dispatch"):
+        statements.append(f"CREATE TABLE {schema}.{table} (LIKE public.{table} INCLUDING ALL)")
+        statements.append(
+            f"DO $$ BEGIN EXECUTE coalesce((SELECT format('ALTER TABLE {schema}.{table} SET (%s)', "
+            f"array_to_string(reloptions, ', ')) FROM pg_class WHERE oid = 'public.{table}'::regclass "
+            f"AND reloptions IS NOT NULL), 'SELECT 1'); END $$"
+        )
+    if schedule_key:
+        statements.append(
+            f"ALTER TABLE {schema}.occurrences ADD FOREIGN KEY (schedule_id) REFERENCES public.schedules (id)"
+        )
+    return tuple(statements)
 
 
-# The tables as schemas 0011 and 0010 had them: 0010 also had the index 0011 dropped.
-OLDER_SCHEMAS = (
+# The tables as schemas 0011 and 0010 had them: 0010 also had the index 0011 dropped;
+# and today's, for the time-ordered ids.
+OTHER_SCHEMAS = (
     *_copy_of_today("s0011"),
     *_copy_of_today("s0010"),
     "CREATE UNIQUE INDEX occurrences_planned ON s0010.occurrences "
     "(schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
+    *_copy_of_today("s0012t", schedule_key=False),
 )
 
 
-def _params(schedules: list[str], at: datetime) -> dict[str, Any]:
+def _time_ordered(at: datetime, ident: str) -> str:
+    """``ident`` (a uuid5) with its first 12 hex digits replaced by ``at``'s Unix ms."""
+    ms = f"{int(at.timestamp() * 1000):012x}"
+    return f"{ms[:8]}-{ms[8:]}{ident[13:]}"
+
+
+def _ids(schema: str, schedules: list[str], at: datetime) -> list[str]:
+    ids = [occurrence_id(s, 1, at) for s in schedules]
+    return [_time_ordered(at, i) for i in ids] if schema == "s0012t" else ids
+
+
+def _params(schema: str, schedules: list[str], at: datetime) -> dict[str, Any]:
     n = len(schedules)
     return {
-        "ids": [occurrence_id(s, 1, at) for s in schedules], "schedule_ids": schedules, "versions": [1] * n,
+        "ids": _ids(schema, schedules, at), "schedule_ids": schedules, "versions": [1] * n,
         "tenants": ["default"] * n, "queues": ["default"] * n, "scheduled_for": [at] * n, "available_at": [at] * n,
         "states": ["SCHEDULED"] * n, "max_attempts": [1] * n, "reasons": [None] * n, "finished_at": [None] * n,
         "now": datetime.now(UTC), "scheduled": "SCHEDULED", "enqueued": "ENQUEUED",
@@ -86,7 +119,7 @@ def run(quick: bool) -> list[dict[str, object]]:
         asyncio.run(_migrate(dsn))
         insert = Q["materialize_insert_enqueued"]
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for statement in OLDER_SCHEMAS:
+            for statement in OTHER_SCHEMAS:
                 conn.execute(statement)
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             t0 = datetime.now(UTC).replace(microsecond=0)
@@ -99,27 +132,42 @@ def run(quick: bool) -> list[dict[str, object]]:
             conn.execute("VACUUM ANALYZE public.schedules")
             warm = rounds // 5
             began = time.perf_counter()
+            batches: list[list[str]] = []
             for r in range(rounds):
                 if r == warm:
                     conn.execute("SELECT pg_stat_statements_reset()")
-                params = _params(random.sample(schedules, BATCH), t0 + timedelta(seconds=r))
+                batches.append(random.sample(schedules, BATCH))
                 turn = r % len(SIDES)
                 for schema in SIDES[turn:] + SIDES[:turn]:
                     conn.execute(f"SET search_path = {schema}, public")  # the copies: their own two tables
-                    conn.execute(f"/* {schema} */ " + insert, params)
+                    conn.execute(f"/* {schema} */ " + insert, _params(schema, batches[r], t0 + timedelta(seconds=r)))
+                    if r >= LATER:  # the claim's and the finish's writes by id, some batches on
+                        back = _ids(schema, batches[r - LATER], t0 + timedelta(seconds=r - LATER))
+                        conn.execute(f"/* {schema} by id */ UPDATE occurrences SET state = 'RUNNING', "
+                                     "attempts = attempts + 1 WHERE id = ANY(%s::text[])", (back,))  # fmt: skip
+                        conn.execute(f"/* {schema} by id */ DELETE FROM dispatch WHERE occurrence_id = ANY(%s::text[])",
+                                     (back,))  # fmt: skip
             log(f"occurrence_keys: {len(SIDES) * rounds * BATCH:,} occurrences in "
                 f"{time.perf_counter() - began:.1f}s; {_load()}")  # fmt: skip
             per_row: dict[str, float] = {}
+            by_id: dict[str, float] = {}
             for schema in SIDES:
                 ms, rows = statement_stats(conn, f"/* {schema} */")
                 per_row[schema] = ms / max(rows, 1) * 1000
-        s10, s11, s12 = per_row["s0010"], per_row["s0011"], per_row["public"]
+                ms, rows = statement_stats(conn, f"/* {schema} by id */")
+                by_id[schema] = ms / max(rows // 2, 1) * 1000  # two statements per occurrence
+        s10, s11, s12, t12 = per_row["s0010"], per_row["s0011"], per_row["public"], per_row["s0012t"]
         return [
             row("occurrence insert db time, schema 0010", s10, "µs", "per occurrence"),
             row("occurrence insert db time, schema 0011 (no occurrences_planned)", s11, "µs", "per occurrence",
                 None, s11 / s10 if s10 else None),
             row("occurrence insert db time, schema 0012 (no schedules key check)", s12, "µs", "per occurrence",
                 None, s12 / s11 if s11 else None),
+            row("occurrence insert db time, schema 0012, time-ordered ids", t12, "µs", "per occurrence",
+                None, t12 / s12 if s12 else None),
+            row("update + queue delete by id, schema 0012", by_id["public"], "µs", "per occurrence"),
+            row("update + queue delete by id, schema 0012, time-ordered ids", by_id["s0012t"], "µs",
+                "per occurrence", None, by_id["s0012t"] / by_id["public"] if by_id["public"] else None),
             row("machine load after the occurrence-key figures", _load(), ""),
         ]  # fmt: skip
     finally:
