@@ -563,18 +563,16 @@ FOR UPDATE OF d;
 -- the row lock leases_held takes (a reaper that got there first has unleased the row and
 -- the recheck of lease_token drops it; one that comes later finds no row), so an ended
 -- claim writes its queue row once instead of locking it and then deleting it: one heap
--- write and one WAL record per execution fewer, and one statement per finish. `held`
--- reads the states, ids in index order (the locks then follow in id order, as
--- leases_held's ORDER BY takes them); the state check stays out of the scan (see
--- leases_extend).
+-- write and one WAL record per execution fewer. `held` finds each token's row by one
+-- probe of dispatch_lease_token (see leases_extend) and reads its occurrence's state,
+-- unlocked: the DELETE's own WHERE is what decides, on the row it locks; the state check
+-- stays out of the scan (see leases_extend).
 WITH held AS MATERIALIZED (
-    SELECT d.id, o.attempts, o.state, o.started_at
-    FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-    WHERE d.id = ANY(ARRAY(
-            SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
-            CROSS JOIN LATERAL (SELECT dispatch.id FROM dispatch
-                                WHERE dispatch.lease_token = t.token LIMIT 1) AS x))
-      AND d.lease_token = ANY(%(tokens)b::text[])
+    SELECT x.id, o.attempts, o.state, o.started_at
+    FROM unnest(%(tokens)b::text[]) AS t(token)
+    CROSS JOIN LATERAL (SELECT dispatch.id, dispatch.occurrence_id FROM dispatch
+                        WHERE dispatch.lease_token = t.token LIMIT 1) AS x
+    JOIN occurrences AS o ON o.id = x.occurrence_id
 )
 DELETE FROM dispatch AS d USING held AS h
 WHERE d.id = h.id AND h.state = %(running)s::text AND d.lease_token = ANY(%(tokens)b::text[])
