@@ -147,6 +147,14 @@ def _one(conn: psycopg.Connection[tuple[Any, ...]], query: str, params: Any = No
     return found
 
 
+def _history(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
+    """Where every ended attempt is: the attempt_history view since schema 0013 (a silent
+    first success is kept on its occurrence row), the attempts table before (an older tree
+    under ``BENCH_CLOCKD``)."""
+    (view,) = _one(conn, "SELECT to_regclass('attempt_history') IS NOT NULL")
+    return "attempt_history" if view else "attempts"
+
+
 def _size_mib(conn: psycopg.Connection[tuple[Any, ...]]) -> float:
     """pg_total_relation_size of the four tables an occurrence lives in (logged per table)."""
     sizes = {
@@ -320,7 +328,7 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
                 lags = conn.execute(
                     "SELECT extract(epoch FROM a.started_at - o.scheduled_for)::float8, "
                     "extract(epoch FROM a.finished_at - o.scheduled_for)::float8 "
-                    "FROM attempts a JOIN occurrences o ON o.id = a.occurrence_id WHERE a.attempt = 1"
+                    f"FROM {_history(conn)} a JOIN occurrences o ON o.id = a.occurrence_id WHERE a.attempt = 1"
                 ).fetchall()
                 (succeeded,) = _one(conn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'")
                 size = _size_mib(conn)
@@ -539,7 +547,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                     # A running attempt has no row yet (its lease is its record): o.started_at.
                     "SELECT extract(epoch FROM coalesce(a.started_at, o.started_at, now()) - o.scheduled_for)::float8, "
                     "o.state "
-                    "FROM occurrences o LEFT JOIN attempts a ON a.occurrence_id = o.id AND a.attempt = 1 "
+                    f"FROM occurrences o LEFT JOIN {_history(conn)} a ON a.occurrence_id = o.id AND a.attempt = 1 "
                     "WHERE o.scheduled_for >= %(start)s AND o.scheduled_for < %(end)s",
                     {"start": start, "end": end},
                 ).fetchall()
@@ -547,7 +555,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 states = Counter(str(r[1]) for r in found)
                 (finished,) = _one(
                     conn,
-                    "SELECT count(*) FROM attempts WHERE finished_at >= %(start)s AND finished_at < %(end)s",
+                    f"SELECT count(*) FROM {_history(conn)} WHERE finished_at >= %(start)s AND finished_at < %(end)s",
                     {"start": start, "end": end},
                 )
             rss = cluster.peak_rss_mb()
@@ -881,7 +889,7 @@ def commands(srv: Servers, n: int) -> list[Row]:
                 lags = conn.execute(
                     "SELECT extract(epoch FROM a.started_at - o.scheduled_for)::float8, "
                     "extract(epoch FROM a.finished_at - o.scheduled_for)::float8, a.outcome "
-                    "FROM attempts a JOIN occurrences o ON o.id = a.occurrence_id WHERE a.attempt = 1"
+                    f"FROM {_history(conn)} a JOIN occurrences o ON o.id = a.occurrence_id WHERE a.attempt = 1"
                 ).fetchall()
         claim = [float(r[0]) for r in lags]
         done = [float(r[1]) for r in lags if r[1] is not None]

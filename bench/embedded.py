@@ -118,8 +118,11 @@ def _drill(n: int, target: Target, concurrency: int, profile: bool) -> tuple[flo
                 if done >= n:
                     break
                 time.sleep(0.25)
+            # Every ended attempt: the view since schema 0013 (a silent first success is kept on its occurrence).
+            view = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'attempt_history'").fetchone()
+            history = "attempt_history" if view else "attempts"
             rows = conn.execute(
-                "SELECT a.started_at - o.scheduled_for, a.finished_at FROM attempts a "
+                f"SELECT a.started_at - o.scheduled_for, a.finished_at FROM {history} a "
                 "JOIN occurrences o ON o.id = a.occurrence_id WHERE a.attempt = 1"
             ).fetchall()
             conn.close()

@@ -153,6 +153,28 @@ def dead_reason(completion: Completion, attempt: int) -> str:
     return f"attempt {attempt} {completion.outcome.value}{code}"
 
 
+def _kept_on_occurrence(completion: Completion, attempt: int) -> bool:
+    """Whether an ending attempt's record is its occurrence row instead of an ``attempts``
+    row (schema 0013, issue 18: one insert fewer per run, ~a tenth of the database's time
+    per execution): the first attempt, succeeded, nothing printed, no signal, no error.
+    Then the row already holds all of it — state SUCCEEDED, attempts 1, started_at (the
+    first claim's ``now``, which is also the lease's ``leased_at``), finished_at,
+    exit_code — but the worker, which the finish writes to ``inline_attempt_worker``;
+    ``attempt_history`` (a view) and ``attempts_list`` show it as attempt 1. An output
+    stays out of the occurrence row: a long one would move its update off its page (no
+    HOT update, an entry in every index). A 'running' row written by a clockd before
+    schema 0005 (PostgreSQL) / 0008 (SQLite) is never finished here: only the process
+    that claimed a lease holds its token, and this code's claims write no such row."""
+    return (
+        attempt == 1
+        and completion.outcome is AttemptOutcome.SUCCEEDED
+        and completion.next_state is S.SUCCEEDED
+        and not completion.output
+        and completion.signal is None
+        and completion.error is None
+    )
+
+
 def misfire_verdicts(rows: Sequence[LateRow], now: datetime) -> list[Missed]:
     """The rows the misfire policy turns MISSED, each with its reason."""
     missed: list[Missed] = []
@@ -1065,22 +1087,28 @@ class SqlStore:
                 c = by_token[token]
                 reason = dead_reason(c, attempt) if c.next_state is S.DEAD else None
                 # Who ran the attempt and since when: the lease is the running attempt's
-                # record (see the port); finish_attempts writes (or completes) its row.
+                # record (see the port); finish_attempts writes (or completes) its row,
+                # unless the occurrence row can say all of it (_kept_on_occurrence).
+                inline = _kept_on_occurrence(c, attempt)
                 rows.append(
                     (occ, attempt, c.outcome.value, c.exit_code, c.signal, d.text(c.output),
                      None if c.error is None else d.text(c.error), c.next_state.value,
                      None if reason is None else d.text(reason), token, worker_id or "",
-                     stamp if started_at is None else started_at)
+                     stamp if started_at is None else started_at, (worker_id or "") if inline else None)
                 )  # fmt: skip
                 if c.next_state is S.RETRY_WAIT:
                     retry.append((dispatch_id, stamp if c.retry_at is None else d.instant(c.retry_at)))
                 else:
                     ended.append(occ)
             columns = ("occurrence_ids", "attempts", "outcomes", "exit_codes", "signals", "outputs", "errors",
-                       "next_states", "reasons", "lease_tokens", "worker_ids", "started_at")  # fmt: skip
-            finished = {**d.table("rows", columns, rows), "now": stamp, "running": S.RUNNING.value, **_OUTCOMES}
-            finished["retry_wait"] = S.RETRY_WAIT.value
-            runs = [Run("finish_attempts", finished, "none"), Run("finish_occurrences", finished, "none")]
+                       "next_states", "reasons", "lease_tokens", "worker_ids", "started_at",
+                       "inline_workers")  # fmt: skip
+            shared = {"now": stamp, "running": S.RUNNING.value, "retry_wait": S.RETRY_WAIT.value, **_OUTCOMES}
+            runs: list[Run] = []
+            recorded = [row for row in rows if row[12] is None]
+            if recorded:
+                runs.append(Run("finish_attempts", {**d.table("rows", columns, recorded), **shared}, "none"))
+            runs.append(Run("finish_occurrences", {**d.table("rows", columns, rows), **shared}, "none"))
             if retry:
                 runs.append(Run("dispatch_retry", d.table("rows", ("ids", "visible_at"), retry), "none"))
             runs.append(Run("tenant_running_release", {"tenants": d.array([row[4] for row in held])}, "none"))

@@ -137,7 +137,7 @@ def _job_script(marks: Path, first_sleep: int) -> list[str]:
 def _worker_of_attempt(cluster: Cluster, attempt: int) -> str:
     # A running attempt's worker is on its lease; the attempt row is written when it ends.
     rows = cluster.rows(
-        "SELECT worker_id FROM attempts WHERE attempt = %s UNION ALL "
+        "SELECT worker_id FROM attempt_history WHERE attempt = %s UNION ALL "
         "SELECT d.worker_id FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id "
         "WHERE d.lease_token IS NOT NULL AND o.attempts = %s",
         attempt,
@@ -167,7 +167,7 @@ def test_drill_3_sigkill_worker_mid_job_redelivers(cluster: Cluster, tmp_path: P
         )
         rows = cluster.rows("SELECT id FROM occurrences")
         assert len(rows) == 1  # one occurrence, same id, two attempts
-        outcomes = cluster.rows("SELECT attempt, outcome FROM attempts ORDER BY attempt")
+        outcomes = cluster.rows("SELECT attempt, outcome FROM attempt_history ORDER BY attempt")
         assert outcomes == [(1, "lost"), (2, "succeeded")]
     finally:
         if os.path.exists(f"/proc/{first_pid}"):
@@ -196,7 +196,7 @@ def test_drill_4_stale_worker_completion_is_rejected(cluster: Cluster, tmp_path:
     finally:
         os.kill(stale.pid, signal.SIGCONT)
     wait_for("the stale completion to be rejected", lambda: stale.actions("stale_completion"), 20)
-    outcomes = cluster.rows("SELECT attempt, outcome FROM attempts ORDER BY attempt")
+    outcomes = cluster.rows("SELECT attempt, outcome FROM attempt_history ORDER BY attempt")
     assert outcomes == [(1, "lost"), (2, "succeeded")]
     assert cluster.rows("SELECT state, attempts FROM occurrences") == [("SUCCEEDED", 2)]
     reconcile_exit_0(cluster, began)

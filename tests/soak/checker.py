@@ -168,7 +168,7 @@ def check(
         occ_rows = conn.execute(
             "SELECT id, schedule_id, scheduled_for, state, reason FROM occurrences WHERE NOT manual"
         ).fetchall()
-        attempt_rows = conn.execute("SELECT occurrence_id, attempt FROM attempts").fetchall()
+        attempt_rows = conn.execute("SELECT occurrence_id, attempt FROM attempt_history").fetchall()
     wanted = {sid for sid, name, _ in sched_rows if schedules is None or name in schedules}
     anchors = {sid: created for sid, _, created in sched_rows}
     names = {sid: name for sid, name, _ in sched_rows}

@@ -230,11 +230,12 @@ WHERE o.schedule_id = %(schedule_id)s AND o.scheduled_for <= %(before)s
 ORDER BY o.scheduled_for DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: attempts_list
--- The ended attempts, and the running one from its lease (schema 0005: its row is
--- written when it ends; one written as 'running' before 0005 is shown as it is).
+-- The ended attempts (attempt_history: the attempts rows and, schema 0013, a first
+-- attempt kept on its occurrence row), and the running one from its lease (schema 0005:
+-- its row is written when it ends; one written as 'running' before 0005 is shown as it is).
 SELECT occurrence_id, attempt, lease_token, worker_id, started_at, outcome, finished_at,
        exit_code, signal, output, error
-FROM attempts WHERE occurrence_id = %(occurrence_id)s
+FROM attempt_history WHERE occurrence_id = %(occurrence_id)s
 UNION ALL
 SELECT d.occurrence_id, o.attempts, d.lease_token, coalesce(d.worker_id, ''),
        coalesce(d.leased_at, o.started_at), 'running', NULL, NULL, NULL, '', NULL
@@ -580,8 +581,9 @@ RETURNING d.id, d.occurrence_id, d.lease_token, h.attempts, d.tenant, h.state, d
           coalesce(d.leased_at, h.started_at);
 
 -- name: finish_attempts
--- The attempt's one row, written as it ends (schema 0005); a 'running' row written
--- before 0005 is completed in place.
+-- The attempt's one row, written as it ends (schema 0005), unless its occurrence row
+-- keeps it (schema 0013: finish_occurrences; the engine's _kept_on_occurrence); a
+-- 'running' row written before 0005 is completed in place.
 INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
                            outcome, exit_code, signal, output, error)
 SELECT c.occurrence_id, c.attempt, c.lease_token, c.worker_id, c.started_at, %(now)s,
@@ -601,13 +603,15 @@ WHERE a.outcome = %(attempt_running)s::text;
 -- Only occurrences leases_held just found RUNNING, under their dispatch row's lock: none
 -- can have moved since (the reaper skips locked rows; cancels and sweeps leave RUNNING
 -- ones alone), so there is no state filter to mislead the planner (see leases_extend).
+-- inline_attempt_worker: the worker of an attempt whose record is this row (schema 0013;
+-- the engine's _kept_on_occurrence), NULL for the others.
 UPDATE occurrences AS o
 SET state = c.next_state,
     finished_at = CASE WHEN c.next_state = %(retry_wait)s::text THEN NULL ELSE %(now)s::timestamptz END,
-    exit_code = c.exit_code, last_error = c.error, reason = c.reason
+    exit_code = c.exit_code, last_error = c.error, reason = c.reason, inline_attempt_worker = c.inline_worker
 FROM unnest(%(occurrence_ids)b::text[], %(exit_codes)b::integer[], %(errors)b::text[],
-            %(next_states)b::text[], %(reasons)b::text[])
-     AS c(occurrence_id, exit_code, error, next_state, reason)
+            %(next_states)b::text[], %(reasons)b::text[], %(inline_workers)b::text[])
+     AS c(occurrence_id, exit_code, error, next_state, reason, inline_worker)
 WHERE o.id = c.occurrence_id AND o.id = ANY(%(occurrence_ids)b::text[]);
 
 -- name: dispatch_delete

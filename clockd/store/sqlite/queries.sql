@@ -187,11 +187,12 @@ WHERE o.schedule_id = :schedule_id AND o.scheduled_for <= :before
 ORDER BY o.scheduled_for DESC, o.id DESC LIMIT :limit;
 
 -- name: attempts_list
--- The ended attempts, and the running one from its lease (schema 0008: its row is
--- written when it ends; one written as 'running' before 0008 is shown as it is).
+-- The ended attempts (attempt_history: the attempts rows and, schema 0013, a first
+-- attempt kept on its occurrence row), and the running one from its lease (schema 0008:
+-- its row is written when it ends; one written as 'running' before 0008 is shown as it is).
 SELECT occurrence_id, attempt, lease_token, worker_id, started_at, outcome, finished_at,
        exit_code, signal, output, error
-FROM attempts WHERE occurrence_id = :occurrence_id
+FROM attempt_history WHERE occurrence_id = :occurrence_id
 UNION ALL
 SELECT d.occurrence_id, o.attempts, d.lease_token, coalesce(d.worker_id, ''),
        coalesce(d.leased_at, o.started_at), 'running', NULL, NULL, NULL, '', NULL
@@ -321,9 +322,10 @@ WHERE d.lease_token IN (SELECT value FROM json_each(:tokens));
 
 -- name: finish_attempts
 -- :rows = [[occurrence_id, attempt, outcome, exit_code, signal, output, error,
---           next_state, reason, lease_token, worker_id, started_at_us], ...]
--- The attempt's one row, written as it ends (schema 0008); a 'running' row written
--- before 0008 is completed in place.
+--           next_state, reason, lease_token, worker_id, started_at_us, inline_worker], ...]
+-- The attempt's one row, written as it ends (schema 0008), unless its occurrence row
+-- keeps it (schema 0013: finish_occurrences; the engine's _kept_on_occurrence); a
+-- 'running' row written before 0008 is completed in place.
 -- ("WHERE true" keeps the parser from reading ON CONFLICT as a join constraint.)
 INSERT INTO attempts AS a (occurrence_id, attempt, lease_token, worker_id, started_at, finished_at,
                            outcome, exit_code, signal, output, error)
@@ -338,12 +340,15 @@ SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = 
 WHERE a.outcome = :attempt_running;
 
 -- name: finish_occurrences
+-- :rows as finish_attempts'; inline_attempt_worker is the worker of an attempt whose
+-- record is this row (schema 0013), NULL for the others.
 UPDATE occurrences
 SET state = json_extract(c.value, '$[7]'),
     finished_at = CASE WHEN json_extract(c.value, '$[7]') = :retry_wait THEN NULL ELSE :now END,
     exit_code = json_extract(c.value, '$[3]'),
     last_error = json_extract(c.value, '$[6]'),
-    reason = json_extract(c.value, '$[8]')
+    reason = json_extract(c.value, '$[8]'),
+    inline_attempt_worker = json_extract(c.value, '$[12]')
 FROM json_each(:rows) AS c
 WHERE occurrences.id = json_extract(c.value, '$[0]') AND occurrences.state = :running;
 

@@ -122,8 +122,9 @@ async def test_concurrent_claimers_never_receive_the_same_occurrence(stores: lis
         [Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for token in tokens], T0 + MIN
     )
     assert done == set(tokens)
-    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts WHERE attempt = 1 AND outcome = 'succeeded'") == 1000
-    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts WHERE attempt > 1") == 0
+    ended = "SELECT count(*) FROM attempt_history WHERE attempt = 1 AND outcome = 'succeeded'"
+    assert await scalar(pg_dsn, ended) == 1000
+    assert await scalar(pg_dsn, "SELECT count(*) FROM attempt_history WHERE attempt > 1") == 0
 
 
 async def test_claim_and_finish_from_two_stores_account_for_every_occurrence(stores: list[PostgresStore]) -> None:

@@ -190,7 +190,10 @@ async def test_concurrent_openers_migrate_once(tmp_path: Path) -> None:
 async def test_a_0007_store_upgrades_and_its_running_claim_ends_in_place(tmp_path: Path) -> None:
     """Schema 0008 moves the running attempt's start to its lease (dispatch.leased_at): a
     claim a 0007 clockd made (lease, RUNNING, a 'running' attempt row) keeps its start,
-    is listed once while it runs and is completed in place by the finish."""
+    is listed once while it runs and is completed in place by the finish. (The finish
+    stands for the 0007 clockd's own: only the claiming process holds the token. Its
+    output makes it one this clockd records in an attempts row too; a silent first
+    success would be kept on the occurrence, schema 0013.)"""
     path = tmp_path / "clockd.db"
     old = SqliteStore(path)
     old.driver.migrations = [m for m in old.driver.migrations if m.version <= 7]
@@ -221,7 +224,7 @@ async def test_a_0007_store_upgrades_and_its_running_claim_ends_in_place(tmp_pat
         conn.close()
         (shown,) = await store.list_attempts(oid)
         assert (shown.outcome, shown.worker_id, shown.started_at) == (AttemptOutcome.RUNNING, "old", T0)
-        done = Completion("tok", AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0)
+        done = Completion("tok", AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0, output="ok")
         assert await store.finish([done], T0 + MIN) == {"tok"}
         (ended,) = await store.list_attempts(oid)
         assert (ended.outcome, ended.worker_id, ended.started_at, ended.finished_at) == (
