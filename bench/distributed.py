@@ -543,11 +543,12 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 server1, busy1, backends1 = srv.server_cpu_seconds(), machine_busy(), srv.backend_cpu()
                 statements = srv.top_statements(dsn)
                 time.sleep(3)  # let the last instants of the window start
+                history = _history(conn)
                 found = conn.execute(
                     # A running attempt has no row yet (its lease is its record): o.started_at.
                     "SELECT extract(epoch FROM coalesce(a.started_at, o.started_at, now()) - o.scheduled_for)::float8, "
                     "o.state "
-                    f"FROM occurrences o LEFT JOIN {_history(conn)} a ON a.occurrence_id = o.id AND a.attempt = 1 "
+                    f"FROM occurrences o LEFT JOIN {history} a ON a.occurrence_id = o.id AND a.attempt = 1 "
                     "WHERE o.scheduled_for >= %(start)s AND o.scheduled_for < %(end)s",
                     {"start": start, "end": end},
                 ).fetchall()
@@ -555,7 +556,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 states = Counter(str(r[1]) for r in found)
                 (finished,) = _one(
                     conn,
-                    f"SELECT count(*) FROM {_history(conn)} WHERE finished_at >= %(start)s AND finished_at < %(end)s",
+                    f"SELECT count(*) FROM {history} WHERE finished_at >= %(start)s AND finished_at < %(end)s",
                     {"start": start, "end": end},
                 )
             rss = cluster.peak_rss_mb()

@@ -1081,6 +1081,7 @@ class SqlStore:
             if not held:
                 return set()
             rows: list[tuple[Any, ...]] = []
+            recorded: list[tuple[Any, ...]] = []  # the rows finish_attempts writes
             retry: list[tuple[int, Any]] = []
             ended: list[str] = []
             for dispatch_id, occ, token, attempt, _, _, worker_id, started_at in held:
@@ -1090,12 +1091,13 @@ class SqlStore:
                 # record (see the port); finish_attempts writes (or completes) its row,
                 # unless the occurrence row can say all of it (_kept_on_occurrence).
                 inline = _kept_on_occurrence(c, attempt)
-                rows.append(
-                    (occ, attempt, c.outcome.value, c.exit_code, c.signal, d.text(c.output),
-                     None if c.error is None else d.text(c.error), c.next_state.value,
-                     None if reason is None else d.text(reason), token, worker_id or "",
-                     stamp if started_at is None else started_at, (worker_id or "") if inline else None)
-                )  # fmt: skip
+                row = (occ, attempt, c.outcome.value, c.exit_code, c.signal, d.text(c.output),
+                       None if c.error is None else d.text(c.error), c.next_state.value,
+                       None if reason is None else d.text(reason), token, worker_id or "",
+                       stamp if started_at is None else started_at, (worker_id or "") if inline else None)  # fmt: skip
+                rows.append(row)
+                if not inline:
+                    recorded.append(row)
                 if c.next_state is S.RETRY_WAIT:
                     retry.append((dispatch_id, stamp if c.retry_at is None else d.instant(c.retry_at)))
                 else:
@@ -1105,7 +1107,6 @@ class SqlStore:
                        "inline_workers")  # fmt: skip
             shared = {"now": stamp, "running": S.RUNNING.value, "retry_wait": S.RETRY_WAIT.value, **_OUTCOMES}
             runs: list[Run] = []
-            recorded = [row for row in rows if row[12] is None]
             if recorded:
                 runs.append(Run("finish_attempts", {**d.table("rows", columns, recorded), **shared}, "none"))
             runs.append(Run("finish_occurrences", {**d.table("rows", columns, rows), **shared}, "none"))
