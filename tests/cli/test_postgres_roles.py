@@ -54,3 +54,43 @@ def test_readonly_operator_and_daemon_roles(pg_server: PostgresServer) -> None:
         assert [d["name"] for d in listed] == ["report"]
     finally:
         pg_server.drop_database(name)
+
+
+def test_migrate_keeps_the_roles_grants_on_every_table(pg_server: PostgresServer, tmp_path: Path) -> None:
+    """The group roles are cluster-wide and outlive a schema: `clockd migrate` gives them
+    what a new table needs (schema 0009's schedule_labels had no grants for roles made
+    before it, so an operator's `clockctl apply`, which labels what it manages, was refused
+    until `--create-roles` was run again) — in an upgraded database and in a new one."""
+    upgraded, fresh = (f"roles_{uuid.uuid4().hex[:8]}" for _ in range(2))
+    upgraded_dsn = pg_server.create_database(upgraded)
+    fresh_dsn = pg_server.create_database(fresh)
+    suffix = uuid.uuid4().hex[:6]
+    op = f"op_{suffix}"
+    try:
+        made = _run(upgraded_dsn, "clockd", "migrate", "--create-roles")
+        assert made.returncode == 0, made.stderr
+        with pg_server.connect(upgraded) as conn:
+            # What a database upgraded to 0009 after --create-roles looked like.
+            conn.execute("REVOKE ALL ON schedule_labels FROM clockd_readonly, clockd_operator, clockd_daemon")
+            conn.execute(f"CREATE ROLE {op} LOGIN IN ROLE clockd_operator")
+        schedules = tmp_path / "jobs.yaml"
+        schedules.write_text('jobs:\n  - name: nightly\n    schedule: "0 9 * * *"\n    command: ["/bin/true"]\n')
+
+        for name, dsn in ((upgraded, upgraded_dsn), (fresh, fresh_dsn)):
+            migrated = _run(dsn, "clockd", "migrate")
+            assert migrated.returncode == 0, migrated.stderr
+            with pg_server.connect(name) as conn:
+                missing = conn.execute(
+                    "SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'v', 'p') "
+                    "AND NOT has_table_privilege('clockd_daemon', c.oid, 'SELECT') "
+                    "ORDER BY 1"
+                ).fetchall()
+            assert missing == [], (name, missing)
+            applied = _run(dsn.replace("postgres@", f"{op}@"), "clockctl", "apply", "-f", str(schedules))
+            assert applied.returncode == 0, (name, applied.stderr)
+    finally:
+        pg_server.drop_database(upgraded)
+        pg_server.drop_database(fresh)
+        with pg_server.connect() as conn:
+            conn.execute(f"DROP ROLE IF EXISTS {op}")

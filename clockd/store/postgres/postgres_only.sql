@@ -13,6 +13,12 @@ SELECT pg_advisory_xact_lock(109317376404324);
 -- clock). clock_timestamp(), not now(): now() is the transaction's start.
 SELECT clock_timestamp();
 
+-- name: group_roles_exist
+-- Whether `clockd migrate --create-roles` made roles.sql's three group roles in this
+-- cluster: then every `clockd migrate` re-applies grants.sql (see there).
+SELECT count(*) = 3 FROM pg_roles
+WHERE rolname IN ('clockd_readonly', 'clockd_operator', 'clockd_daemon');
+
 -- ------------------------------------------------------------------ operator read paths
 
 -- name: snapshot_read

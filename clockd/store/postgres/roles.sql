@@ -27,15 +27,6 @@ BEGIN
 END
 $$;
 
-GRANT USAGE ON SCHEMA public TO clockd_readonly, clockd_operator, clockd_daemon;
-GRANT SELECT ON ALL TABLES IN SCHEMA public TO clockd_readonly;
 GRANT clockd_readonly TO clockd_operator;
-GRANT INSERT, UPDATE, DELETE ON schedules, schedule_labels, schedule_versions, occurrences, outbox, dispatch,
-    overlap_slots, tenant_limits TO clockd_operator;
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO clockd_daemon;
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO clockd_operator, clockd_daemon;
--- Schema 0007: operators' writes are audited; tokens are managed by the daemon's role
--- (`clockctl token` as the database owner or clockd_daemon), and their hashes are not
--- for readonly logins.
-GRANT INSERT ON audit_log TO clockd_operator;
-REVOKE SELECT ON api_tokens FROM clockd_readonly;
+-- What each role may do: grants.sql (run after this file, and again by every
+-- `clockd migrate` that applies a migration while these roles exist).

@@ -41,7 +41,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, LiteralString, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -64,6 +64,7 @@ Pool: TypeAlias = AsyncConnectionPool[Conn]
 _PACKAGE: Final = __package__ or "clockd.store.postgres"
 Q = load_queries(_PACKAGE)
 PG = load_queries(_PACKAGE, "postgres_only.sql")
+
 MIGRATIONS: Final = load_migrations(_PACKAGE)
 KNOWN_VERSION: Final = MIGRATIONS[-1].version if MIGRATIONS else 0
 
@@ -267,12 +268,13 @@ class PostgresDriver:
             raise self._translate(exc) from exc
 
     async def create_roles(self) -> None:
-        script = trusted_sql((Path(__file__).parent / "roles.sql").read_text())
+        """roles.sql (the group roles, cluster-wide), then grants.sql (what they may do in
+        this database), each one transaction."""
         try:
             conn = await self._connect()
             try:
-                await conn.execute(script)
-                await conn.commit()
+                await conn.execute(_script("roles.sql"))
+                await conn.execute(_script("grants.sql"))
             finally:
                 await conn.close()
         except psycopg.Error as exc:
@@ -296,6 +298,12 @@ class PostgresDriver:
                 if await drive_async(body, self._runner(conn), _integrity):
                     done.append(m.label)
         log_applied(done, self.display)
+        # The roles are cluster-wide and outlive any schema: a migration's new table or
+        # view is theirs to use as soon as it exists (grants.sql says why), and a database
+        # migrated before this ran gets what it missed.
+        row = await (await conn.execute(PG["group_roles_exist"])).fetchone()
+        if row is not None and row[0]:
+            await conn.execute(_script("grants.sql"))
         return done
 
     async def server_time(self) -> datetime:
@@ -422,6 +430,11 @@ class PostgresStore(SqlStore):
         """Create (or refresh the grants of) the clockd_daemon, clockd_operator and
         clockd_readonly group roles from ``roles.sql``. Run as the database owner."""
         await self.driver.create_roles()
+
+
+def _script(name: str) -> LiteralString:
+    """A file of this package run whole (roles.sql, grants.sql): ours, never input."""
+    return trusted_sql((Path(__file__).parent / name).read_text())
 
 
 def _integrity(exc: Exception) -> Integrity | None:

@@ -1,0 +1,18 @@
+-- What the group roles of roles.sql may do in this database. Idempotent. Run by
+-- `clockd migrate --create-roles` after roles.sql, and by every `clockd migrate` that
+-- applies a migration while all three roles exist (they are cluster-wide; a new table
+-- or view would otherwise stay out of their reach until --create-roles is run again:
+-- schema 0009's schedule_labels was, and an operator's `clockctl add --label` failed).
+-- Runs as the migrating role (the database owner): only object grants, never role
+-- membership, which would need CREATEROLE.
+GRANT USAGE ON SCHEMA public TO clockd_readonly, clockd_operator, clockd_daemon;
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO clockd_readonly;
+GRANT INSERT, UPDATE, DELETE ON schedules, schedule_labels, schedule_versions, occurrences, outbox, dispatch,
+    overlap_slots, tenant_limits TO clockd_operator;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO clockd_daemon;
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO clockd_operator, clockd_daemon;
+-- Schema 0007: operators' writes are audited; tokens are managed by the daemon's role
+-- (`clockctl token` as the database owner or clockd_daemon), and their hashes are not
+-- for readonly logins.
+GRANT INSERT ON audit_log TO clockd_operator;
+REVOKE SELECT ON api_tokens FROM clockd_readonly;
