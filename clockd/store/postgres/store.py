@@ -274,7 +274,7 @@ class PostgresDriver:
             conn = await self._connect()
             try:
                 await conn.execute(_script("roles.sql"))
-                await conn.execute(_script("grants.sql"))
+                await self._grant(conn, only_if_roles_exist=False)
             finally:
                 await conn.close()
         except psycopg.Error as exc:
@@ -301,10 +301,19 @@ class PostgresDriver:
         # The roles are cluster-wide and outlive any schema: a migration's new table or
         # view is theirs to use as soon as it exists (grants.sql says why), and a database
         # migrated before this ran gets what it missed.
-        row = await (await conn.execute(PG["group_roles_exist"])).fetchone()
-        if row is not None and row[0]:
-            await conn.execute(_script("grants.sql"))
+        await self._grant(conn, only_if_roles_exist=True)
         return done
+
+    async def _grant(self, conn: Conn, *, only_if_roles_exist: bool) -> None:
+        """grants.sql, under the migration lock: two GRANTs on one object at once fail
+        ("tuple concurrently updated"), and `clockd migrate` may run concurrently."""
+        async with conn.transaction():
+            await conn.execute(PG["migration_lock"])
+            if only_if_roles_exist:
+                row = await (await conn.execute(PG["group_roles_exist"])).fetchone()
+                if row is None or not row[0]:
+                    return
+            await conn.execute(_script("grants.sql"))
 
     async def server_time(self) -> datetime:
         """The server's clock now (``clock_timestamp()``, not the transaction's start)."""

@@ -225,6 +225,25 @@ async def test_concurrent_migrators_apply_each_migration_once(empty_dsn: str) ->
     assert await scalar(empty_dsn, "SELECT count(*) FROM schema_migrations") == KNOWN_VERSION
 
 
+async def test_concurrent_migrators_with_the_roles_present_grant_without_failing(
+    pg_server: PostgresServer, pg_dsn: str
+) -> None:
+    """Every `clockd migrate` re-applies the roles' grants when the roles exist; two
+    GRANTs on one object at once fail in PostgreSQL ("tuple concurrently updated"), so
+    they run under the migration lock. (Without it 5 of 15 such runs failed here.)"""
+    await PostgresStore(pg_dsn).create_roles()  # cluster-wide: present for every database below
+    for _ in range(6):
+        name = f"mig_{uuid.uuid4().hex[:8]}"
+        dsn = pg_server.create_database(name)
+        try:
+            results = await asyncio.gather(*(PostgresStore(dsn).migrate() for _ in range(4)))
+            assert sorted(label for applied in results for label in applied) == [m.label for m in MIGRATIONS]
+            granted = await scalar(dsn, "SELECT has_table_privilege('clockd_operator', 'schedule_labels', 'INSERT')")
+            assert granted is True
+        finally:
+            pg_server.drop_database(name)
+
+
 # -- connection failures -----------------------------------------------------------------------
 
 
