@@ -410,7 +410,8 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     WHERE l.tenant = ANY(ARRAY(SELECT DISTINCT tenant FROM cand))
       AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL)
     FOR UPDATE SKIP LOCKED
-), room AS (
+), room AS MATERIALIZED (
+    -- Materialized: read once, not once per eligible row (it is a join of two CTEs).
     SELECT l.tenant, coalesce(k.n, 0) AS n
     FROM tenant_limits AS l LEFT JOIN limits AS k ON k.tenant = l.tenant
     WHERE l.tenant = ANY(ARRAY(SELECT DISTINCT tenant FROM cand))
@@ -427,17 +428,22 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     LEFT JOIN occurrences AS r ON r.id = g.running_id
     LEFT JOIN occurrences AS w ON w.id = g.waiting_id
 ), heads AS MATERIALIZED (
+    -- Only the candidates of schedules with an overlap policy: an `allow` one starts
+    -- whatever else is running, so it needs no slot and no rank among its schedule's
+    -- (the common case: this CTE, and what reads it, then has no rows to sort).
     SELECT c.*, sl.holder, sl.waiter, sl.schedule_id IS NOT NULL AS slotted,
            row_number() OVER (PARTITION BY c.schedule_id
                               ORDER BY CASE WHEN c.occurrence_id = sl.holder THEN 0 ELSE 1 END,
                                        c.scheduled_for, c.id) AS srank
-    FROM cand AS c LEFT JOIN slot AS sl ON sl.schedule_id = c.schedule_id AND c.overlap <> 'allow'
+    FROM cand AS c LEFT JOIN slot AS sl ON sl.schedule_id = c.schedule_id
+    WHERE c.overlap <> 'allow'
 ), eligible AS (
-    SELECT h.*, row_number() OVER (PARTITION BY h.tenant ORDER BY h.visible_at, h.id) AS trank
-    FROM heads AS h
-    WHERE h.overlap = 'allow'
-       OR (h.slotted AND h.srank = 1
-           AND (h.occurrence_id = h.holder OR (h.holder IS NULL AND h.waiter IS NULL)))
+    SELECT e.*, row_number() OVER (PARTITION BY e.tenant ORDER BY e.visible_at, e.id) AS trank
+    FROM (SELECT id, occurrence_id, tenant, visible_at, schedule_id, overlap FROM cand WHERE overlap = 'allow'
+          UNION ALL
+          SELECT id, occurrence_id, tenant, visible_at, schedule_id, overlap FROM heads AS h
+          WHERE h.slotted AND h.srank = 1
+            AND (h.occurrence_id = h.holder OR (h.holder IS NULL AND h.waiter IS NULL))) AS e
 ), starters AS MATERIALIZED (
     SELECT e.*, row_number() OVER (ORDER BY e.trank, e.visible_at, e.id) AS start_no
     FROM eligible AS e LEFT JOIN room AS r ON r.tenant = e.tenant
