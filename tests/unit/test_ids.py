@@ -3,6 +3,7 @@ every release must compute the same id for the same planned instant."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clockd.core.ids import OCCURRENCE_NAMESPACE, new_schedule_id, occurrence_id
+from clockd.store.engine import new_tokens
 
 
 def test_an_occurrence_id_is_pinned() -> None:
@@ -44,3 +46,16 @@ def test_a_new_schedule_id_is_a_canonical_random_uuid() -> None:
         assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, text)
     # Every variant digit (8, 9, a, b) turns up: the two random bits are kept.
     assert {text[19] for text in ids} == set("89ab")
+
+
+def test_lease_tokens_are_unique_and_a_later_claims_sort_after_an_earlier_ones() -> None:
+    """Lease tokens lead with the clock's milliseconds, so each claim's tokens land at the
+    right edge of the lease-token index (issue 18); the 80 random bits keep them unique."""
+    first = new_tokens(500)
+    deadline = time.monotonic() + 5
+    later = new_tokens(1)
+    while later[0][:12] == first[0][:12] and time.monotonic() < deadline:  # the next millisecond
+        later = new_tokens(1)
+    assert len(set(first)) == 500
+    assert all(len(t) == 32 and int(t, 16) >= 0 for t in first)
+    assert later[0] > max(first)
