@@ -573,13 +573,18 @@ FOR UPDATE OF d;
 -- write and one WAL record per execution fewer. `held` finds each token's row by one
 -- probe of dispatch_lease_token (see leases_extend) and reads its occurrence's state,
 -- unlocked: the DELETE's own WHERE is what decides, on the row it locks; the state check
--- stays out of the scan (see leases_extend).
+-- stays out of the scan (see leases_extend). `held` is in id order, and the DELETE visits
+-- its rows in that order (a nested loop over the CTE): the order leases_extend and
+-- leases_held lock in. In the callers' token order, a worker's heartbeat (extending the
+-- leases of completions not yet recorded) and its flush could each hold a row the other
+-- waited for: a deadlock PostgreSQL broke after deadlock_timeout by failing one.
 WITH held AS MATERIALIZED (
     SELECT x.id, o.attempts, o.state, o.started_at
     FROM unnest(%(tokens)b::text[]) AS t(token)
     CROSS JOIN LATERAL (SELECT dispatch.id, dispatch.occurrence_id FROM dispatch
                         WHERE dispatch.lease_token = t.token LIMIT 1) AS x
     JOIN occurrences AS o ON o.id = x.occurrence_id
+    ORDER BY x.id
 )
 DELETE FROM dispatch AS d USING held AS h
 WHERE d.id = h.id AND h.state = %(running)s::text AND d.lease_token = ANY(%(tokens)b::text[])

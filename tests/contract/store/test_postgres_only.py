@@ -244,6 +244,55 @@ async def test_concurrent_migrators_with_the_roles_present_grant_without_failing
             pg_server.drop_database(name)
 
 
+async def _waiting_on_a_lock(dsn: str, count: int) -> None:
+    """Until ``count`` sessions of this database wait on a row lock (deadline 20 s)."""
+    deadline = time.monotonic() + 20
+    while True:
+        waiting = await scalar(
+            dsn,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        if waiting >= count:
+            return
+        assert time.monotonic() < deadline, f"{waiting} of {count} sessions waiting on a lock"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_heartbeat_and_a_finish_of_the_same_leases_do_not_deadlock(
+    stores: list[PostgresStore], pg_dsn: str
+) -> None:
+    """A worker's heartbeat extends the leases of completions not yet recorded while its
+    flush ends them, on two connections. The extension locks the rows in id order; the
+    finish locked them in the order of its tokens, so each could hold a row the other
+    waited for: PostgreSQL broke the cycle after deadlock_timeout by failing one
+    (StoreLocked), and the worker logged an error and retried. Both lock in id order now.
+    Staged: a third session holds the middle row, so the extension takes the first row
+    and waits; the finish is given its tokens last-first."""
+    await fill_queue(stores[0], 3)
+    claims = await stores[0].claim(["default"], "w", 3, LEASE, T0 + MIN)
+    by_id: list[tuple[int, str]] = []
+    for c in claims:
+        row = await scalar(pg_dsn, "SELECT id FROM dispatch WHERE lease_token = %s", (c.lease_token,))
+        by_id.append((row, c.lease_token))
+    (middle_id, _) = sorted(by_id)[1]
+    tokens_by_id = [token for _, token in sorted(by_id)]
+    done = [
+        Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0)
+        for token in reversed(tokens_by_id)
+    ]
+    async with await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
+        await blocker.execute("SELECT 1 FROM dispatch WHERE id = %s FOR UPDATE", (middle_id,))
+        extended = asyncio.create_task(stores[0].extend_leases(tokens_by_id, LEASE, T0 + MIN))
+        await _waiting_on_a_lock(pg_dsn, 1)
+        finished = asyncio.create_task(stores[1].finish(done, T0 + 2 * MIN))
+        await _waiting_on_a_lock(pg_dsn, 2)
+        await blocker.commit()
+    results = await asyncio.gather(extended, finished, return_exceptions=True)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert results[1] == set(tokens_by_id)
+    assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'") == 3
+
+
 # -- connection failures -----------------------------------------------------------------------
 
 
