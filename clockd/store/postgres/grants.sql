@@ -1,8 +1,9 @@
 -- What the group roles of roles.sql may do in this database. Idempotent. Run by
--- `clockd migrate --create-roles` after roles.sql, and by every `clockd migrate` that
--- applies a migration while all three roles exist (they are cluster-wide; a new table
--- or view would otherwise stay out of their reach until --create-roles is run again:
--- schema 0009's schedule_labels was, and an operator's `clockctl add --label` failed).
+-- `clockd migrate --create-roles` after roles.sql, and by every `clockd migrate` while
+-- all three roles exist, whether it applies a migration or not (they are cluster-wide;
+-- a new table or view would otherwise stay out of their reach until --create-roles is
+-- run again: schema 0009's schedule_labels was, and an operator's `clockctl apply`,
+-- which labels what it manages, was refused).
 -- Runs as the migrating role (the database owner): only object grants, never role
 -- membership, which would need CREATEROLE.
 GRANT USAGE ON SCHEMA public TO clockd_readonly, clockd_operator, clockd_daemon;

@@ -29,4 +29,4 @@ $$;
 
 GRANT clockd_readonly TO clockd_operator;
 -- What each role may do: grants.sql (run after this file, and again by every
--- `clockd migrate` that applies a migration while these roles exist).
+-- `clockd migrate` while these roles exist).

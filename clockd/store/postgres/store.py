@@ -64,7 +64,6 @@ Pool: TypeAlias = AsyncConnectionPool[Conn]
 _PACKAGE: Final = __package__ or "clockd.store.postgres"
 Q = load_queries(_PACKAGE)
 PG = load_queries(_PACKAGE, "postgres_only.sql")
-
 MIGRATIONS: Final = load_migrations(_PACKAGE)
 KNOWN_VERSION: Final = MIGRATIONS[-1].version if MIGRATIONS else 0
 
@@ -269,12 +268,12 @@ class PostgresDriver:
 
     async def create_roles(self) -> None:
         """roles.sql (the group roles, cluster-wide), then grants.sql (what they may do in
-        this database), each one transaction."""
+        this database, ``_grant``), each one transaction."""
         try:
             conn = await self._connect()
             try:
                 await conn.execute(_script("roles.sql"))
-                await self._grant(conn, only_if_roles_exist=False)
+                await self._grant(conn)
             finally:
                 await conn.close()
         except psycopg.Error as exc:
@@ -301,19 +300,18 @@ class PostgresDriver:
         # The roles are cluster-wide and outlive any schema: a migration's new table or
         # view is theirs to use as soon as it exists (grants.sql says why), and a database
         # migrated before this ran gets what it missed.
-        await self._grant(conn, only_if_roles_exist=True)
+        await self._grant(conn)
         return done
 
-    async def _grant(self, conn: Conn, *, only_if_roles_exist: bool) -> None:
-        """grants.sql, under the migration lock: two GRANTs on one object at once fail
-        ("tuple concurrently updated"), and `clockd migrate` may run concurrently."""
+    async def _grant(self, conn: Conn) -> None:
+        """grants.sql when roles.sql's three roles exist (nothing to grant to otherwise),
+        under the migration lock: two GRANTs on one object at once fail ("tuple
+        concurrently updated"), and `clockd migrate` may run concurrently."""
         async with conn.transaction():
             await conn.execute(PG["migration_lock"])
-            if only_if_roles_exist:
-                row = await (await conn.execute(PG["group_roles_exist"])).fetchone()
-                if row is None or not row[0]:
-                    return
-            await conn.execute(_script("grants.sql"))
+            row = await (await conn.execute(PG["group_roles_exist"])).fetchone()
+            if row is not None and row[0]:
+                await conn.execute(_script("grants.sql"))
 
     async def server_time(self) -> datetime:
         """The server's clock now (``clock_timestamp()``, not the transaction's start)."""

@@ -85,6 +85,23 @@ def claim_params(queues: list[str], limit: int) -> dict[str, Any]:
     }
 
 
+async def waiting_on_a_lock(dsn: str, count: int, *, statement: str = "") -> None:
+    """Until ``count`` sessions of this database (running ``statement``, when given) wait on a
+    lock; fails the test after 20 s. (``tests.harness.until`` polls a synchronous check.)"""
+    deadline = time.monotonic() + 20
+    while True:
+        waiting = await scalar(
+            dsn,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE %s",
+            (f"%{statement}%",),
+        )
+        if waiting >= count:
+            return
+        assert time.monotonic() < deadline, f"{waiting} of {count} sessions waiting on a lock"
+        await asyncio.sleep(0.01)
+
+
 async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         row = await (await conn.execute(query, params)).fetchone()  # type: ignore[arg-type]
@@ -177,13 +194,7 @@ async def test_a_finish_that_waits_on_a_reaper_which_unleases_the_row_ends_nothi
         )  # fmt: skip
         done = Completion(claim.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
         finishing = asyncio.create_task(worker.finish([done], T0 + LEASE + SEC))
-        deadline = time.monotonic() + 10
-        while not await scalar(
-            pg_dsn, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE %s", ("%finish's take of the claims that end%",),
-        ):
-            assert time.monotonic() < deadline, "the finish never waited on the reaper's row"
-            await asyncio.sleep(0.01)
+        await waiting_on_a_lock(pg_dsn, 1, statement="finish's take of the claims that end")
         await reaper.commit()
     assert await asyncio.wait_for(finishing, 10) == set()
     assert await scalar(pg_dsn, "SELECT count(*) FROM dispatch WHERE occurrence_id = %s", (claim.occurrence_id,)) == 1
@@ -244,20 +255,6 @@ async def test_concurrent_migrators_with_the_roles_present_grant_without_failing
             pg_server.drop_database(name)
 
 
-async def _waiting_on_a_lock(dsn: str, count: int) -> None:
-    """Until ``count`` sessions of this database wait on a row lock (deadline 20 s)."""
-    deadline = time.monotonic() + 20
-    while True:
-        waiting = await scalar(
-            dsn,
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        if waiting >= count:
-            return
-        assert time.monotonic() < deadline, f"{waiting} of {count} sessions waiting on a lock"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_heartbeat_and_a_finish_of_the_same_leases_do_not_deadlock(
     stores: list[PostgresStore], pg_dsn: str
 ) -> None:
@@ -283,9 +280,9 @@ async def test_a_heartbeat_and_a_finish_of_the_same_leases_do_not_deadlock(
     async with await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
         await blocker.execute("SELECT 1 FROM dispatch WHERE id = %s FOR UPDATE", (middle_id,))
         extended = asyncio.create_task(stores[0].extend_leases(tokens_by_id, LEASE, T0 + MIN))
-        await _waiting_on_a_lock(pg_dsn, 1)
+        await waiting_on_a_lock(pg_dsn, 1)
         finished = asyncio.create_task(stores[1].finish(done, T0 + 2 * MIN))
-        await _waiting_on_a_lock(pg_dsn, 2)
+        await waiting_on_a_lock(pg_dsn, 2)
         await blocker.commit()
     results = await asyncio.gather(extended, finished, return_exceptions=True)
     assert not [r for r in results if isinstance(r, BaseException)], results
