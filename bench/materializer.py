@@ -8,7 +8,9 @@ through the local coordinator, a manual clock) plans and writes exactly one occu
 per schedule — the steady state of a sustained run, where each read of a due schedule
 yields about one instant. The pass runs in its own process; its CPU (utime + stime,
 ``resource.getrusage``) divided by the occurrences written is the figure; the
-database's execution time for the pass (``pg_stat_statements``) is printed beside it.
+database's execution time for the pass (``pg_stat_statements``) is printed beside it,
+and so is the CPU of the planning steps alone on synthetic rows (``_planning``: no
+database, best of 15 — the part of the figure this process's code decides).
 
     python -m bench.materializer [--quick] [--against TREE] [--rounds N]
 
@@ -76,7 +78,66 @@ async def _pass(dsn: str, now: datetime, shards: int) -> dict[str, float]:
         await store.close()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     # Written as outbox rows (direct_dispatch off, or an older tree) or as queue rows.
-    return {"cpu": cpu, "wall": wall, "written": float(total.outbox + total.queued)}
+    return {"cpu": cpu, "wall": wall, "written": float(total.outbox + total.queued)} | _planning(now)
+
+
+PLAN_ROWS = 3_000  # due schedules per planning measurement (ten materializer batches)
+
+
+def _planning(now: datetime) -> dict[str, float]:
+    """CPU µs per occurrence of the materializer's own steps, no database: decode due
+    rows (``due_from_rows``), plan (``compile_spec``, ``plan_schedule``), build the
+    ``NewOccurrence``s and cursor moves, and turn them into the insert's column arrays
+    (``_planned_rows``, the driver's ``table``). Two shapes: "shared" (1 s schedules
+    anchored in 100 ms steps, as the sustained run's: ten distinct instants a second,
+    ~2.5 occurrences per schedule) and "distinct" (this bench's: every schedule its own
+    instant). Best of 15 passes (garbage collection off): the pure-Python share of the
+    figure above, steady enough to compare trees where the pass's figure is not."""
+    import gc
+
+    from clockd.core.planning import plan_schedule
+    from clockd.core.spec import compile_spec
+    from clockd.store import CursorAdvance, NewOccurrence
+    from clockd.store.codec import due_from_rows
+    from clockd.store.postgres.store import PostgresDriver, PostgresStore
+
+    store = PostgresStore("postgresql:///unused")  # never opened: its planning helpers only
+    d = PostgresDriver
+    out: dict[str, float] = {}
+    for shape in ("shared", "distinct"):
+        rows = []
+        for i in range(PLAN_ROWS):
+            sid = f"{i:08x}-0000-4000-8000-000000000000"
+            if shape == "shared":
+                anchor, expr = now - timedelta(seconds=10) + timedelta(milliseconds=100 * (i % 10)), "1s"
+                cursor, until = anchor + timedelta(seconds=10), now + timedelta(seconds=1.5)
+            else:
+                anchor = now - timedelta(seconds=PERIOD) + timedelta(milliseconds=(i * 997) % 120_000)
+                expr, cursor, until = f"{PERIOD}s", anchor + timedelta(seconds=PERIOD), now + timedelta(minutes=2)
+            rows.append((sid, "default", f"p-{i}", "every", expr, "UTC", "default", 1, cursor, anchor,
+                         None, None, None, None, 2, False, False))  # fmt: skip
+        best, made = float("inf"), 0
+        gc.disable()
+        try:
+            for _ in range(15):
+                began = time.process_time()
+                due = due_from_rows(rows, d.instant, d.opt_instant)
+                occurrences, cursors = [], []
+                for schedule in due:
+                    spec = compile_spec(schedule.kind, schedule.expr, schedule.tz, schedule.created_at)
+                    plan = plan_schedule(schedule, spec.next_after, until, now, 100)
+                    occurrences.extend(NewOccurrence.planned(schedule, p) for p in plan.occurrences)
+                    cursors.append(CursorAdvance(schedule.id, schedule.version, schedule.next_run_at,
+                                                 plan.next_run_at))  # fmt: skip
+                d.table("cursors", ("ids", "versions", "expected", "next_run_at"),
+                        [(c.schedule_id, c.version, c.expected, c.next_run_at) for c in cursors])  # fmt: skip
+                planned = store._planned_rows(occurrences, now)
+                d.table("occurrences", [str(k) for k in range(len(planned[0][1]))], [row for _, row in planned])
+                best, made = min(best, time.process_time() - began), len(occurrences)
+        finally:
+            gc.enable()
+        out[f"plan_{shape}_us"] = best / made * 1e6
+    return out
 
 
 def _setup(dsn: str, schedules: int, shards: int) -> tuple[datetime, int]:
@@ -162,7 +223,8 @@ def _ab(quick: bool, against: str | None, rounds: int | None) -> dict[str, list[
                 found[tree].append(out)
                 log(f"materializer {tree} round {r + 1}: {schedules:,} occurrences, "
                     f"{out['us_per_occ']:.1f} µs CPU each, database {out['db_us_per_occ']:.1f} µs each, "
-                    f"{out['per_s']:,.0f}/s")  # fmt: skip
+                    f"{out['per_s']:,.0f}/s; planning alone {out['plan_shared_us']:.1f} µs (shared instants), "
+                    f"{out['plan_distinct_us']:.1f} µs (distinct)")  # fmt: skip
     return found
 
 
@@ -183,6 +245,12 @@ def run(quick: bool) -> list[dict[str, Any]]:
          "target": f"> {RATE_GOAL:,}/s with room", "ok": rate > RATE_GOAL},
         {"name": "materializer /s per core of its CPU", "value": int(cpu_rate), "unit": "/s",
          "target": f"> {RATE_GOAL:,}/s with room", "ok": cpu_rate > RATE_GOAL},
+        {"name": "materializer planning CPU per occurrence, shared instants", "unit": "µs",
+         "value": round(statistics.median(r["plan_shared_us"] for r in runs), 1),
+         "target": "(reported; no database)", "ok": None},
+        {"name": "materializer planning CPU per occurrence, distinct instants", "unit": "µs",
+         "value": round(statistics.median(r["plan_distinct_us"] for r in runs), 1),
+         "target": "(reported; no database)", "ok": None},
     ]  # fmt: skip
 
 
@@ -197,18 +265,21 @@ def main() -> None:
         _child(*args.child)
         return
     found = _ab(args.quick, args.against, args.rounds)
-    print("| tree | runs | CPU µs/occurrence (median) | database µs/occurrence (median) | occurrences/s (median) |")
-    print("|---|---|---|---|---|")
+    print("| tree | runs | CPU µs/occurrence (median) | database µs/occurrence (median) | occurrences/s (median) "
+          "| planning µs/occurrence, shared; distinct instants (median) |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for tree, runs in found.items():
         us = statistics.median(r["us_per_occ"] for r in runs)
         db = statistics.median(r["db_us_per_occ"] for r in runs)
         rate = statistics.median(r["per_s"] for r in runs)
-        print(f"| {tree} | {len(runs)} | {us:.1f} | {db:.1f} | {rate:,.0f} |")
+        shared = statistics.median(r["plan_shared_us"] for r in runs)
+        distinct = statistics.median(r["plan_distinct_us"] for r in runs)
+        print(f"| {tree} | {len(runs)} | {us:.1f} | {db:.1f} | {rate:,.0f} | {shared:.2f}; {distinct:.2f} |")
     if "old" in found:
-        ratio = statistics.median(r["us_per_occ"] for r in found["new"]) / statistics.median(
-            r["us_per_occ"] for r in found["old"]
-        )
-        print(f"\nnew/old CPU per occurrence: {ratio:.2f}")
+        for key, what in (("us_per_occ", "CPU per occurrence"), ("plan_shared_us", "planning, shared instants"),
+                          ("plan_distinct_us", "planning, distinct instants")):  # fmt: skip
+            ratio = statistics.median(r[key] for r in found["new"]) / statistics.median(r[key] for r in found["old"])
+            print(f"new/old {what}: {ratio:.2f}")
 
 
 if __name__ == "__main__":

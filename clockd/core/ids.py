@@ -6,6 +6,7 @@ import hashlib
 import os
 import uuid
 from datetime import UTC, datetime
+from functools import lru_cache
 
 # A fixed namespace so occurrence ids are the same on every node and every release.
 OCCURRENCE_NAMESPACE = uuid.UUID("8b6c3c1e-4d0a-5d6e-9f1a-0c10c4d00001")
@@ -20,8 +21,16 @@ def occurrence_id(schedule_id: str, version: int, scheduled_for: datetime) -> st
     if scheduled_for.tzinfo is None:
         raise ValueError("occurrence_id needs an aware datetime")
     stamp = scheduled_for if scheduled_for.tzinfo is UTC else scheduled_for.astimezone(UTC)
-    key = f"{schedule_id}|{version}|{stamp.isoformat(timespec='microseconds')}"
-    return _uuid5(key)
+    return _uuid5(f"{schedule_id}|{version}|{_utc_text(stamp)}")
+
+
+@lru_cache(maxsize=8192)
+def _utc_text(instant: datetime) -> str:
+    """``instant`` (UTC) to the microsecond, as the id's key spells it. Cached: formatting
+    was half of an id's cost (~2 µs on this VM), and the schedules a materializer pass
+    plans share their instants (a minute's cron fires, a burst at the top of the hour);
+    a hit costs a dict lookup. Keys are UTC only, so equal keys format alike."""
+    return instant.isoformat(timespec="microseconds")
 
 
 _NAMESPACE_BYTES = OCCURRENCE_NAMESPACE.bytes

@@ -26,11 +26,11 @@ The same policy applies twice more, with the same rules:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from clockd.core import capabilities
 from clockd.core.ids import occurrence_id, stable_fraction
@@ -48,8 +48,7 @@ MAX_WINDOW = timedelta(minutes=5)  # a flexible window spreads starts over at mo
 MIN_LATENESS = timedelta(seconds=1)  # the leader's misfire sweep does not look closer
 
 
-@dataclass(frozen=True, slots=True)
-class DueSchedule:
+class DueSchedule(NamedTuple):
     """A schedule as the materializer plans it: exactly what :func:`plan_schedule`, the
     capability hold and the occurrence rows read, and nothing more.
 
@@ -59,7 +58,8 @@ class DueSchedule:
     ``capabilities.required(definition)``; ``notify`` tells whether the definition asks
     for notifications (the materializer then looks the whole schedule up, only for the
     rare MISSED it reports). :meth:`of` derives it from a whole :class:`Schedule`; both
-    paths give equal values for the same schedule (a contract test holds them to it)."""
+    paths give equal values for the same schedule (a contract test holds them to it).
+    A NamedTuple, as :class:`PlannedOccurrence`: one per schedule the materializer reads."""
 
     id: str
     version: int
@@ -103,8 +103,11 @@ class DueSchedule:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedOccurrence:
+class PlannedOccurrence(NamedTuple):
+    """One planned instant. A NamedTuple, not a frozen dataclass: the materializer makes
+    one per occurrence, and a frozen dataclass's ``__init__`` (``object.__setattr__`` per
+    field) cost ~1 µs of its ~20 µs of CPU per occurrence; a tuple is built in C."""
+
     id: str
     scheduled_for: datetime
     available_at: datetime
@@ -113,8 +116,7 @@ class PlannedOccurrence:
     catch_up: bool = False  # late (past max_lateness) but run by misfire catch_up / fire_once
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulePlan:
+class SchedulePlan(NamedTuple):
     occurrences: tuple[PlannedOccurrence, ...]
     next_run_at: datetime | None  # the new cursor (None: the schedule will never fire again)
 
@@ -213,7 +215,7 @@ def plan_instants(schedule: DueSchedule, instants: Iterable[datetime], now: date
     if not ordered:
         return ()
     following = dict(itertools.pairwise(ordered))
-    start = dataclasses.replace(schedule, next_run_at=ordered[0])
+    start = schedule._replace(next_run_at=ordered[0])
     return plan_schedule(start, following.get, ordered[-1], now, len(ordered)).occurrences
 
 

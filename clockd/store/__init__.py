@@ -95,9 +95,12 @@ class Fence:
     token: int
 
 
-@dataclass(frozen=True, slots=True)
-class NewOccurrence:
-    """An occurrence the materializer plans. ``state`` is SCHEDULED, or MISSED with a reason."""
+class NewOccurrence(NamedTuple):
+    """An occurrence the materializer plans. ``state`` is SCHEDULED, or MISSED with a reason.
+
+    A NamedTuple (immutable, built in C), not a frozen dataclass, as
+    :class:`~clockd.core.planning.PlannedOccurrence`: one per occurrence on the
+    materializer's hot path."""
 
     id: str
     schedule_id: str
@@ -149,11 +152,12 @@ class MaterializeResult:
     stale: int  # cursor advances that matched nothing (schedule changed meanwhile)
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
     """One claimed occurrence: everything a worker needs to run it and report back.
     The engine builds it positionally on the claim's hot path: mypy checks each field's
-    type there, so a reordering that mixes same-typed fields needs that call fixed too."""
+    type there, so a reordering that mixes same-typed fields needs that call fixed too.
+    A NamedTuple (as :class:`Completion`): one per execution, built in C, where a frozen
+    dataclass set each field through ``object.__setattr__`` (~1.7 µs for these 14)."""
 
     occurrence_id: str
     lease_token: str
@@ -171,10 +175,10 @@ class Claim:
     lease_until: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+class Completion(NamedTuple):
     """The outcome of one attempt. ``next_state`` is SUCCEEDED, DEAD or RETRY_WAIT
-    (then ``retry_at`` says when the occurrence becomes claimable again)."""
+    (then ``retry_at`` says when the occurrence becomes claimable again). A NamedTuple:
+    one per execution (see :class:`Claim`)."""
 
     lease_token: str
     outcome: AttemptOutcome
