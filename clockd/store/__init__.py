@@ -98,7 +98,7 @@ class Fence:
 class NewOccurrence(NamedTuple):
     """An occurrence the materializer plans. ``state`` is SCHEDULED, or MISSED with a reason.
 
-    A NamedTuple (immutable, built in C), not a frozen dataclass, as
+    A NamedTuple (immutable, one ``tuple.__new__``), not a frozen dataclass, as
     :class:`~clockd.core.planning.PlannedOccurrence`: one per occurrence on the
     materializer's hot path."""
 
@@ -156,7 +156,7 @@ class Claim(NamedTuple):
     """One claimed occurrence: everything a worker needs to run it and report back.
     The engine builds it positionally on the claim's hot path: mypy checks each field's
     type there, so a reordering that mixes same-typed fields needs that call fixed too.
-    A NamedTuple (as :class:`Completion`): one per execution, built in C, where a frozen
+    A NamedTuple (as :class:`Completion`): one per execution, one ``tuple.__new__``, where a frozen
     dataclass set each field through ``object.__setattr__`` (~1.7 µs for these 14)."""
 
     occurrence_id: str
