@@ -92,13 +92,18 @@ def _planning(now: datetime) -> dict[str, float]:
     anchored in 100 ms steps, as the sustained run's: ten distinct instants a second,
     ~2.5 occurrences per schedule) and "distinct" (this bench's: every schedule its own
     instant). Best of 15 passes (garbage collection off): the pure-Python share of the
-    figure above, steady enough to compare trees where the pass's figure is not."""
+    figure above, steady enough to compare trees where the pass's figure is not.
+
+    The loop repeats ``Materializer._materialize_shard``'s planning and the head of
+    ``SqlStore.materialize`` (same calls, same order) instead of calling a method: it
+    must run on older trees too (``--against``), which have only these pieces."""
     import gc
 
     from clockd.core.planning import plan_schedule
     from clockd.core.spec import compile_spec
     from clockd.store import CursorAdvance, NewOccurrence
     from clockd.store.codec import due_from_rows
+    from clockd.store.engine import _OCCURRENCE_COLUMNS
     from clockd.store.postgres.store import PostgresDriver, PostgresStore
 
     store = PostgresStore("postgresql:///unused")  # never opened: its planning helpers only
@@ -130,9 +135,10 @@ def _planning(now: datetime) -> dict[str, float]:
                     cursors.append(CursorAdvance(schedule.id, schedule.version, schedule.next_run_at,
                                                  plan.next_run_at))  # fmt: skip
                 d.table("cursors", ("ids", "versions", "expected", "next_run_at"),
-                        [(c.schedule_id, c.version, c.expected, c.next_run_at) for c in cursors])  # fmt: skip
-                planned = store._planned_rows(occurrences, now)
-                d.table("occurrences", [str(k) for k in range(len(planned[0][1]))], [row for _, row in planned])
+                        [(c.schedule_id, c.version, d.opt_instant(c.expected), d.opt_instant(c.next_run_at))
+                         for c in cursors])  # fmt: skip
+                planned = store._planned_rows(occurrences, d.instant(now))
+                d.table("occurrences", _OCCURRENCE_COLUMNS, [row for _, row in planned])
                 best, made = min(best, time.process_time() - began), len(occurrences)
         finally:
             gc.enable()
