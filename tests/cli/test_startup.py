@@ -25,8 +25,11 @@ from tests.harness.home import existing_store
 
 # What a read on the embedded store never needs: the PostgreSQL and etcd drivers, the
 # HTTP client and server, the schedule-file format and its yaml, the validator's target
-# checks, the daemon's modes, and the other verbs' machinery.
+# checks, the daemon's modes, and the other verbs' machinery. pydantic: typer 0.29 coerced
+# every option through it (60-130 ms a call); typer is pinned below that (pyproject).
 HEAVY = (
+    "pydantic",
+    "pydantic_core",
     "psycopg",
     "psycopg_pool",
     "psycopg_binary",
