@@ -88,9 +88,16 @@ def duration_from_us(us: int) -> timedelta:
 # -- schedule definitions ----------------------------------------------------------------
 
 
+# One encoder for every call: ``json.dumps`` with any option builds a new JSONEncoder per
+# call (~1 µs of the 3-6 µs a small document costs); ``encode`` is thread-safe.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# A str as _ENCODER writes it (quoted; control characters, quote and backslash escaped).
+_json_string: Callable[[str], str] = json.encoder.encode_basestring
+
+
 def dumps(data: Any) -> str:
     """Compact JSON; non-ASCII kept as is (control characters are still escaped)."""
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(data)
 
 
 def retry_to_dict(retry: RetryPolicy) -> dict[str, Any]:
@@ -186,12 +193,43 @@ def definition_from_dict(data: dict[str, Any]) -> ScheduleDef:
     )
 
 
+# spec_json's texts by the fields they encode. The schedules of one apply (or of one API
+# client) share their target and policies and differ by name and expression, so a create
+# finds its spec here instead of building and encoding it (~9 µs of an apply's ~60 µs of
+# encoding per create, twice: the spec column and the version's document). Values of a
+# validated definition compare equal only when they encode alike (no 1 == 1.0 == True
+# across fields of one type); a target with an unhashable field is encoded every time.
+_SPEC_TEXTS: dict[tuple[Any, ...], str] = {}
+_SPEC_TEXTS_MAX = 1024
+
+
 def spec_json(definition: ScheduleDef) -> str:
-    return dumps(spec_to_dict(definition))
+    """``spec_to_dict`` as compact JSON (cached by the fields it encodes)."""
+    d = definition
+    key = (d.target, d.retry, d.timeout, d.misfire, d.max_lateness, d.overlap, d.window, d.labels,
+           d.catch_up_limit, d.notify)  # fmt: skip
+    try:
+        text = _SPEC_TEXTS.get(key)
+    except TypeError:  # a field that cannot be hashed: no caching
+        return dumps(spec_to_dict(definition))
+    if text is None:
+        text = dumps(spec_to_dict(definition))
+        if len(_SPEC_TEXTS) >= _SPEC_TEXTS_MAX:
+            _SPEC_TEXTS.clear()
+        _SPEC_TEXTS[key] = text
+    return text
 
 
 def definition_json(definition: ScheduleDef) -> str:
-    return dumps(definition_to_dict(definition))
+    """``definition_to_dict`` as compact JSON, the same text: the columns' keys, then the
+    spec's text (from ``spec_json``'s cache, never empty: it always has a target) spliced in
+    after them."""
+    d, q = definition, _json_string
+    spec = spec_json(definition)
+    return (
+        f'{{"name":{q(d.name)},"kind":{q(d.kind.value)},"expr":{q(d.expr)},"tz":{q(d.tz)},'
+        f'"queue":{q(d.queue)},"tenant":{q(d.tenant)},{spec[1:]}'
+    )
 
 
 def definition_from_json(text: str) -> ScheduleDef:

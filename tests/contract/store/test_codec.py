@@ -79,6 +79,23 @@ def test_definitions_round_trip(definition: ScheduleDef) -> None:
     assert rebuilt == definition
 
 
+def _compact(data: object) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+@given(definitions, definitions, texts)
+def test_spec_and_definition_texts_are_their_documents_whatever_was_encoded_before(
+    first: ScheduleDef, second: ScheduleDef, name: str
+) -> None:
+    """spec_json keeps its texts by the fields they encode, and definition_json splices the
+    spec's text in after the columns: each text is still exactly the compact encoding of
+    its document, in any order of calls, for definitions sharing a spec or not."""
+    renamed = replace(first, name=name, expr=second.expr, tenant=second.tenant)  # the same spec as first
+    for d in (first, second, renamed, first, second):
+        assert codec.spec_json(d) == _compact(codec.spec_to_dict(d))
+        assert codec.definition_json(d) == _compact(codec.definition_to_dict(d))
+
+
 @given(definitions, texts)
 def test_schedule_rows_round_trip_whether_their_shape_was_decoded_before(definition: ScheduleDef, other: str) -> None:
     """Rows of one shape share a decoded definition (SQLite's JSON spec): each keeps its name."""
