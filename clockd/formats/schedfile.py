@@ -897,7 +897,7 @@ def _decode_notify(event: NotifyEvent, value: Value) -> Notification:
     entries = _entries(value, allow_merge=True)
     for key, line, _ in entries:
         if key not in _NOTIFY_KEYS:
-            raise _Refused(f"{key}: unknown key (give one of {', '.join(_NOTIFY_KEYS)})", line)
+            raise _Refused(f"{_shown(key)}: unknown key (give one of {', '.join(_NOTIFY_KEYS)})", line)
     if len(entries) != 1:
         raise _Refused(f"give exactly one of {', '.join(_NOTIFY_KEYS)}")
     key, line, item = entries[0]
