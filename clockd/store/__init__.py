@@ -512,7 +512,10 @@ class Store(Protocol):
 
     async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:
         """Heartbeat: push ``lease_until`` to ``now + lease_for`` for the tokens still held.
-        Returns the tokens that are still held (a missing one was reaped: stop that job)."""
+        Returns the tokens that are still held (a missing one was reaped: stop that job).
+        Never waits for a row another session holds (a finish or release ending it, a
+        reaper taking an expired lease): that lease is not extended this time and counts
+        as held; the next heartbeat extends it or finds it gone."""
         ...
 
     async def finish(self, completions: Sequence[Completion], now: datetime) -> set[str]:

@@ -538,13 +538,32 @@ ORDER BY trank, visible_at, dispatch_id;
 -- The ids by one probe of dispatch_lease_token per token (LIMIT 1 keeps each probe a
 -- parameterized index scan: as a plain join the planner merged the sorted tokens with a
 -- full scan of that index); the token check again on the locked row.
-UPDATE dispatch SET lease_until = %(lease_until)s
-WHERE id = ANY(ARRAY(
-        SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
-        CROSS JOIN LATERAL (SELECT dispatch.id FROM dispatch
-                            WHERE dispatch.lease_token = t.token LIMIT 1) AS x))
-  AND lease_token = ANY(%(tokens)b::text[])
-RETURNING lease_token;
+-- A heartbeat never waits for a row lock (SKIP LOCKED): a row another session holds is
+-- being ended (a finish, a release) or reaped (its lease already ran out), so this
+-- extension is not what keeps it. Such a row still carries the token as last committed,
+-- and counts as held (`busy`): the next heartbeat extends it, or finds it gone. Waiting
+-- instead made the heartbeat a party to deadlocks with a finish of the same leases
+-- whenever the two locked in different orders — and an UPDATE or DELETE locks in the
+-- order its plan visits the rows, the id order only for an index scan of the primary key
+-- (test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases, both plans).
+WITH mine AS MATERIALIZED (
+    SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
+    CROSS JOIN LATERAL (SELECT dispatch.id FROM dispatch
+                        WHERE dispatch.lease_token = t.token LIMIT 1) AS x
+), locked AS MATERIALIZED (
+    SELECT d.id FROM dispatch AS d
+    WHERE d.id = ANY(ARRAY(SELECT id FROM mine)) AND d.lease_token = ANY(%(tokens)b::text[])
+    FOR UPDATE OF d SKIP LOCKED
+), extended AS (
+    UPDATE dispatch SET lease_until = %(lease_until)s
+    FROM locked WHERE dispatch.id = locked.id
+    RETURNING dispatch.lease_token
+)
+SELECT lease_token FROM extended
+UNION ALL
+SELECT d.lease_token FROM dispatch AS d  -- busy: the statement's snapshot, unlocked
+WHERE d.id = ANY(ARRAY(SELECT id FROM mine)) AND d.id <> ALL(ARRAY(SELECT id FROM locked))
+  AND d.lease_token = ANY(%(tokens)b::text[]);
 
 -- name: leases_held
 -- The claims behind these tokens (finish, release), with their occurrence's state: the

@@ -255,39 +255,55 @@ async def test_concurrent_migrators_with_the_roles_present_grant_without_failing
             pg_server.drop_database(name)
 
 
-async def test_a_heartbeat_and_a_finish_of_the_same_leases_do_not_deadlock(
-    stores: list[PostgresStore], pg_dsn: str
+@pytest.mark.parametrize("odd", [None, "heartbeat", "finish"])
+async def test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases(
+    stores: list[PostgresStore], pg_dsn: str, odd: str | None
 ) -> None:
     """A worker's heartbeat extends the leases of completions not yet recorded while its
-    flush ends them, on two connections. The extension locks the rows in id order; the
-    finish locked them in the order of its tokens, so each could hold a row the other
-    waited for: PostgreSQL broke the cycle after deadlock_timeout by failing one
-    (StoreLocked), and the worker logged an error and retried. Both lock in id order now.
-    Staged: a third session holds the middle row, so the extension takes the first row
-    and waits; the finish is given its tokens last-first."""
+    flush ends them, on two connections. Each locked the rows in the order its plan
+    visited them — the id order for an index scan of the primary key, the physical order
+    for a bitmap, sequential or hash-join plan — so the two could each hold a row the
+    other waited for: PostgreSQL broke the cycle after deadlock_timeout (1 s) by failing
+    one (StoreLocked), and the worker logged an error and retried. The heartbeat now skips
+    a row another session holds and counts it as held, so it never waits and is never
+    part of a cycle. Staged: the rows stored in descending id order, a third session
+    holding the middle one, the finish waiting on it; one of the two statements (``odd``)
+    in a session kept off index scans and nested loops (both deadlocked so)."""
     await fill_queue(stores[0], 3)
     claims = await stores[0].claim(["default"], "w", 3, LEASE, T0 + MIN)
     by_id: list[tuple[int, str]] = []
     for c in claims:
         row = await scalar(pg_dsn, "SELECT id FROM dispatch WHERE lease_token = %s", (c.lease_token,))
         by_id.append((row, c.lease_token))
-    (middle_id, _) = sorted(by_id)[1]
+    ids = sorted(i for i, _ in by_id)
+    for dispatch_id in reversed(ids):  # a new (non-HOT) version each, highest id first
+        await scalar(
+            pg_dsn,
+            "UPDATE dispatch SET visible_at = visible_at + interval '1 microsecond' WHERE id = %s RETURNING id",
+            (dispatch_id,),
+        )
+    assert await scalar(pg_dsn, "SELECT array_agg(id ORDER BY ctid) FROM dispatch") == list(reversed(ids))
     tokens_by_id = [token for _, token in sorted(by_id)]
-    done = [
-        Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0)
-        for token in reversed(tokens_by_id)
-    ]
-    async with await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
-        await blocker.execute("SELECT 1 FROM dispatch WHERE id = %s FOR UPDATE", (middle_id,))
-        extended = asyncio.create_task(stores[0].extend_leases(tokens_by_id, LEASE, T0 + MIN))
-        await waiting_on_a_lock(pg_dsn, 1)
-        finished = asyncio.create_task(stores[1].finish(done, T0 + 2 * MIN))
-        await waiting_on_a_lock(pg_dsn, 2)
-        await blocker.commit()
-    results = await asyncio.gather(extended, finished, return_exceptions=True)
-    assert not [r for r in results if isinstance(r, BaseException)], results
-    assert results[1] == set(tokens_by_id)
+    done = [Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0) for token in tokens_by_id]
+    oddball = PostgresStore(f"{pg_dsn}?options=-c%20enable_indexscan%3Doff%20-c%20enable_nestloop%3Doff", max_size=2)
+    await oddball.open()
+    heartbeat = oddball if odd == "heartbeat" else stores[0]
+    finisher = oddball if odd == "finish" else stores[1]
+    try:
+        async with await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
+            await blocker.execute("SELECT 1 FROM dispatch WHERE id = %s FOR UPDATE", (ids[1],))
+            finished = asyncio.create_task(finisher.finish(done, T0 + 2 * MIN))
+            await waiting_on_a_lock(pg_dsn, 1)
+            # The finish holds one row and waits for the middle one: the heartbeat does not wait.
+            held = await asyncio.wait_for(heartbeat.extend_leases(tokens_by_id, LEASE, T0 + MIN), timeout=10)
+            assert held == set(tokens_by_id)
+            assert not finished.done()
+            await blocker.commit()
+        assert await finished == set(tokens_by_id)
+    finally:
+        await oddball.close()
     assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'") == 3
+    assert await stores[0].extend_leases(tokens_by_id, LEASE, T0 + 3 * MIN) == set()  # ended: not held
 
 
 # -- connection failures -----------------------------------------------------------------------
