@@ -284,7 +284,9 @@ async def test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases(
         )
     assert await scalar(pg_dsn, "SELECT array_agg(id ORDER BY ctid) FROM dispatch") == list(reversed(ids))
     tokens_by_id = [token for _, token in sorted(by_id)]
-    done = [Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0) for token in tokens_by_id]
+    done = [
+        Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0) for token in tokens_by_id
+    ]
     oddball = PostgresStore(f"{pg_dsn}?options=-c%20enable_indexscan%3Doff%20-c%20enable_nestloop%3Doff", max_size=2)
     await oddball.open()
     heartbeat = oddball if odd == "heartbeat" else stores[0]
