@@ -467,6 +467,48 @@ _BEHIND_SQL = (
 )
 
 
+# The queue's and the occurrences' state at the window's edges: dead row versions and
+# sizes of the tables the claim reads (dispatch grows between vacuums: the leader's every
+# queue_vacuum_every, autovacuum's at most once per autovacuum_naptime, a minute).
+_TABLES_SQL = (
+    "SELECT /* bench */ s.relname, s.n_live_tup, s.n_dead_tup, s.autovacuum_count, "
+    "pg_relation_size(s.relid) / 1048576.0, pg_indexes_size(s.relid) / 1048576.0 "
+    "FROM pg_stat_user_tables AS s WHERE s.relname IN ('dispatch', 'occurrences') ORDER BY s.relname"
+)
+
+
+def _tables(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
+    return "; ".join(
+        f"{name} live {live:,} dead {dead:,} autovacuums {vacuums} heap {heap:.0f} MiB indexes {idx:.0f} MiB"
+        for name, live, dead, vacuums, heap, idx in conn.execute(_TABLES_SQL).fetchall()
+    )
+
+
+# The claim's two walks from the head of the ready indexes (its tenant probe and its
+# pick, without the lock), EXPLAIN ANALYZE'd at the window's end: the pages they read
+# say how many dead entries lie ahead of the first claimable row.
+_HEAD_PROBES = {
+    "tenant probe": "SELECT /* bench */ tenant FROM dispatch WHERE lease_token IS NULL AND queue = %(queue)s "
+    "ORDER BY tenant LIMIT 1",
+    "pick of 500": "SELECT /* bench */ id FROM dispatch WHERE lease_token IS NULL AND queue = %(queue)s "
+    "AND visible_at <= now() ORDER BY visible_at, id LIMIT 500",
+}
+
+
+def _head_probes(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
+    found = conn.execute("SELECT /* bench */ queue FROM dispatch LIMIT 1").fetchone()
+    if found is None:
+        return "queue empty"
+    shown = []
+    for name, query in _HEAD_PROBES.items():
+        (plan,) = _one(conn, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query, {"queue": found[0]})
+        top = plan[0]
+        node = top["Plan"]
+        shown.append(f"{name} {top['Execution Time']:.2f} ms, {node['Actual Rows']} rows, "
+                     f"{node['Shared Hit Blocks'] + node['Shared Read Blocks']:,} pages")  # fmt: skip
+    return "; ".join(shown)
+
+
 def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str) -> Load:
     """``every`` schedules firing ``rate`` times a second on a fresh database with its own
     processes; after ``warmup`` seconds, a window of ``window`` seconds is measured."""
@@ -523,6 +565,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 srv.db_time_ms(dsn, reset=True)
                 start = datetime.now(UTC)
                 depth0 = _one(conn, depth_sql, {"now": start})
+                tables0 = _tables(conn)
                 cpu0 = {name: p.cpu() for name, p in cluster.procs.items()}
                 server0, busy0, backends0 = srv.server_cpu_seconds(), machine_busy(), srv.backend_cpu()
                 waits: Counter[str] = Counter()
@@ -539,6 +582,8 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 end = datetime.now(UTC)
                 db_ms = srv.db_time_ms(dsn)
                 depth1 = _one(conn, depth_sql, {"now": end})
+                tables1 = _tables(conn)
+                heads = _head_probes(conn)
                 cpu = {name: p.cpu() - cpu0[name] for name, p in cluster.procs.items()}
                 server1, busy1, backends1 = srv.server_cpu_seconds(), machine_busy(), srv.backend_cpu()
                 statements = srv.top_statements(dsn)
@@ -569,6 +614,9 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
     log(f"{label}: due rows (queued, outbox), schedules behind, oldest cursor age: "
         f"{tuple(depth0)} → {tuple(depth1)}; oldest cursor age every 2 s: "
         f"{' '.join(f'{b:.1f}' for b in behind)}")  # fmt: skip
+    log(f"{label}: tables at the window's start: {tables0}")
+    log(f"{label}: tables at the window's end: {tables1}")
+    log(f"{label}: the claim's walks from the index heads at the window's end: {heads}")
     server_cpu = server1 - server0 if server0 is not None and server1 is not None else None
     log(
         f"{label}: CPU seconds in the window: "

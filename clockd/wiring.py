@@ -233,6 +233,7 @@ def _leader(parts: Parts) -> Service:
 
     settings = LeaderSettings(
         retention=parts.settings.retention,
+        queue_vacuum_every=parts.settings.queue_vacuum_every.total_seconds(),
         # After a store error the reaper waits one visibility timeout: a worker that could
         # not record an outcome (a full disk) extends the same lease and records it then.
         reap_hold=parts.settings.visibility_timeout.total_seconds(),

@@ -110,6 +110,8 @@ class Settings:
     drain_grace: timedelta = timedelta(seconds=30)
     kill_grace: timedelta = timedelta(seconds=10)
     retention: timedelta = timedelta(days=30)
+    # The leader vacuums the queue table this often (PostgreSQL; 0s: leave it to autovacuum).
+    queue_vacuum_every: timedelta = timedelta(seconds=2)
     max_clock_skew: timedelta = timedelta(seconds=2)
     output_limit: int = 64 * 1024
     metrics_addr: str = "127.0.0.1:9464"

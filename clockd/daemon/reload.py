@@ -12,7 +12,7 @@ running value until then):
 * ``schedules_dir``: the directory is applied again (below).
 
 Everything else — store, etcd, cluster, node id, modes, queues, shard count,
-horizon, leases, graces, retention, clock skew, output limit, metrics address,
+horizon, leases, graces, retention, queue vacuum, clock skew, output limit, metrics address,
 allowed users — is wired into connections, leases and running loops at start:
 ``clockd`` logs that a restart is needed (action ``config_reload_restart_needed``).
 

@@ -11,8 +11,10 @@ the misfire policy to queued occurrences no worker reached within their
 schedule's ``max_lateness`` (``Store.sweep_misfires``: MISSED with the reason)
 and free overlap slots whose holder ended without releasing them (canceled or
 missed while waiting to retry); every ``prune_every``, delete terminal history
-older than ``retention``; sample backlog, queue, dead-letter and reconciler
-figures (``clockd.modes.sampler``).
+older than ``retention``; every ``queue_vacuum_every``, vacuum the queue table
+(``Store.vacuum_queue``: autovacuum comes at most once a minute, and the claims walk
+the dead entries it leaves behind until then); sample backlog, queue, dead-letter
+and reconciler figures (``clockd.modes.sampler``).
 
 With a ``Notifier``: a reaped attempt is a ``failure`` (and ``dead`` when it was
 the last), and the occurrences a sweep made MISSED are looked up among the
@@ -60,6 +62,7 @@ class LeaderSettings:
     prune_batch: int = 10_000
     sweep_every: float = 5.0  # seconds between misfire sweeps (0: every tick)
     sweep_batch: int = 1000  # oldest waiting rows looked at per queue
+    queue_vacuum_every: float = 2.0  # seconds between vacuums of the queue (0: never)
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     # Seconds the reaper waits after the last store error before returning expired
     # leases (the visibility timeout: see clockd.obs.health).
@@ -87,6 +90,8 @@ class Leader:
         self.sampler = Sampler(store, clock, self.settings.sampler)
         self._last_prune: float | None = None
         self._last_sweep: float | None = None
+        self._last_vacuum: float | None = None
+        self._vacuum_refused = False
         self._was_leader = False
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -132,12 +137,31 @@ class Leader:
                         pruned,
                         extra={"action": "history_pruned", "count": pruned},
                     )
+            every = self.settings.queue_vacuum_every
+            if every > 0 and not self._vacuum_refused and (
+                self._last_vacuum is None or mono - self._last_vacuum >= every
+            ):
+                self._last_vacuum = mono
+                await self._vacuum_queue()
         except FencedOut:
             metrics.fenced_writes_rejected.labels(resource_kind="leader").inc()
             self.coord.lost(lease)
             raise
         await self.sampler.maybe(now)  # backlog, per-queue depth and age, dead letters, reconciler
         return len(reaped) >= self.settings.reap_batch
+
+    async def _vacuum_queue(self) -> None:
+        """No fence: a vacuum changes no row a successor could disagree with, and a
+        deposed leader's last one is as harmless as autovacuum's."""
+        if await self.store.vacuum_queue():
+            return
+        self._vacuum_refused = True  # a role's rights do not change while it runs
+        log.warning(
+            "cannot vacuum the queue table as this database role (only its owner, the database's owner or a "
+            "superuser may): the claims slow down as dead rows pile up between autovacuum's visits; run the "
+            "leader as the owner, set queue_vacuum_every: 0s to silence this, or lower autovacuum_naptime",
+            extra={"action": "queue_vacuum_refused"},
+        )
 
     async def _sweep(self, fence: Fence, now: datetime) -> None:
         missed = await self.store.sweep_misfires(fence, self.settings.sweep_batch, now)

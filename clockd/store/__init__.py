@@ -624,6 +624,18 @@ class Store(Protocol):
         """The database server's clock (SQLite: the local clock), for clock-offset checks."""
         ...
 
+    async def vacuum_queue(self) -> bool:
+        """Reclaim the queue's dead row versions now; the leader calls it every
+        ``queue_vacuum_every``. PostgreSQL: ``VACUUM (SKIP_LOCKED) dispatch``. Every
+        execution leaves dead versions of its queue row (the claim's update, the finish's
+        delete) and their entries at the head of the ready indexes, which every claim
+        walks until a vacuum removes them; autovacuum visits a table at most once per
+        ``autovacuum_naptime`` (a minute by default, server-wide), by when 10,000
+        executions/s have left ~600,000 (README "Round two"). Returns False when this
+        role may not vacuum the table (only its owner, the database's owner or a
+        superuser may), having done nothing. SQLite: nothing to reclaim, True."""
+        ...
+
     # -- operator read paths (clockctl reconcile / explain / status, the leader's samples) --
     # Reads only: no fence, no lock held past the call. Each is one or two set-based
     # statements; none scans a table the hot paths write, except ``dead_count`` (the

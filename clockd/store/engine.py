@@ -294,6 +294,10 @@ class SqlStore:
         """The database server's clock (``clock_timestamp()``; SQLite: the local clock)."""
         return await self.driver.server_time()
 
+    async def vacuum_queue(self) -> bool:
+        """See the port."""
+        return await self.driver.vacuum_queue()
+
     async def _call(self, fn: Any, *, write: bool) -> Any:
         """Run ``fn(connection)`` as one transaction in the driver's own way (tests)."""
         return await self.driver.call(fn, write=write)

@@ -409,11 +409,11 @@ async def test_every_named_statement_prepares_against_the_schema(stores: list[Po
     """Including the steps of claim_lease and relay_dispatch kept for parity, which the
     store does not run: they must stay true to the schema. (DDL cannot be prepared;
     schema_migrations_create runs in every migrate. Nor can SET: snapshot_read runs in
-    every reconcile_rows.)"""
+    every reconcile_rows. Nor VACUUM: queue_vacuum runs in its own test.)"""
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         for i, (name, query) in enumerate([*Q.items(), *PG.items()]):
             code = "\n".join(line for line in query.splitlines() if not line.lstrip().startswith("--"))
-            if code.lstrip().upper().startswith(("CREATE ", "SET ")):  # DDL and SET cannot be prepared
+            if code.lstrip().upper().startswith(("CREATE ", "SET ", "VACUUM ")):  # cannot be prepared
                 continue
             try:
                 await conn.execute(f"PREPARE q{i} AS {_numbered(query)}")  # type: ignore[arg-type]
@@ -597,3 +597,63 @@ async def test_dead_at_follows_state_and_the_dead_letter_reads_use_occurrences_d
             cur = await conn.execute("EXPLAIN " + Q[name], params)  # type: ignore[operator]
             plan = "\n".join(row[0] for row in await cur.fetchall())
             assert index in plan, f"{name}:\n{plan}"
+
+
+# -- the queue's upkeep ----------------------------------------------------------------------
+
+
+def _queue_state(dsn: str) -> tuple[int, int, int]:
+    """The queue's live and dead row versions (pgstattuple: the pages themselves, not the
+    statistics collector's estimate) and how often it was vacuumed by hand."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        found = conn.execute(
+            "SELECT t.tuple_count, t.dead_tuple_count, s.vacuum_count "
+            "FROM pgstattuple('dispatch') AS t, pg_stat_user_tables AS s WHERE s.relname = 'dispatch'"
+        ).fetchone()
+    assert found is not None
+    return int(found[0]), int(found[1]), int(found[2])
+
+
+async def test_vacuum_queue_removes_the_dead_rows_finished_runs_leave(stores: list[PostgresStore], pg_dsn: str) -> None:
+    """Every run leaves dead versions of its queue row (the claim's update, the finish's
+    delete), and their entries at the head of the ready indexes every claim walks, until
+    a vacuum; autovacuum comes at most once a minute. The leader's vacuum_queue removes
+    them at once and keeps the rows still queued."""
+    store = stores[0]
+    await fill_queue(store, 300)
+    claims = await store.claim(["default"], "w", 200, LEASE, T0 + MIN)
+    assert len(claims) == 200
+    done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
+    assert await store.finish(done, T0 + MIN + SEC) == {c.lease_token for c in claims}
+    _, _, vacuums = _queue_state(pg_dsn)
+
+    assert await store.vacuum_queue() is True
+
+    live, dead, vacuumed = _queue_state(pg_dsn)
+    assert (live, dead, vacuumed) == (100, 0, vacuums + 1)
+    rest = await stores[1].claim(["default"], "w2", 500, LEASE, T0 + MIN)
+    assert len(rest) == 100
+
+
+async def test_vacuum_queue_reports_a_role_that_may_not_vacuum(stores: list[PostgresStore], pg_dsn: str) -> None:
+    """A role that owns no table (as clockd_daemon of roles.sql): PostgreSQL only warns
+    and skips its VACUUM, so vacuum_queue says so (the leader then logs it once) and does
+    nothing. (A role of its own rather than roles.sql's: those are cluster-wide, and
+    other test files create them at the same time.)"""
+    role = f"daemon_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    daemon = PostgresStore(psycopg.conninfo.make_conninfo(pg_dsn, user=role), max_size=2)
+    try:
+        await daemon.open()
+        _, _, vacuums = _queue_state(pg_dsn)
+        assert await daemon.vacuum_queue() is False
+        assert _queue_state(pg_dsn)[2] == vacuums
+        assert await stores[0].vacuum_queue() is True  # the owner may
+    finally:
+        await daemon.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")  # its grants in this database
+            conn.execute(f"DROP ROLE {role}")

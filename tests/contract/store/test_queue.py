@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from clockd.core.model import AttemptOutcome, OccurrenceState, RetryPolicy
-from clockd.store import CursorAdvance, Store
+from clockd.store import Completion, CursorAdvance, Store
 
 from .support import (
     FENCE,
@@ -19,6 +19,7 @@ from .support import (
     enqueue,
     materialize_next,
     planned,
+    running,
 )
 
 # -- relay -----------------------------------------------------------------------------------
@@ -197,3 +198,23 @@ async def test_extended_lease_is_not_reaped_at_the_old_expiry(store: Store) -> N
     assert await store.reap_expired(FENCE, 100, T0 + LEASE + SEC) == []
     reaped = await store.reap_expired(FENCE, 100, T0 + 20 * SEC + LEASE + SEC)
     assert [r.occurrence_id for r in reaped] == [claim.occurrence_id]
+
+
+# -- the queue's upkeep (the leader's vacuum) -----------------------------------------------
+
+
+async def test_vacuum_queue_keeps_every_queued_and_leased_row(store: Store) -> None:
+    """The leader vacuums the queue every queue_vacuum_every while workers claim and
+    finish: nothing queued or leased may go, and the claims go on as before."""
+    _, first = await running(store, "first")
+    waiting = await add_schedule(store, "waiting")
+    await enqueue(store, waiting)
+    assert await store.vacuum_queue() is True
+    assert await store.extend_leases([first.lease_token], LEASE, T0 + SEC) == {first.lease_token}
+    second = await claim_one(store, T0 + SEC, worker="w2")
+    assert second.schedule_id == waiting.id
+    assert await store.vacuum_queue() is True
+    done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in (first, second)]
+    assert await store.finish(done, T0 + 2 * SEC) == {first.lease_token, second.lease_token}
+    backlog = await store.backlog(T0 + 2 * SEC)
+    assert (backlog.queued, backlog.running) == (0, 0)
