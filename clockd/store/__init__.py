@@ -626,7 +626,7 @@ class Store(Protocol):
 
     async def vacuum_queue(self) -> bool:
         """Reclaim the queue's dead row versions now; the leader calls it every
-        ``queue_vacuum_every``. PostgreSQL: ``VACUUM (SKIP_LOCKED) dispatch``. Every
+        ``queue_vacuum_every``. PostgreSQL: ``VACUUM (SKIP_LOCKED, TRUNCATE false) dispatch``. Every
         execution leaves dead versions of its queue row (the claim's update, the finish's
         delete) and their entries at the head of the ready indexes, which every claim
         walks until a vacuum removes them; autovacuum visits a table at most once per

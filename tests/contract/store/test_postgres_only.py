@@ -657,3 +657,22 @@ async def test_vacuum_queue_reports_a_role_that_may_not_vacuum(stores: list[Post
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")  # its grants in this database
             conn.execute(f"DROP ROLE {role}")
+
+
+async def test_vacuum_queue_never_waits_to_shrink_the_table(stores: list[PostgresStore], pg_dsn: str) -> None:
+    """Giving a table's empty end pages back takes an ACCESS EXCLUSIVE lock, which every
+    claim would queue behind, and a plain VACUUM tries for it up to 5 s — holding up the
+    leader's tick (reaps included) while any session reads the queue. The queue's pages
+    are needed again at once: vacuum_queue does not try (TRUNCATE false)."""
+    store = stores[0]
+    await fill_queue(store, 300)
+    claims = await store.claim(["default"], "w", 300, LEASE, T0 + MIN)
+    done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
+    assert await store.finish(done, T0 + MIN + SEC) == {c.lease_token for c in claims}
+    with psycopg.connect(pg_dsn) as reader:  # a session in the middle of reading the queue
+        reader.execute("SELECT count(*) FROM dispatch").fetchone()
+        began = time.monotonic()
+        assert await store.vacuum_queue() is True
+        took = time.monotonic() - began
+    assert took < 2.0, f"vacuum_queue took {took:.1f} s: it waited for the table's exclusive lock"
+    assert _queue_state(pg_dsn)[:2] == (0, 0)
