@@ -73,6 +73,11 @@ class LeaderSettings:
     hold_while: str | None = None
 
 
+def _due(last: float | None, every: float, mono: float) -> bool:
+    """Whether a chore last done at monotonic ``last`` (None: not yet) is due again."""
+    return last is None or mono - last >= every
+
+
 class Leader:
     def __init__(
         self,
@@ -125,10 +130,10 @@ class Leader:
                 )
                 await self._after_reap(reaped)
             mono = self.clock.monotonic()
-            if self._last_sweep is None or mono - self._last_sweep >= self.settings.sweep_every:
+            if _due(self._last_sweep, self.settings.sweep_every, mono):
                 self._last_sweep = mono
                 await self._sweep(fence, now)
-            if self._last_prune is None or mono - self._last_prune >= self.settings.prune_every:
+            if _due(self._last_prune, self.settings.prune_every, mono):
                 self._last_prune = mono
                 pruned = await self.store.prune(fence, now - self.settings.retention, self.settings.prune_batch, now)
                 if pruned:
@@ -138,9 +143,7 @@ class Leader:
                         extra={"action": "history_pruned", "count": pruned},
                     )
             every = self.settings.queue_vacuum_every
-            if every > 0 and not self._vacuum_refused and (
-                self._last_vacuum is None or mono - self._last_vacuum >= every
-            ):
+            if every > 0 and not self._vacuum_refused and _due(self._last_vacuum, every, mono):
                 self._last_vacuum = mono
                 await self._vacuum_queue()
         except FencedOut:

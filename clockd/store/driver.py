@@ -107,10 +107,6 @@ class Driver(Protocol):
 
     async def server_time(self) -> datetime: ...
 
-    async def vacuum_queue(self) -> bool:
-        """See ``Store.vacuum_queue``."""
-        ...
-
     async def call(self, fn: Any, *, write: bool) -> Any:
         """Run ``fn(connection)`` as one transaction (tests reach the raw connection so)."""
         ...

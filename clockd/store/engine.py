@@ -295,8 +295,18 @@ class SqlStore:
         return await self.driver.server_time()
 
     async def vacuum_queue(self) -> bool:
-        """See the port."""
-        return await self.driver.vacuum_queue()
+        """See the port. A ``read``: PostgreSQL runs it as autocommit statements (VACUUM
+        refuses to run in a transaction); each dialect's SQL says what the two steps are."""
+
+        def body() -> Body[bool]:
+            allowed = yield Run("queue_vacuum_allowed", fetch="one")
+            if allowed is None or not allowed[0]:
+                return False
+            yield Run("queue_vacuum", fetch="none")
+            return True
+
+        result: bool = await self._read(body())
+        return result
 
     async def _call(self, fn: Any, *, write: bool) -> Any:
         """Run ``fn(connection)`` as one transaction in the driver's own way (tests)."""
@@ -1606,6 +1616,7 @@ ENGINE_QUERIES: Final = frozenset(
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram", "occurrences_started_after", "schedule_cursor_move",
         "schedules_page_state", "schedules_page_label", "schedule_labels_insert", "schedule_labels_delete",
+        "queue_vacuum_allowed", "queue_vacuum",
     }
 )  # fmt: skip
 

@@ -19,26 +19,6 @@ SELECT clock_timestamp();
 SELECT count(*) = 3 FROM pg_roles
 WHERE rolname IN ('clockd_readonly', 'clockd_operator', 'clockd_daemon');
 
--- ------------------------------------------------------------------ the queue's upkeep
-
--- name: queue_vacuum_allowed
--- Whether this role's VACUUM of the queue would do anything: PostgreSQL 15 vacuums a
--- table for its owner (or a member of that role), the database's owner and superusers,
--- and only warns and skips it for anyone else (clockd_daemon of roles.sql owns nothing).
-SELECT pg_has_role(c.relowner, 'USAGE') OR pg_has_role(d.datdba, 'USAGE')
-FROM pg_class AS c, pg_database AS d
-WHERE c.oid = 'dispatch'::regclass AND d.datname = current_database();
-
--- name: queue_vacuum
--- SKIP_LOCKED: an autovacuum (or another VACUUM) already at the table does the same
--- work, so this one never waits for it. TRUNCATE false: giving the empty pages at the
--- table's end back to the file system takes an ACCESS EXCLUSIVE lock — which every
--- claim would queue behind — and VACUUM tries for it up to 5 s (the leader's tick with
--- it; 5 % of the active backends' samples in a sustained run were that wait), for
--- pages the next inserts need again. Outside a transaction (pool connections are
--- autocommit; VACUUM refuses to run in one).
-VACUUM (SKIP_LOCKED, TRUNCATE false) dispatch;
-
 -- ------------------------------------------------------------------ operator read paths
 
 -- name: snapshot_read

@@ -323,19 +323,6 @@ class PostgresDriver:
 
         return await self.call(run, write=False)
 
-    async def vacuum_queue(self) -> bool:
-        """VACUUM ``dispatch`` now (see ``Store.vacuum_queue``); False, and nothing done,
-        when this role may not."""
-
-        async def run(conn: Conn) -> bool:
-            row = await (await conn.execute(PG["queue_vacuum_allowed"])).fetchone()
-            if row is None or not row[0]:
-                return False
-            await conn.execute(PG["queue_vacuum"])
-            return True
-
-        return await self.call(run, write=False)
-
     # -- values --------------------------------------------------------------------------------
 
     @staticmethod

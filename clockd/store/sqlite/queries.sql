@@ -424,6 +424,17 @@ DELETE FROM occurrences WHERE id IN (
       AND state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED')
     ORDER BY finished_at LIMIT :limit);
 
+-- ------------------------------------------------------------------ the queue's upkeep
+
+-- name: queue_vacuum_allowed
+-- SQLite has no roles: whoever can write the file may.
+SELECT 1;
+
+-- name: queue_vacuum
+-- Nothing to reclaim: SQLite removes a deleted row and its index entries in place (no
+-- row versions), and the file's free pages are reused by the next inserts.
+SELECT 1;
+
 -- ------------------------------------------------------------------ observation
 
 -- name: backlog

@@ -462,11 +462,6 @@ class SqliteDriver:
         """SQLite has no server: the local clock (the offset check is then zero)."""
         return datetime.now(UTC)
 
-    async def vacuum_queue(self) -> bool:
-        """Nothing to reclaim: SQLite removes a deleted row and its index entries in place
-        (no row versions), and the file's free pages are reused by the next inserts."""
-        return True
-
     # -- values --------------------------------------------------------------------------------
 
     instant = staticmethod(to_us)
