@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,7 @@ _NEXT = re.compile(r'<a href="([^"]+)" rel="next">')
 
 
 # The dashboard's searches: (figure name, query of /ui/schedules for run i).
-SEARCHES = (
+SEARCHES: tuple[tuple[str, Callable[[int], dict[str, str]]], ...] = (
     ("name prefix", lambda i: {"q": f"page-{(i * 7919) % 1000:04d}"}),
     ("label", lambda i: {"label": f"team=t{i % LABELS}"}),
     ("state none has", lambda i: {"state": "paused"}),

@@ -127,7 +127,8 @@ def _planning(now: datetime) -> dict[str, float]:
             for _ in range(15):
                 began = time.process_time()
                 due = due_from_rows(rows, d.instant, d.opt_instant)
-                occurrences, cursors = [], []
+                occurrences: list[NewOccurrence] = []
+                cursors = []
                 for schedule in due:
                     spec = compile_spec(schedule.kind, schedule.expr, schedule.tz, schedule.created_at)
                     plan = plan_schedule(schedule, spec.next_after, until, now, 100)

@@ -183,7 +183,7 @@ def _reap_probe(conn: psycopg.Connection[Any], schema: str, held: int, probes: i
         pass
     conn.execute(f"ANALYZE {schema}.dispatch")
     reap = _REAP.format(s=schema)
-    plan = conn.execute("EXPLAIN " + reap, {"now": now}).fetchall()  # type: ignore[operator]  # trusted SQL
+    plan = conn.execute("EXPLAIN " + reap, {"now": now}).fetchall()
     log(f"queue_layout: reap pass, {schema}: " + " / ".join(str(r[0]).strip() for r in plan[:3]))
     for _ in range(probes):
         conn.execute(reap, {"now": now})
