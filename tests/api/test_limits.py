@@ -36,7 +36,7 @@ async def _client(store: SqliteStore, limits: Limits, tenant: str = "acme", role
     await store.create_token(issued.record)
     app = build_app(ApiContext(store, Ops(store, SystemClock()), SystemClock(), limits))
     return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]  # a Starlette app is ASGI
+        transport=httpx.ASGITransport(app=app),
         base_url="http://api",
         headers={"Authorization": f"Bearer {issued.secret}"},
     )

@@ -432,7 +432,8 @@ def test_progress_bar_shows_on_a_terminal_only_for_many_schedules() -> None:
     assert "checking" in drawn and "writing in one transaction" in drawn
 
     for console, count in ((Console(file=io.StringIO(), force_terminal=False), 500), (tty, PROGRESS_THRESHOLD)):
-        before = console.file.getvalue()  # type: ignore[attr-defined]
+        assert isinstance(console.file, io.StringIO)  # the StringIO given above
+        before = console.file.getvalue()
         with _progress(count, console) as advance:
             advance("checking", count)(count)
-        assert console.file.getvalue() == before  # type: ignore[attr-defined]
+        assert console.file.getvalue() == before

@@ -132,6 +132,7 @@ def test_an_admin_token_manages_only_its_tenant_and_a_reader_none(request: pytes
     assert [(d["tenant"], d["name"]) for d in listed] == [(ours.tenant, "admin"), (ours.tenant, "ci")]
 
     # Another tenant's admin: 404 (exit 1), as for a tenant or token that does not exist.
+    args: tuple[str, ...]
     for args in (
         ("token", "list", "--tenant", ours.tenant),
         ("token", "revoke", ci["id"]),

@@ -165,7 +165,7 @@ class Cluster:
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]  # test SQL
+            return conn.execute(sql, params).fetchall()
 
     def reconcile(self, start: datetime, end: datetime, settle: timedelta = timedelta(seconds=0)) -> dict[str, int]:
         """:func:`reconcile` over this cluster's store."""

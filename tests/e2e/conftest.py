@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 
@@ -18,10 +18,13 @@ BIN = Path(sys.executable).parent
 T = TypeVar("T")
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 20.0, every: float = 0.05) -> T:
-    """Poll ``probe`` until it returns something truthy, or fail saying what never happened."""
+def wait_for(
+    what: str, probe: Callable[[], T | Literal[False] | None], timeout: float = 20.0, every: float = 0.05
+) -> T:
+    """Poll ``probe`` until it returns something truthy, or fail saying what never happened.
+    (``probe`` may be ``cond and value``: its ``False`` is not what it waits for.)"""
     deadline = time.monotonic() + timeout
-    last: T | None = None
+    last: T | Literal[False] | None = None
     while time.monotonic() < deadline:
         last = probe()
         if last:

@@ -26,7 +26,7 @@ from tests.e2e.conftest import wait_for
 from tests.e2e.test_drills import TTL, cluster, reconcile_exit_0, settle_and_reconcile  # noqa: F401  # fixture
 from tests.harness import EtcdServer, PostgresServer, free_port
 from tests.harness.netns import Namespace, Relay
-from tests.soak.checker import check, job_argv
+from tests.soak.checker import Report, check, job_argv
 
 pytestmark = [pytest.mark.e2e, pytest.mark.drill]
 
@@ -97,7 +97,7 @@ def both_accountings(c: Cluster, log: Path, start_at: datetime, names: list[str]
     reconcile_exit_0(c, start_at)
     end = now() - timedelta(seconds=3)
 
-    def clean() -> object:
+    def clean() -> Report | None:
         report = check(c.dsn, [log], start_at, end, schedules=names)
         return report if report.unaccounted == 0 else None
 

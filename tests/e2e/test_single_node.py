@@ -103,7 +103,11 @@ def test_timeout_kills_the_whole_process_group(clockd: Clockd, tmp_path: Path) -
     attempt = clockd.ctl_json("logs", run["id"])
     assert attempt["outcome"] == "timed_out"
     for pid in (int(p) for p in pids.read_text().split()):
-        wait_for(f"pid {pid} to be gone", lambda pid=pid: not _alive(pid), 10)
+
+        def gone(pid: int = pid) -> bool:
+            return not _alive(pid)
+
+        wait_for(f"pid {pid} to be gone", gone, 10)
 
 
 def test_sigkill_mid_job_redelivers_the_same_occurrence_as_attempt_2(clockd: Clockd, tmp_path: Path) -> None:

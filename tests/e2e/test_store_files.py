@@ -222,6 +222,6 @@ def test_clockctl_as_another_user_is_told_the_store_is_roots(tmp_path: Path) -> 
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(lines) == 2, lines
     for line in lines:
-        code, text = line.split("\t", 1)
-        assert code == "4", line
+        exit_code, text = line.split("\t", 1)
+        assert exit_code == "4", line
         assert "permission denied: the store belongs to root" in text, line

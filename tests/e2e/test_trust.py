@@ -344,7 +344,13 @@ def test_memory_limit_output_flood_and_metacharacters(tmp_path: Path) -> None:
         daemon.start("--concurrency", "4")
         daemon.ctl("add", "--at", "now+1s", "--name", "hog", "--retries", "0", "--memory-limit", "256M",
                    "--", PY, "-c", "x = bytearray(2 << 30); print('got 2 GiB')")  # fmt: skip
-        flood = "import sys, time\nfor i in range(300):\n    sys.stdout.write(str(i) * 65536)\n    time.sleep(0.01)\nprint('END')"  # noqa: E501
+        flood = (
+            "import sys, time\n"
+            "for i in range(300):\n"
+            "    sys.stdout.write(str(i) * 65536)\n"
+            "    time.sleep(0.01)\n"
+            "print('END')"
+        )
         daemon.ctl("add", "--at", "now+1s", "--name", "flood", "--", PY, "-c", flood)
         daemon.ctl("add", "--every", "1s", "--name", "ticker", "--", "true")
         weird = ["a;b", "$(id)", "`id`", "'single'", '"double"', "*", "x && echo injected", ""]

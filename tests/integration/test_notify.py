@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from clockd.core.model import (
     AttemptOutcome,
@@ -21,7 +21,7 @@ from clockd.core.model import (
 from clockd.core.notify import Notification, NotifyEvent
 from clockd.runner import RunRequest, RunResult
 from clockd.runner.notify import Notifier
-from tests.integration.test_policies import MIN, T0, Node, make_node, minutes
+from tests.integration.test_policies import MIN, T0, MakeNode, Node, make_node, minutes
 
 __all__ = ["make_node"]  # the fixture, shared with the policy tests
 
@@ -59,8 +59,8 @@ def notified(node: Node, delivered: Delivered) -> Notifier:
     return notifier
 
 
-async def test_missed_by_the_sweep_and_at_planning_and_succeeded_are_each_notified_once(make_node: object) -> None:
-    node: Node = await make_node()  # type: ignore[operator]
+async def test_missed_by_the_sweep_and_at_planning_and_succeeded_are_each_notified_once(make_node: MakeNode) -> None:
+    node: Node = await make_node()
     delivered = Delivered()
     notifier = notified(node, delivered)
     await node.ops.add(
@@ -86,8 +86,8 @@ async def test_missed_by_the_sweep_and_at_planning_and_succeeded_are_each_notifi
     assert len(delivered.requests) == 10  # nothing twice
 
 
-async def test_a_failing_attempt_then_dead_notify_failure_per_attempt_and_dead_once(make_node: object) -> None:
-    node: Node = await make_node()  # type: ignore[operator]
+async def test_a_failing_attempt_then_dead_notify_failure_per_attempt_and_dead_once(make_node: MakeNode) -> None:
+    node: Node = await make_node()
     node.runner.exit_codes = {("flaky", 1): 3, ("flaky", 2): 3}
     delivered = Delivered()
     notifier = notified(node, delivered)
@@ -106,5 +106,9 @@ async def test_a_failing_attempt_then_dead_notify_failure_per_attempt_and_dead_o
     [dead] = await node.occurrences("flaky")
     assert dead.state is OccurrenceState.DEAD
     assert delivered.events("failure") == [dead.id, dead.id]  # attempts 1 and 2
-    assert [r.attempt for r in delivered.requests if ("CLOCKD_NOTIFY_EVENT", "failure") in r.target.env] == [1, 2]  # type: ignore[union-attr]
+    assert [
+        r.attempt
+        for r in delivered.requests
+        if ("CLOCKD_NOTIFY_EVENT", "failure") in cast(CommandTarget, r.target).env  # notifications: commands here
+    ] == [1, 2]
     assert delivered.events("dead") == [dead.id]

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Unpack
 
 import pytest
 
@@ -31,6 +32,7 @@ from clockd.modes.worker import Worker, WorkerSettings
 from clockd.runner import RunRequest, RunResult
 from clockd.services.ops import Ops
 from clockd.store.sqlite.store import SqliteStore
+from tests.contract.store.support import Settings
 
 T0 = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)  # the night Europe/Paris springs forward
 
@@ -104,8 +106,8 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     await store.close()
 
 
-def cron(name: str, expr: str, tz: str = "UTC", **kw: object) -> ScheduleDef:
-    return ScheduleDef(name=name, kind=ScheduleKind.CRON, expr=expr, tz=tz, target=NoopTarget(), **kw)  # type: ignore[arg-type]
+def cron(name: str, expr: str, tz: str = "UTC", **kw: Unpack[Settings]) -> ScheduleDef:
+    return ScheduleDef(name=name, kind=ScheduleKind.CRON, expr=expr, tz=tz, target=NoopTarget(), **kw)
 
 
 async def test_dst_gap_job_is_skipped_and_runs_next_day(node: Node) -> None:

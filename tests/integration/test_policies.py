@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Protocol, Unpack
 
 import pytest
 
@@ -40,7 +41,7 @@ from clockd.modes.worker import Worker, WorkerSettings
 from clockd.runner import RunRequest, RunResult
 from clockd.services.ops import Ops, ResumeFrom
 from clockd.store import NewSchedule, Store
-from tests.contract.store.support import Backend
+from tests.contract.store.support import Backend, Settings
 
 T0 = datetime(2026, 3, 2, 23, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
@@ -139,8 +140,14 @@ class Node:
         return sorted(found, key=lambda o: (o.scheduled_for, o.version))
 
 
+class MakeNode(Protocol):
+    """The ``make_node`` fixture: a new node on the test's store, its clock at ``start``."""
+
+    async def __call__(self, start: datetime = ..., workers: int = ...) -> Node: ...
+
+
 @pytest.fixture
-async def make_node(store_backend: Backend, tmp_path: Path) -> AsyncIterator[object]:
+async def make_node(store_backend: Backend, tmp_path: Path) -> AsyncIterator[MakeNode]:
     coords: list[LocalCoordinator] = []
 
     async def make(start: datetime = T0, workers: int = 1) -> Node:
@@ -175,8 +182,8 @@ async def make_node(store_backend: Backend, tmp_path: Path) -> AsyncIterator[obj
         await coord.stop()
 
 
-def cron(name: str, expr: str, **kw: object) -> ScheduleDef:
-    return ScheduleDef(name=name, kind=ScheduleKind.CRON, expr=expr, tz="UTC", target=NoopTarget(), **kw)  # type: ignore[arg-type]
+def cron(name: str, expr: str, **kw: Unpack[Settings]) -> ScheduleDef:
+    return ScheduleDef(name=name, kind=ScheduleKind.CRON, expr=expr, tz="UTC", target=NoopTarget(), **kw)
 
 
 def minutes(occurrences: list[Occurrence], state: OccurrenceState, base: datetime = T0) -> list[int]:
@@ -197,14 +204,14 @@ def minutes(occurrences: list[Occurrence], state: OccurrenceState, base: datetim
     ],
 )
 async def test_a_40_minute_outage_over_every_5_minutes(
-    make_node: object, misfire: MisfirePolicy, limit: int, missed: list[int], succeeded: list[int]
+    make_node: MakeNode, misfire: MisfirePolicy, limit: int, missed: list[int], succeeded: list[int]
 ) -> None:
     """The whole node is down from 23:03 to 23:43; max_lateness 2m. At 23:03 the 23:05
     instant was already materialized (in the outbox): after the outage the relay queues
     it and the leader's sweep judges it; the materializer plans 23:10-23:40 late. Both
     apply the same policy, so the outcome is one rule: skip runs nothing late, fire_once
     only 23:40, catch_up the latest ``limit``."""
-    node = await make_node()  # type: ignore[operator]
+    node = await make_node()
     await node.ops.add(cron("five", "*/5 * * * *", misfire=misfire, max_lateness=2 * MIN, catch_up_limit=limit))
     await node.advance(3 * MIN)
     assert await node.occurrences("five") != []  # 23:05 planned ahead, not yet run
@@ -220,8 +227,8 @@ async def test_a_40_minute_outage_over_every_5_minutes(
             assert o.reason is not None and f"misfire policy {misfire}" in o.reason and "max_lateness 2m" in o.reason
 
 
-async def test_catch_up_runs_are_paced_at_the_tenants_catch_up_rate(make_node: object) -> None:
-    node = await make_node()  # type: ignore[operator]
+async def test_catch_up_runs_are_paced_at_the_tenants_catch_up_rate(make_node: MakeNode) -> None:
+    node = await make_node()
     await node.ops.set_tenant("default", catch_up_rate=2)  # one late run every 30 s
     await node.ops.add(cron("five", "*/5 * * * *", misfire=MisfirePolicy.CATCH_UP, max_lateness=2 * MIN))
     node.clock.advance(43 * MIN)
@@ -247,7 +254,7 @@ async def test_catch_up_runs_are_paced_at_the_tenants_catch_up_rate(make_node: o
     ],
 )
 async def test_a_two_hour_job_on_an_hourly_schedule(
-    make_node: object,
+    make_node: MakeNode,
     overlap: OverlapPolicy,
     succeeded: list[int],
     skipped: list[int],
@@ -258,7 +265,7 @@ async def test_a_two_hour_job_on_an_hourly_schedule(
     each minute. skip: a run due while one runs is SKIPPED_OVERLAP; queue_one: one waits
     and starts when the running one ends, the next due meanwhile is skipped."""
     start = T0 + HOUR - 5 * MIN  # 23:55; the first run is at midnight
-    node = await make_node(start, workers=2)  # type: ignore[operator]
+    node = await make_node(start, workers=2)
     node.runner.durations["hourly"] = 2 * HOUR
     await node.ops.add(cron("hourly", "0 * * * *", overlap=overlap))
     midnight = T0 + HOUR
@@ -290,12 +297,12 @@ async def test_a_two_hour_job_on_an_hourly_schedule(
 # -- versioned update --------------------------------------------------------------------------------
 
 
-async def test_update_while_one_runs_and_two_are_queued(make_node: object) -> None:
+async def test_update_while_one_runs_and_two_are_queued(make_node: MakeNode) -> None:
     """23:01 starts (a 10-minute job); 23:02 and 23:03 wait in the queue (no worker
     claims). The update to version 2 cancels them and what was planned ahead, re-planning
     the instants */2 still has; 23:01 finishes under version 1; later runs are version 2;
     no instant runs twice."""
-    node = await make_node()  # type: ignore[operator]
+    node = await make_node()
     node.runner.durations["minutely"] = 10 * MIN
     await node.ops.add(cron("minutely", "* * * * *"))
     await node.advance(MIN)  # 23:01: the first run starts
@@ -333,8 +340,8 @@ async def test_update_while_one_runs_and_two_are_queued(make_node: object) -> No
 # -- dead letters ------------------------------------------------------------------------------------
 
 
-async def test_a_permanent_exit_code_goes_dead_and_replay_keeps_the_id(make_node: object) -> None:
-    node = await make_node()  # type: ignore[operator]
+async def test_a_permanent_exit_code_goes_dead_and_replay_keeps_the_id(make_node: MakeNode) -> None:
+    node = await make_node()
     node.runner.exit_codes[("fragile", 1)] = 64
     retry = RetryPolicy(retries=5, permanent_exit_codes=(2, 64))
     await node.ops.add(cron("fragile", "0 0 * * *", retry=retry))
@@ -359,8 +366,8 @@ async def test_a_permanent_exit_code_goes_dead_and_replay_keeps_the_id(make_node
 # -- tenants -----------------------------------------------------------------------------------------
 
 
-async def test_a_create_over_the_tenant_quota_is_refused(make_node: object) -> None:
-    node = await make_node()  # type: ignore[operator]
+async def test_a_create_over_the_tenant_quota_is_refused(make_node: MakeNode) -> None:
+    node = await make_node()
     await node.ops.set_tenant("acme", max_schedules=2)
     await node.ops.add(cron("a", "* * * * *", tenant="acme"))
     await node.ops.add(cron("b", "* * * * *", tenant="acme"))
@@ -371,12 +378,12 @@ async def test_a_create_over_the_tenant_quota_is_refused(make_node: object) -> N
     await node.ops.add(cron("c", "* * * * *", tenant="acme"))
 
 
-async def test_a_10000_trigger_burst_does_not_delay_another_tenant(make_node: object) -> None:
+async def test_a_10000_trigger_burst_does_not_delay_another_tenant(make_node: MakeNode) -> None:
     """10,000 schedules of tenant acme and one of tenant beta fire at midnight. The first
     claim batch (100) already holds beta's run: it starts at midnight, not after 10,000
     others. acme's running cap (50) holds, the rest of its burst waits in the queue."""
     start = T0 + HOUR - 2 * MIN
-    node = await make_node(start)  # type: ignore[operator]
+    node = await make_node(start)
     node.claiming = False
     await node.ops.set_tenant("acme", max_running=50)
     node.runner.durations.update({"burst": 10 * MIN})
@@ -414,13 +421,13 @@ async def test_a_10000_trigger_burst_does_not_delay_another_tenant(make_node: ob
     ],
 )
 async def test_resume_from_now_or_from_the_pause(
-    make_node: object, from_: ResumeFrom, missed: list[int], succeeded: list[int]
+    make_node: MakeNode, from_: ResumeFrom, missed: list[int], succeeded: list[int]
 ) -> None:
     """*/5, paused at 23:02, resumed at 23:42 (fire_once, max_lateness 10m). From now:
     the paused period leaves no trace and never bursts. From the pause: the paused
     period is planned through the misfire policy — too late ones MISSED with the
     reason, the ones still within max_lateness run."""
-    node = await make_node()  # type: ignore[operator]
+    node = await make_node()
     await node.ops.add(cron("five", "*/5 * * * *"))
     await node.advance(2 * MIN)
     await node.ops.pause("five")

@@ -27,7 +27,7 @@ from clockd.runner.http import HttpRunner
 from clockd.runner.process import ProcessRunner
 from clockd.store import Completion, CursorAdvance
 from clockd.store.sqlite.store import SqliteStore
-from tests.contract.store.support import FENCE, MIN, T0, add_schedule, planned
+from tests.contract.store.support import FENCE, MIN, T0, Changes, add_schedule, planned
 from tests.harness import until
 
 US = timedelta(microseconds=1)
@@ -64,7 +64,8 @@ async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded
     store = SlowToRecord(tmp_path / "clockd.db")
     await store.open()
     try:
-        schedule = await add_schedule(store, "flood", next_run_at=T0, **({"target": NoopTarget()} if noop else {}))
+        changes: Changes = {"target": NoopTarget()} if noop else {}
+        schedule = await add_schedule(store, "flood", next_run_at=T0, **changes)
         occurrences = [planned(schedule, T0 + i * US) for i in range(50)]
         await store.materialize(FENCE, occurrences, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
         assert await store.relay(T0 + MIN, 50, T0) == 50
@@ -98,11 +99,6 @@ async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded
         assert _sample("clockd_schedule_lag_seconds_count", step="started") == lags + 50
     finally:
         await store.close()
-
-
-def _sample(name: str, **labels: str) -> float:
-    value = metrics.REGISTRY.get_sample_value(name, labels)
-    return 0.0 if value is None else value
 
 
 class CountingWatch(ClockWatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 import shutil
@@ -51,7 +52,10 @@ def test_every_clockd_flag_is_in_clockd_8() -> None:
     page = _text("clockd.8")
     parser = build_parser()
     missing = []
-    for action in parser._subparsers._group_actions[0].choices.values():  # type: ignore[union-attr]
+    assert parser._subparsers is not None
+    verbs = parser._subparsers._group_actions[0]
+    assert isinstance(verbs, argparse._SubParsersAction)
+    for action in verbs.choices.values():
         for sub in action._actions:
             for opt in sub.option_strings:
                 if opt.startswith("--") and opt != "--help" and opt not in page:

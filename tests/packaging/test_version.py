@@ -27,7 +27,10 @@ def test_changelog_agrees_with_the_version() -> None:
     headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.MULTILINE)
     assert headings, "CHANGELOG.md has no ## [...] heading"
     released = [h for h in headings if h != "Unreleased"]
-    as_tuple = lambda v: tuple(int(p) for p in v.split("."))  # noqa: E731 - a one-line key
+
+    def as_tuple(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split("."))
+
     if headings[0] == "Unreleased":
         assert all(as_tuple(__version__) > as_tuple(h) for h in released), (__version__, released)
     else:

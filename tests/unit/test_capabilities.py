@@ -26,4 +26,4 @@ def test_offered_is_what_every_live_worker_honours() -> None:
     assert offered([]) is None  # no worker: nothing to hold back for
     assert offered([advertised(("worker",))]) == WORKER_CAPABILITIES
     assert offered([advertised(("worker",)), ()]) == frozenset()  # one old worker
-    assert offered([("stdin", "notify"), ("stdin",)]) == {STDIN}
+    assert offered([("stdin", "notify"), ("stdin",)]) == frozenset({STDIN})

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from clockd.core.model import AttemptOutcome, CommandTarget, OccurrenceState
+from clockd.core.model import AttemptOutcome, CommandTarget, OccurrenceState, ScheduleDef
 from clockd.core.notify import Notification, NotifyEvent, parse_notification
 from clockd.formats.schedfile import dump_jobs, load_text
 from clockd.runner import RunRequest
@@ -20,7 +20,7 @@ PY = sys.executable
 HEAD = "jobs:\n  - name: j\n    schedule: '0 * * * *'\n    command: [cat]\n"
 
 
-def load(extra: str) -> tuple[list[str], object]:
+def load(extra: str) -> tuple[list[str], ScheduleDef | None]:
     result = load_text(HEAD + extra, "f.yaml")
     return [str(e) for e in result.errors], result.jobs[0].definition if result.jobs else None
 
@@ -34,14 +34,15 @@ def test_stdin_and_notifications_load_and_export_back_unchanged() -> None:
         "    on_success: {mail: 'ops@example.com, dev@example.com'}\n"
     )
     assert errors == []
-    assert definition.target.stdin == "first\nsecond\n"  # type: ignore[attr-defined]
-    assert definition.notify == (  # type: ignore[attr-defined]
+    assert definition is not None and isinstance(definition.target, CommandTarget)
+    assert definition.target.stdin == "first\nsecond\n"
+    assert definition.notify == (
         Notification(NotifyEvent.FAILURE, argv=("logger -t cron $CLOCKD_SCHEDULE",), shell=True),
         Notification(NotifyEvent.DEAD, argv=("/usr/local/bin/page", "--team", "ops")),
         Notification(NotifyEvent.MISSED, url="https://hooks.example.com/x"),
         Notification(NotifyEvent.SUCCESS, mail="ops@example.com, dev@example.com"),
     )
-    text = dump_jobs([definition])  # type: ignore[list-item]
+    text = dump_jobs([definition])
     assert "stdin: |\n" in text
     again = load_text(text, "again.yaml")
     assert again.errors == [] and again.jobs[0].definition == definition

@@ -277,7 +277,11 @@ def test_normalize_any_definition(
     http = HttpTarget(method=name[:8] or "GET", url=url, headers=tuple(headers), expect_status=tuple(statuses))
     for target in (command, http):
         definition = ScheduleDef(name=name, kind=ScheduleKind.EVERY, expr="1h", tz="UTC", target=target)
-        accepts_or_rejects_cleanly(lambda definition=definition: normalize(definition))
+
+        def attempt(definition: ScheduleDef = definition) -> ScheduleDef:
+            return normalize(definition)
+
+        accepts_or_rejects_cleanly(attempt)
 
 
 def test_the_watchdog_catches_a_hang() -> None:

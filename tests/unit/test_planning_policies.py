@@ -5,6 +5,7 @@ catch-up flag the materializer paces, and the sweep's verdict table that both st
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Unpack
 
 import pytest
 
@@ -19,13 +20,14 @@ from clockd.core.model import (
 )
 from clockd.core.planning import DueSchedule, plan_schedule, sweep_verdict
 from clockd.core.spec import compile_spec
+from tests.contract.store.support import Settings
 
 T0 = datetime(2026, 3, 2, 23, 0, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 
 
-def schedule(**kw: object) -> Schedule:
-    d = ScheduleDef(name="five", kind=ScheduleKind.CRON, expr="*/5 * * * *", tz="UTC", target=NoopTarget(), **kw)  # type: ignore[arg-type]
+def schedule(**kw: Unpack[Settings]) -> Schedule:
+    d = ScheduleDef(name="five", kind=ScheduleKind.CRON, expr="*/5 * * * *", tz="UTC", target=NoopTarget(), **kw)
     return Schedule("s1", 1, ScheduleState.ACTIVE, d, T0 + 5 * MIN, 0, T0, T0)
 
 

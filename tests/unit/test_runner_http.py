@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from clockd.core.clock import ManualClock
-from clockd.core.model import AttemptOutcome, HttpTarget, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind
+from clockd.core.model import AttemptOutcome, HttpTarget, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind, Target
 from clockd.modes.worker import Worker, WorkerSettings
 from clockd.runner import RunRequest, RunResult
 from clockd.runner.dispatch import DispatchRunner
@@ -35,7 +35,7 @@ SCHEDULED_FOR = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
 Handler = Callable[[httpx.Request], Any]
 
 
-def request(target: HttpTarget, *, tenant: str = "default", **kw: Any) -> RunRequest:
+def request(target: Target, *, tenant: str = "default", **kw: Any) -> RunRequest:
     return RunRequest(
         occurrence_id="occ-42",
         schedule_name="hook",
@@ -272,7 +272,7 @@ async def test_dispatch_routes_http_commands_and_noop(server: tuple[str, list[di
     runner = DispatchRunner(ProcessRunner(), HttpRunner())
     try:
         http = await runner.run(request(HttpTarget(method="POST", url=url, body="{}")), asyncio.Event())
-        noop = await runner.run(request(NoopTarget()), asyncio.Event())  # type: ignore[arg-type]
+        noop = await runner.run(request(NoopTarget()), asyncio.Event())
     finally:
         await runner.aclose()
     assert (http.outcome, http.exit_code, http.output) == (AttemptOutcome.SUCCEEDED, 201, "HTTP 201 Created\nok")
@@ -331,7 +331,13 @@ async def test_worker_waits_at_least_retry_after_and_passes_the_tenant() -> None
     clock = ManualClock(SCHEDULED_FOR)
     store = _Store("team-a")
     runner = _Recorder(RunResult(AttemptOutcome.FAILED, exit_code=503, retry_after=120.0))
-    worker = Worker(store, runner, clock, WorkerSettings(concurrency=4), rng=random.Random(1))  # type: ignore[arg-type]
+    worker = Worker(
+        store,  # type: ignore[arg-type]  # a fake store: only get_schedule_by_id is called
+        runner,
+        clock,
+        WorkerSettings(concurrency=4),
+        rng=random.Random(1),
+    )
     target = HttpTarget(method="GET", url="http://example.test/")
     for attempt in (1, 2):
         worker._start(claim(target, attempt))

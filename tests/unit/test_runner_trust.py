@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -33,11 +34,21 @@ from tests.harness.users import SYSTEM_PY, processes_of, require_root, shared_di
 
 PY = sys.executable
 SCHEDULED_FOR = datetime(2026, 3, 29, 1, 30, tzinfo=UTC)
-DUMP = "import json, os; print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'groups': sorted(os.getgroups()), 'env': dict(os.environ), 'cwd': os.getcwd()}))"  # noqa: E501
+DUMP = (
+    "import json, os; print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'groups': sorted(os.getgroups()), "
+    "'env': dict(os.environ), 'cwd': os.getcwd()}))"
+)
+
+
+class RequestLimits(TypedDict, total=False):
+    """The ``RunRequest`` fields a test may set besides the target, tenant and timeout."""
+
+    kill_grace: float
+    output_limit: int
 
 
 def request(
-    target: CommandTarget, *, tenant: str = "default", timeout: float | None = None, **kw: object
+    target: CommandTarget, *, tenant: str = "default", timeout: float | None = None, **kw: Unpack[RequestLimits]
 ) -> RunRequest:
     return RunRequest(
         occurrence_id="occ-1",
@@ -47,7 +58,7 @@ def request(
         target=target,
         timeout=timeout,
         tenant=tenant,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
@@ -57,7 +68,7 @@ async def run(
     *,
     tenant: str = "default",
     job_timeout: float | None = None,
-    **kw: object,
+    **kw: Unpack[RequestLimits],
 ) -> RunResult:
     req = request(target, tenant=tenant, timeout=job_timeout, **kw)
     return await (runner or ProcessRunner()).run(req, asyncio.Event())
@@ -121,7 +132,7 @@ async def test_group_option_sets_the_primary_group(users: list[pwd.struct_passwd
 async def test_a_worker_that_is_not_root_refuses_user_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
     other = "nobody" if pwd.getpwuid(os.geteuid()).pw_name != "nobody" else "root"
     if os.geteuid() == 0:  # pretend: the refusal must not depend on how the tests run
-        monkeypatch.setattr(ids.os, "geteuid", lambda: 4242)
+        monkeypatch.setattr(os, "geteuid", lambda: 4242)  # the os module identity calls
     result = await run(CommandTarget(argv=("true",), user=other))
     assert result.outcome is AttemptOutcome.ERROR
     assert result.permanent

@@ -16,7 +16,7 @@ from clockd.core.ids import occurrence_id
 from clockd.core.model import CommandTarget, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind, ScheduleState
 from clockd.errors import Conflict, InvalidInput
 from clockd.formats.validate import MANAGED_BY
-from clockd.services.ops import Ops, PlanAction, cursor_after_update, is_managed
+from clockd.services.ops import ApplyPlan, Ops, PlanAction, cursor_after_update, is_managed
 from clockd.store import CursorAdvance, Fence, NewOccurrence
 from clockd.store.sqlite import SqliteStore
 
@@ -39,8 +39,8 @@ def cron(name: str, expr: str = "0 9 * * *", **changes: object) -> ScheduleDef:
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]  # test helper: any field
 
 
-def actions(plan: object) -> list[tuple[str, str]]:
-    return [(item.action.value, item.name) for item in plan.items]  # type: ignore[attr-defined]
+def actions(plan: ApplyPlan) -> list[tuple[str, str]]:
+    return [(item.action.value, item.name) for item in plan.items]
 
 
 async def test_create_then_unchanged(ops: Ops) -> None:

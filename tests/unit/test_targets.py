@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import pwd
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypedDict, Unpack, cast
 
 import pytest
 
@@ -24,16 +26,19 @@ from clockd.core.model import (
     redact_url,
     target_from_json,
 )
+from clockd.core.notify import Notification
 from clockd.errors import InvalidInput
 from clockd.formats.validate import normalize
 from clockd.store import codec
+from tests.contract.store.support import Settings
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
-def definition(target: CommandTarget | HttpTarget | NoopTarget, **kw: object) -> ScheduleDef:
-    fields: dict[str, object] = {"name": "job", **kw}
-    return ScheduleDef(kind=ScheduleKind.EVERY, expr="1h", tz="UTC", target=target, **fields)  # type: ignore[arg-type]
+def definition(
+    target: CommandTarget | HttpTarget | NoopTarget, *, name: str = "job", **kw: Unpack[Settings]
+) -> ScheduleDef:
+    return ScheduleDef(kind=ScheduleKind.EVERY, expr="1h", tz="UTC", target=target, name=name, **kw)
 
 
 # -- JSON shapes ----------------------------------------------------------------------------
@@ -101,10 +106,29 @@ def test_http_target_round_trips_through_the_store_codec() -> None:
 # -- clockctl add ------------------------------------------------------------------------
 
 
-def build(*args: str, **kw: object) -> ScheduleDef:
+class AddOptions(TypedDict, total=False):
+    """``build_definition``'s keyword-only options (``clockctl add``'s target options)."""
+
+    user: str | None
+    group: str | None
+    env_from_file: str | None
+    memory_limit: str | None
+    cpu_limit: str | None
+    nproc_limit: int | None
+    http: tuple[str, str] | None
+    headers: list[str] | None
+    body: str | None
+    expect_status: str | None
+    insecure: bool
+    policies: Mapping[str, Any] | None
+    stdin: str | None
+    notify: tuple[Notification, ...]
+
+
+def build(*args: str, **kw: Unpack[AddOptions]) -> ScheduleDef:
     return build_definition(
         list(args), None, "1h", "UTC", None, "default", None, 2, "10s", False, [], None, False, "default", **kw
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_build_http_target(tmp_path: Path) -> None:
@@ -125,8 +149,10 @@ def test_build_http_target(tmp_path: Path) -> None:
         body='{"from": "file"}',
         expect_status=(200, 204),
     )
-    assert normalize(d).target.method == "POST"  # type: ignore[union-attr]
-    assert build(http=("GET", "http://x"), body="@@literal").target.body == "@literal"  # type: ignore[union-attr]
+    normalized = normalize(d).target
+    assert isinstance(normalized, HttpTarget) and normalized.method == "POST"
+    literal = build(http=("GET", "http://x"), body="@@literal").target
+    assert isinstance(literal, HttpTarget) and literal.body == "@literal"
 
 
 def test_build_command_options() -> None:
@@ -148,7 +174,8 @@ def test_build_command_options() -> None:
         cpu_limit=90,
         nproc_limit=32,
     )
-    assert build("true", cpu_limit="1500ms").target.cpu_limit == 2  # type: ignore[union-attr]
+    rounded = build("true", cpu_limit="1500ms").target
+    assert isinstance(rounded, CommandTarget) and rounded.cpu_limit == 2
 
 
 @pytest.mark.parametrize(
@@ -166,7 +193,7 @@ def test_build_refuses_mixed_or_malformed_options(kw: dict[str, object], needle:
     kw.pop("header", None)
     args = () if "http" in kw else ("true",)
     with pytest.raises(InvalidInput) as err:
-        build(*args, **kw)
+        build(*args, **cast(AddOptions, kw))  # the table's options, "header" popped
     assert needle in err.value.message
 
 
@@ -216,7 +243,7 @@ def test_normalize_refuses_bad_targets(target: CommandTarget | HttpTarget, needl
         ("labels", (("k", "v\x00"),), "label k: NUL"),
     ],
 )
-def test_nul_is_refused_in_every_string(field: str, value: object, needle: str) -> None:
+def test_nul_is_refused_in_every_string(field: str, value: Any, needle: str) -> None:
     with pytest.raises(InvalidInput) as err:
         normalize(definition(NoopTarget(), **{field: value}))
     assert needle in err.value.message
@@ -284,7 +311,8 @@ async def test_new_target_fields_round_trip_through_the_sqlite_store(tmp_path: P
         http = HttpTarget(
             method="PATCH", url=f"https://h/{text}", headers=((text, text),), body=text, expect_status=(418,)
         )
-        for i, target in enumerate((command, http)):
+        targets: tuple[CommandTarget | HttpTarget, ...] = (command, http)
+        for i, target in enumerate(targets):
             defn = definition(target, name=f"{text} {i}", labels=((text, text),))
             created = await store.create_schedule(new_schedule_id(), defn, 0, None, datetime(2026, 1, 1, tzinfo=UTC))
             fetched = await store.get_schedule("default", f"{text} {i}")

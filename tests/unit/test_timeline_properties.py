@@ -39,7 +39,7 @@ def cases(draw: st.DrawFn) -> tuple[Reference, str, datetime]:
     ref = random_expression(random.Random(draw(st.integers(0, 2**32 - 1))))
     tz = draw(st.sampled_from(ZONES))
     changes = _CHANGES[tz]
-    if changes and draw(st.booleans()):
+    if bool(changes) and draw(st.booleans()):
         # Near a clock change: within a day and a half either side, to the second.
         center = draw(st.sampled_from(changes))
         start = center + timedelta(seconds=draw(st.integers(-36 * 3600, 36 * 3600)))

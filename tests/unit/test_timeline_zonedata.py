@@ -111,9 +111,10 @@ def _changes(name: str) -> list[tuple[int, int, int]]:
     for t in transitions(name, max(1900, last_year), max(1900, last_year) + 30):
         when = int(t.timestamp())
         if when > last:
-            before = int((t - timedelta(seconds=1)).astimezone(zone).utcoffset().total_seconds())  # type: ignore[union-attr]
-            after = int(t.astimezone(zone).utcoffset().total_seconds())  # type: ignore[union-attr]
-            out.append((when, before, after))
+            offset_before = (t - timedelta(seconds=1)).astimezone(zone).utcoffset()
+            offset_after = t.astimezone(zone).utcoffset()
+            assert offset_before is not None and offset_after is not None  # aware: astimezone(zone)
+            out.append((when, int(offset_before.total_seconds()), int(offset_after.total_seconds())))
     return out
 
 

@@ -74,7 +74,7 @@ class PostgresBackend(Backend):
 
     async def execute(self, statement: str, *params: object) -> list[tuple[Any, ...]]:
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-            cur = await conn.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]  # test SQL, trusted
+            cur = await conn.execute(statement.replace("?", "%s"), params)
             return await cur.fetchall() if cur.description else []
 
 

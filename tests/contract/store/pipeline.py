@@ -116,8 +116,8 @@ class Pipeline:
             finally:
                 conn.close()
         assert isinstance(self.backend, PostgresBackend)
-        async with await psycopg.AsyncConnection.connect(self.backend.dsn, autocommit=True) as conn:
-            cur = await conn.execute(query.replace("?", "%s"), params)  # type: ignore[arg-type]  # test SQL
+        async with await psycopg.AsyncConnection.connect(self.backend.dsn, autocommit=True) as pg:
+            cur = await pg.execute(query.replace("?", "%s"), params)
             return await cur.fetchall() if cur.description else []
 
     def us(self, instant: datetime) -> Any:

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from clockd.core.ids import new_schedule_id, occurrence_id
 from clockd.core.model import (
     CommandTarget,
+    MisfirePolicy,
     OccurrenceState,
+    OverlapPolicy,
     RetryPolicy,
     Schedule,
     ScheduleDef,
     ScheduleKind,
+    Target,
 )
+from clockd.core.notify import Notification
 from clockd.store import Claim, CursorAdvance, Fence, NewOccurrence, Store
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -61,7 +65,47 @@ class Backend:
             await store.close()
 
 
-def definition(name: str = "backup", **changes: object) -> ScheduleDef:
+class SettingsBesidesTenant(TypedDict, total=False):
+    """The fields of a ``ScheduleDef`` besides its name, tenant and what it runs when
+    (``kind``, ``expr``, ``tz``, ``target``)."""
+
+    queue: str
+    timeout: timedelta | None
+    retry: RetryPolicy
+    misfire: MisfirePolicy
+    max_lateness: timedelta
+    overlap: OverlapPolicy
+    window: timedelta
+    labels: tuple[tuple[str, str], ...]
+    catch_up_limit: int
+    notify: tuple[Notification, ...]
+
+
+class Settings(SettingsBesidesTenant, total=False):
+    """The fields of a ``ScheduleDef`` besides its name and what it runs when (for
+    builders that set those themselves)."""
+
+    tenant: str
+
+
+class ChangesBesidesTenant(SettingsBesidesTenant, total=False):
+    """The fields of a ``ScheduleDef`` a test may set besides its name and tenant (for
+    helpers that take the tenant as a keyword of their own)."""
+
+    kind: ScheduleKind
+    expr: str
+    tz: str
+    target: Target
+
+
+class Changes(ChangesBesidesTenant, total=False):
+    """The fields of a ``ScheduleDef`` a test may set besides its name (``definition``'s
+    keywords)."""
+
+    tenant: str
+
+
+def definition(name: str = "backup", **changes: Unpack[Changes]) -> ScheduleDef:
     fields: dict[str, object] = {
         "name": name,
         "kind": ScheduleKind.CRON,
@@ -71,7 +115,7 @@ def definition(name: str = "backup", **changes: object) -> ScheduleDef:
         "retry": RetryPolicy(retries=2),
     }
     fields.update(changes)
-    return ScheduleDef(**fields)  # type: ignore[arg-type]
+    return ScheduleDef(**fields)  # type: ignore[arg-type]  # the defaults and the changes: ScheduleDef's fields
 
 
 async def add_schedule(
@@ -81,9 +125,18 @@ async def add_schedule(
     next_run_at: datetime | None = T0,
     shard: int = 0,
     now: datetime = T0 - MIN,
-    **changes: object,
+    **changes: Unpack[Changes],
 ) -> Schedule:
     return await store.create_schedule(new_schedule_id(), definition(name, **changes), shard, next_run_at, now)
+
+
+class OccurrenceChanges(TypedDict, total=False):
+    """``planned``'s keywords: what a test may set on an occurrence."""
+
+    available_at: datetime | None
+    max_attempts: int
+    state: OccurrenceState
+    reason: str | None
 
 
 def planned(
@@ -116,13 +169,13 @@ async def materialize_next(
     at: datetime | None = None,
     next_run_at: datetime | None = None,
     fence: Fence = FENCE,
-    **occurrence: object,
+    **occurrence: Unpack[OccurrenceChanges],
 ) -> tuple[Schedule, str]:
     """Materialize the occurrence at the schedule's cursor (or ``at``) and move the cursor
     one minute on. Returns the re-read schedule and the occurrence id."""
     when = schedule.next_run_at if at is None else at
     assert when is not None
-    new = planned(schedule, when, **occurrence)  # type: ignore[arg-type]
+    new = planned(schedule, when, **occurrence)
     cursor = CursorAdvance(schedule.id, schedule.version, schedule.next_run_at, next_run_at or when + MIN)
     result = await store.materialize(fence, [new], [cursor], T0)
     assert result.inserted == 1, result
@@ -131,9 +184,9 @@ async def materialize_next(
     return fresh, new.id
 
 
-async def enqueue(store: Store, schedule: Schedule, **occurrence: object) -> tuple[Schedule, str]:
+async def enqueue(store: Store, schedule: Schedule, **occurrence: Unpack[OccurrenceChanges]) -> tuple[Schedule, str]:
     """Materialize the next occurrence and relay it into the queue."""
-    schedule, oid = await materialize_next(store, schedule, **occurrence)  # type: ignore[arg-type]
+    schedule, oid = await materialize_next(store, schedule, **occurrence)
     assert await store.relay(T0 + timedelta(days=365), 1000, T0) == 1
     return schedule, oid
 
@@ -144,7 +197,7 @@ async def claim_one(store: Store, now: datetime = T0, *, worker: str = "w1", que
     return claims[0]
 
 
-async def running(store: Store, name: str = "backup", **changes: object) -> tuple[Schedule, Claim]:
+async def running(store: Store, name: str = "backup", **changes: Unpack[Changes]) -> tuple[Schedule, Claim]:
     """A schedule with one occurrence claimed at ``T0`` (attempt 1)."""
     schedule = await add_schedule(store, name, **changes)
     schedule, _ = await enqueue(store, schedule)

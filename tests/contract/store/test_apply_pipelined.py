@@ -13,7 +13,7 @@ import pytest
 from clockd.core.clock import ManualClock
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind, ScheduleState
 from clockd.services import ops as ops_module
-from clockd.services.ops import Ops
+from clockd.services.ops import ApplyPlan, Ops
 from clockd.store import Store, engine
 
 from .support import T0
@@ -48,8 +48,8 @@ async def test_apply_writes_what_plan_apply_plans(store: Store, small_batches: N
     expected = await ops.plan_apply(desired, prune=True)
     plan, result = await ops.apply(desired, prune=True)
 
-    def shape(p: object) -> list[tuple[str, str, object]]:
-        return [(i.action.value, i.name, i.next_run_at) for i in p.items]  # type: ignore[attr-defined]
+    def shape(p: ApplyPlan) -> list[tuple[str, str, object]]:
+        return [(i.action.value, i.name, i.next_run_at) for i in p.items]
 
     assert shape(plan) == shape(expected)
     assert [i.action.value for i in plan.items].count("create") == 7

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import pytest
 
 from clockd.core.ids import new_schedule_id
@@ -16,6 +18,7 @@ from .support import (
     MIN,
     QUEUE,
     T0,
+    ChangesBesidesTenant,
     add_schedule,
     claim_one,
     definition,
@@ -25,7 +28,7 @@ from .support import (
 )
 
 
-def new(name: str, *, tenant: str = "default", shard: int = 0, **changes: object) -> NewSchedule:
+def new(name: str, *, tenant: str = "default", shard: int = 0, **changes: Unpack[ChangesBesidesTenant]) -> NewSchedule:
     return NewSchedule(new_schedule_id(), definition(name, tenant=tenant, **changes), shard, T0 + MIN)
 
 

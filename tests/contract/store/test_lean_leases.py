@@ -61,8 +61,8 @@ async def test_the_reaper_reads_the_leases_through_dispatch_lease_token(store: S
     else:
         assert isinstance(store, PostgresStore)
         dsn = getattr(backend, "dsn")  # noqa: B009  the postgres backend's database
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await conn.execute("SET enable_seqscan = off")  # 20 rows: a seq scan would win on size alone
-            cur = await conn.execute("EXPLAIN " + PG_Q["reap_pick"], {"now": T0, "limit": 10})  # type: ignore[operator]  # trusted SQL
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as pg:
+            await pg.execute("SET enable_seqscan = off")  # 20 rows: a seq scan would win on size alone
+            cur = await pg.execute("EXPLAIN " + PG_Q["reap_pick"], {"now": T0, "limit": 10})
             plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "dispatch_lease_token" in plan, plan

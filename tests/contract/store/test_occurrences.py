@@ -273,8 +273,9 @@ async def test_next_token_counts_per_resource(store: Store) -> None:
 
 async def test_server_time_is_aware_utc(store: Store) -> None:
     now = await store.server_time()
-    assert now.utcoffset() is not None
-    assert now.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
+    offset = now.utcoffset()
+    assert offset is not None
+    assert offset.total_seconds() == 0
 
 
 async def test_run_now_of_an_unknown_schedule_is_not_found(store: Store) -> None:

@@ -106,7 +106,7 @@ async def test_start_lag_histogram_counts_every_run_due_at_the_instant(store: St
         assert len(await store.claim(["default"], "w", 1, LEASE, T0 + at * SEC)) == 1
     # At T0+12s the other five (and the one due at T0+1s) still wait: they count 12 s so far.
     hist = await store.start_lag_histogram(T0, T0 + 12 * SEC, 4)
-    assert (hist.count, hist.low, hist.high) == (12, 0.0, pytest.approx(12.0))
+    assert (hist.count, hist.low, hist.high) == (12, 0.0, pytest.approx(12.0))  # type: ignore[comparison-overlap]  # approx equals a float
     assert hist.width == pytest.approx(3.0)
     # Bins [0, 3) [3, 6) [6, 9) [9, 12]: the highest lag falls in the last bin.
     assert hist.counts == (4, 1, 0, 7)

@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 from collections import Counter
 from datetime import datetime, timedelta
+from typing import Unpack
 
 import pytest
 
@@ -25,7 +26,19 @@ from clockd.core.model import (
 from clockd.errors import Conflict, NotFound, QuotaExceeded
 from clockd.store import Claim, Completion, CursorAdvance, Fence, NewSchedule, Store
 
-from .support import FENCE, LEASE, MIN, QUEUE, SEC, T0, Backend, add_schedule, definition, planned
+from .support import (
+    FENCE,
+    LEASE,
+    MIN,
+    QUEUE,
+    SEC,
+    T0,
+    Backend,
+    ChangesBesidesTenant,
+    add_schedule,
+    definition,
+    planned,
+)
 
 US = timedelta(microseconds=1)
 LEADER = Fence("leader", 1)
@@ -40,7 +53,7 @@ async def queued(
     at: datetime = T0,
     step: timedelta = US,
     tenant: str = "default",
-    **changes: object,
+    **changes: Unpack[ChangesBesidesTenant],
 ) -> tuple[Schedule, list[str]]:
     """A schedule with ``count`` occurrences ``step`` apart from ``at``, all in the queue
     (materialized and relayed in one batch each)."""

@@ -104,7 +104,7 @@ async def waiting_on_a_lock(dsn: str, count: int, *, statement: str = "") -> Non
 
 async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        row = await (await conn.execute(query, params)).fetchone()  # type: ignore[arg-type]
+        row = await (await conn.execute(query, params)).fetchone()
         assert row is not None
         return row[0]
 
@@ -361,7 +361,12 @@ async def test_every_connection_runs_with_the_session_settings(pg_dsn: str) -> N
 
         async def settings(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> list[str]:
             names = ("plan_cache_mode", "jit", "TimeZone", "statement_timeout")
-            return [(await (await conn.execute(f"SHOW {name}")).fetchone())[0] for name in names]  # type: ignore[index]
+            values = []
+            for name in names:
+                row = await (await conn.execute(f"SHOW {name}")).fetchone()
+                assert row is not None  # SHOW answers one row
+                values.append(row[0])
+            return values
 
         assert await store._call(settings, write=False) == ["force_custom_plan", "off", "UTC", "12345ms"]
     finally:
@@ -416,7 +421,7 @@ async def test_every_named_statement_prepares_against_the_schema(stores: list[Po
             if code.lstrip().upper().startswith(("CREATE ", "SET ", "VACUUM ")):  # cannot be prepared
                 continue
             try:
-                await conn.execute(f"PREPARE q{i} AS {_numbered(query)}")  # type: ignore[arg-type]
+                await conn.execute(f"PREPARE q{i} AS {_numbered(query)}")
             except psycopg.Error as exc:
                 pytest.fail(f"{name} does not prepare: {exc}")
 
@@ -430,7 +435,7 @@ async def test_the_claim_reads_the_ready_index_in_order_without_statistics(
     params = claim_params(["default", "other"], 100)
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await conn.execute("SET plan_cache_mode = force_custom_plan")
-        cur = await conn.execute("EXPLAIN " + Q["claim_lease"], params)  # type: ignore[operator]
+        cur = await conn.execute("EXPLAIN " + Q["claim_lease"], params)
         plan = "\n".join(row[0] for row in await cur.fetchall())
     assert "Index Scan using dispatch_ready on dispatch" in plan, plan
     assert not re.search(r"Seq Scan on dispatch\s+\(", plan), (
@@ -467,7 +472,7 @@ async def test_the_claim_visits_each_row_of_its_batch_a_bounded_number_of_times(
         await fill_queue_of_distinct_schedules(stores[0], 600, overlap)
     params = claim_params(["default"], 500)
     async with await psycopg.AsyncConnection.connect(pg_dsn) as conn:  # rolled back: nothing claimed
-        cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["claim_lease"], params)  # type: ignore[operator]
+        cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["claim_lease"], params)
         row = await cur.fetchone()
         assert row is not None
         await conn.rollback()
@@ -594,7 +599,7 @@ async def test_dead_at_follows_state_and_the_dead_letter_reads_use_occurrences_d
             ("not_run_counts", {"since": T0, "until": T0 + MIN}, "occurrences_not_run"),
             ("prune", {"before": T0, "limit": 100}, "occurrences_recent"),
         ):
-            cur = await conn.execute("EXPLAIN " + Q[name], params)  # type: ignore[operator]
+            cur = await conn.execute("EXPLAIN " + Q[name], params)
             plan = "\n".join(row[0] for row in await cur.fetchall())
             assert index in plan, f"{name}:\n{plan}"
 

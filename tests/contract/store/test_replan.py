@@ -235,5 +235,6 @@ async def test_the_new_cursor_passes_an_instant_an_older_version_already_started
     assert ahead in {c.occurrence_id for c in claims}
     changed = await store.change_schedule(s.id, 1, s.definition, ScheduleState.ACTIVE, T0 + MIN, T0 + 30 * SEC, "u")
     assert changed.schedule.next_run_at == T0 + 2 * MIN
-    assert (await store.get_schedule_by_id(s.id)).next_run_at == T0 + 2 * MIN  # type: ignore[union-attr]
+    stored = await store.get_schedule_by_id(s.id)
+    assert stored is not None and stored.next_run_at == T0 + 2 * MIN
     assert changed.replanned == ()  # both started: nothing to re-plan

@@ -32,6 +32,7 @@ async def names(store: Store, **query: Any) -> list[str]:
 
 async def walk(store: Store, limit: int, **query: Any) -> list[list[str]]:
     """Every page of a search, each of ``limit`` names at most, by the name cursor."""
+    pages: list[list[str]]
     pages, after = [], ""
     while True:
         page = await names(store, after=after, limit=limit, **query)
@@ -147,9 +148,9 @@ async def test_each_search_walks_an_index_in_name_order_without_sorting(store: S
         else:
             assert isinstance(store, PostgresStore)
             dsn = getattr(backend, "dsn")  # noqa: B009  the postgres backend's database
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                await conn.execute("SET enable_seqscan = off")  # 50 rows: a seq scan would win on size alone
-                cur = await conn.execute("EXPLAIN " + PG_Q[name], params)  # type: ignore[operator]  # trusted SQL
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as pg:
+                await pg.execute("SET enable_seqscan = off")  # 50 rows: a seq scan would win on size alone
+                cur = await pg.execute("EXPLAIN " + PG_Q[name], params)
                 plan = "\n".join(row[0] for row in await cur.fetchall())
             assert index in plan, f"{name}:\n{plan}"
             assert "Sort" not in plan, f"{name}:\n{plan}"

@@ -58,6 +58,7 @@ def test_the_declared_names_are_the_ones_the_code_names(adapter: str) -> None:
     something."""
     names = set(load_queries(f"clockd.store.{adapter}"))
     driver = importlib.import_module(f"clockd.store.{adapter}.store")
+    assert driver.__file__ is not None  # a module loaded from a file
     assert _literals(Path(sql.__file__)) & names == set(sql.SCHEMA_QUERIES)
     engine_named = _literals(Path(engine.__file__)) & names
     driver_named = _literals(Path(driver.__file__)) & names
