@@ -112,6 +112,7 @@ def test_a_run_that_succeeded_while_the_disk_was_full_is_recorded_as_succeeded(
         f"import os, time; open({str(started)!r}, 'w').close()\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
     )
     daemon.start("--visibility-timeout", "3s", "--heartbeat", "1s")
+    port = daemon.metrics_port or port  # start() moves it if another test took it first
     filler: Path | None = None
     try:
         daemon.ctl("add", "--at", "now+1s", "--name", "during", "--retries", "0", "--", PY, "-c", job)
@@ -240,6 +241,7 @@ def test_a_disk_that_turns_read_only_under_clockd_degrades_it_and_clockctl_exits
         daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}"})
         daemon.log_path = tmp_path / "clockd.log"  # not on the disk that turns read-only
         daemon.start()
+        port = daemon.metrics_port or port  # start() moves it if another test took it first
         try:
             daemon.ctl("add", "--every", "1s", "--name", "tick", "--", *job_argv(runs))
             wait_for("jobs to fire every second", lambda: len(executions(runs)) >= 2, 15)

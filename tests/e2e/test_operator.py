@@ -141,6 +141,7 @@ def test_metrics_carry_every_family_and_no_occurrence_id(clockd: Clockd) -> None
     port = free_port()
     clockd.env["CLOCKD_METRICS_ADDR"] = f"127.0.0.1:{port}"
     clockd.start()
+    port = clockd.metrics_port or port  # start() moves it if another test took it first
     clockd.ctl("add", "--every", "1s", "--name", "ticker", "--noop")
     clockd.ctl("add", "--at", "now+1s", "--name", "broken", "--retries", "0", "--", "false")
 

@@ -294,7 +294,7 @@ def test_a_planted_secret_never_appears_in_anything_clockd_outputs(tmp_path: Pat
         outputs["check-config"] = subprocess.run(
             [str(BIN / "clockd"), "check-config"], env=daemon.env, capture_output=True, text=True, timeout=30
         ).stdout
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.metrics_port}/metrics", timeout=10) as response:
             outputs["metrics"] = response.read().decode()
         daemon.stop(timeout=30)
         outputs["daemon log (debug)"] = daemon.log()
