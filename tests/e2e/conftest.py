@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,8 +14,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pytest
-
-from tests.harness import free_port
 
 BIN = Path(sys.executable).parent
 T = TypeVar("T")
@@ -56,34 +55,16 @@ class Clockd:
         self.log_path = home / "clockd.log"
 
     @property
-    def metrics_port(self) -> int | None:
-        """The loopback port of ``CLOCKD_METRICS_ADDR`` (None: off or another address).
-        ``start`` may change it: read it after the start."""
-        host, _, port = self.env.get("CLOCKD_METRICS_ADDR", "off").rpartition(":")
-        return int(port) if host == "127.0.0.1" and port.isdigit() else None
+    def metrics_port(self) -> int:
+        """The port clockd's metrics server bound, from its ``metrics_listening`` line (the
+        last start's). Tests give ``CLOCKD_METRICS_ADDR=127.0.0.1:0`` and read it here after
+        the start: a port picked before clockd binds it (``free_port``) can be taken by
+        another test's server meanwhile, and clockd then exits saying it is in use."""
+        found = re.findall(r'"msg": "metrics on http://127\.0\.0\.1:(\d+)/metrics"', self.log())
+        assert found, f"clockd logged no loopback metrics address:\n{self.log()[-2000:]}"
+        return int(found[-1])
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:
-        """Start ``clockd run`` and wait for its ``started`` line. A loopback metrics port
-        (``free_port``) can be taken by another test's server between the probe and
-        clockd's bind: clockd then exits saying the port is in use, and the start is
-        retried on a fresh port (``metrics_port``), as the server harnesses retry theirs."""
-        for _ in range(5):
-            seen = len(self.log())
-            proc = self._spawn(*args)
-            self._wait_started(seen)
-            port = self.metrics_port
-            if proc.poll() is not None and port is not None and f"port {port} is in use" in self.log()[seen:]:
-                self.env["CLOCKD_METRICS_ADDR"] = f"127.0.0.1:{free_port()}"
-                continue
-            break
-        assert proc.poll() is None, f"clockd exited early:\n{self.log()}"
-        return proc
-
-    def _wait_started(self, seen: int) -> None:
-        """Until the log past offset ``seen`` says started, or the process exited."""
-        wait_for("clockd to start", lambda: '"action": "started"' in self.log()[seen:] or self.proc_exited(), 20)
-
-    def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [str(BIN / "clockd"), "run", *args],
@@ -92,6 +73,8 @@ class Clockd:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        wait_for("clockd to start", lambda: '"action": "started"' in self.log() or self.proc_exited(), 20)
+        assert self.proc.poll() is None, f"clockd exited early:\n{self.log()}"
         return self.proc
 
     def proc_exited(self) -> bool:

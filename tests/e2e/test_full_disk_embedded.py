@@ -33,7 +33,6 @@ import pytest
 
 from tests.e2e.cluster import now, reconcile
 from tests.e2e.conftest import BIN, Clockd, wait_for
-from tests.harness import free_port
 from tests.soak.checker import job_argv
 
 pytestmark = pytest.mark.e2e
@@ -103,8 +102,7 @@ def recorded(daemon: Clockd, name: str) -> dict[str, Any] | None:
 def test_a_run_that_succeeded_while_the_disk_was_full_is_recorded_as_succeeded(
     small_disk: Path, tmp_path: Path
 ) -> None:
-    port = free_port()
-    daemon = Clockd(small_disk / "home", {"CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}"})
+    daemon = Clockd(small_disk / "home", {"CLOCKD_METRICS_ADDR": "127.0.0.1:0"})
     daemon.log_path = tmp_path / "clockd.log"  # not on the small disk
     go = tmp_path / "go"
     started = tmp_path / "started"
@@ -112,7 +110,7 @@ def test_a_run_that_succeeded_while_the_disk_was_full_is_recorded_as_succeeded(
         f"import os, time; open({str(started)!r}, 'w').close()\nwhile not os.path.exists({str(go)!r}): time.sleep(0.05)"
     )
     daemon.start("--visibility-timeout", "3s", "--heartbeat", "1s")
-    port = daemon.metrics_port or port  # start() moves it if another test took it first
+    port = daemon.metrics_port
     filler: Path | None = None
     try:
         daemon.ctl("add", "--at", "now+1s", "--name", "during", "--retries", "0", "--", PY, "-c", job)
@@ -232,16 +230,15 @@ def test_a_disk_that_turns_read_only_under_clockd_degrades_it_and_clockctl_exits
     """ext4's ``errors=remount-ro`` (Debian's default for /): an error turns the file system
     read-only under the running clockd — for good, until it is unmounted and checked, so
     coming back is the other drill's (clockd stopped, the disk writable again)."""
-    port = free_port()
     runs = tmp_path / "runs.log"
     mountpoint = tmp_path / "disk"
     with mounted(mountpoint, "-o", "loop,errors=remount-ro", str(ext4_image)):
         device = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], capture_output=True,
                                      text=True, check=True).stdout.strip()).name  # fmt: skip
-        daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}"})
+        daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": "127.0.0.1:0"})
         daemon.log_path = tmp_path / "clockd.log"  # not on the disk that turns read-only
         daemon.start()
-        port = daemon.metrics_port or port  # start() moves it if another test took it first
+        port = daemon.metrics_port
         try:
             daemon.ctl("add", "--every", "1s", "--name", "tick", "--", *job_argv(runs))
             wait_for("jobs to fire every second", lambda: len(executions(runs)) >= 2, 15)

@@ -16,7 +16,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Clockd, wait_for
-from tests.harness import free_port
 from tests.harness.home import existing_store
 
 pytestmark = pytest.mark.e2e
@@ -138,10 +137,9 @@ def test_status_shows_the_clockd_holding_the_embedded_store(clockd: Clockd) -> N
 
 
 def test_metrics_carry_every_family_and_no_occurrence_id(clockd: Clockd) -> None:
-    port = free_port()
-    clockd.env["CLOCKD_METRICS_ADDR"] = f"127.0.0.1:{port}"
+    clockd.env["CLOCKD_METRICS_ADDR"] = "127.0.0.1:0"
     clockd.start()
-    port = clockd.metrics_port or port  # start() moves it if another test took it first
+    port = clockd.metrics_port
     clockd.ctl("add", "--every", "1s", "--name", "ticker", "--noop")
     clockd.ctl("add", "--at", "now+1s", "--name", "broken", "--retries", "0", "--", "false")
 

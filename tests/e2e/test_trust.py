@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ import pytest
 
 from tests.e2e.conftest import BIN, Clockd, wait_for
 from tests.e2e.test_operator import _actions
+from tests.harness import free_port
 from tests.harness.users import SYSTEM_PY, processes_of, throwaway_users
 
 pytestmark = pytest.mark.e2e
@@ -43,12 +43,6 @@ TERMINAL = ("SUCCEEDED", "DEAD", "MISSED", "CANCELED", "SKIPPED_OVERLAP")
 
 def parse(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def final(daemon: Clockd, name: str, timeout: float = 30) -> dict[str, Any]:
@@ -243,10 +237,9 @@ def test_a_planted_secret_never_appears_in_anything_clockd_outputs(tmp_path: Pat
 
     web.routes["/auth"] = authorised
     web.routes["/echo"] = echo
-    port = free_port()
     daemon = Clockd(
         tmp_path / "home",
-        {"TRUST_ENV_SECRET": env_secret, "CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}", "CLOCKD_LOG_LEVEL": "debug"},
+        {"TRUST_ENV_SECRET": env_secret, "CLOCKD_METRICS_ADDR": "127.0.0.1:0", "CLOCKD_LOG_LEVEL": "debug"},
     )
     daemon.home.mkdir()
     file_ref, env_ref = f"${{file:{token}}}", "${env:TRUST_ENV_SECRET}"
