@@ -43,8 +43,9 @@ cluster-stop: ## Stop everything `make cluster` started
 	scripts/cluster.sh stop
 
 .PHONY: lint
-lint: install ## ruff, mypy --strict, import-linter, groff on the man pages
+lint: install ## ruff (lint and format), mypy --strict, import-linter, groff on the man pages
 	$(BIN)/ruff check clockd cli tests bench
+	$(BIN)/ruff format --check --quiet . || { echo 'make lint: run `$(BIN)/ruff format .` to format'; exit 1; }
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	@for f in man/*.[158]; do [ -e "$$f" ] || continue; \

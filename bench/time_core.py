@@ -120,10 +120,7 @@ def main() -> int:
     for row in rows:
         verdict = "" if row["ok"] is None else ("PASS" if row["ok"] else "FAIL")
         failed += row["ok"] is False
-        print(
-            f"{row['name']:<46} {row['value']:>12,.1f} {row['unit']:<3} "
-            f"{row['target']:<26} {verdict}"
-        )
+        print(f"{row['name']:<46} {row['value']:>12,.1f} {row['unit']:<3} {row['target']:<26} {verdict}")
     return 1 if failed else 0
 
 

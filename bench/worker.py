@@ -128,8 +128,10 @@ def measure(
                     run = _one(trees[name], dsn, count, spy)
                 finally:
                     found.drop_database(dsn)
-                log(f"round {r + 1} {name}: {run['cpu_us']:.1f} µs/execution (system {run['sys_us']:.1f}), "
-                    f"{run['rate']:,.0f}/s")
+                log(
+                    f"round {r + 1} {name}: {run['cpu_us']:.1f} µs/execution (system {run['sys_us']:.1f}), "
+                    f"{run['rate']:,.0f}/s"
+                )
                 results[name].append(run)
     return results
 

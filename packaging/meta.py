@@ -1,9 +1,9 @@
 """Facts packaging/*.sh need, read from the one place each lives (stdlib only: runs before any venv).
 
-    python3 packaging/meta.py version   # clockd.__version__, from clockd/__init__.py
-    python3 packaging/meta.py deps      # pyproject's [project] dependencies, one per line
-    python3 packaging/meta.py hash FILE…  # sha256 over the names and contents of FILE…
-    python3 packaging/meta.py depends "A (>= 1), B" "A (>= 2)"  # one Depends line, highest bound per package
+python3 packaging/meta.py version   # clockd.__version__, from clockd/__init__.py
+python3 packaging/meta.py deps      # pyproject's [project] dependencies, one per line
+python3 packaging/meta.py hash FILE…  # sha256 over the names and contents of FILE…
+python3 packaging/meta.py depends "A (>= 1), B" "A (>= 2)"  # one Depends line, highest bound per package
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def version() -> str:
     text = (ROOT / "clockd" / "__init__.py").read_text(encoding="utf-8")
     found = re.search(r'^__version__ = "([^"]+)"$', text, re.MULTILINE)
     if found is None:
-        raise SystemExit("packaging/meta.py: no __version__ = \"x.y.z\" line in clockd/__init__.py")
+        raise SystemExit('packaging/meta.py: no __version__ = "x.y.z" line in clockd/__init__.py')
     return found.group(1)
 
 

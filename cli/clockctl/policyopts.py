@@ -71,9 +71,7 @@ OnFailure = Annotated[
         help="notify when an attempt fails: a shell command, an http(s) URL (JSON POST) or mail:ADDR",
     ),
 ]
-OnDead = Annotated[
-    str | None, typer.Option("--on-dead", metavar=_NOTIFY, help="notify when an occurrence goes DEAD")
-]
+OnDead = Annotated[str | None, typer.Option("--on-dead", metavar=_NOTIFY, help="notify when an occurrence goes DEAD")]
 OnMissed = Annotated[
     str | None, typer.Option("--on-missed", metavar=_NOTIFY, help="notify when an occurrence is MISSED")
 ]

@@ -43,6 +43,7 @@ _SENSITIVE = re.compile(r"(?i)pass|secret|token|key|auth|cookie|credential|sessi
 # Every JSON instant clockctl prints (the commands import it from here).
 iso = iso_utc
 
+
 def redact_value(name: str, value: str) -> str:
     """``value`` for display: kept if it references secrets or its name looks harmless."""
     if secrets.has_references(value) or not _SENSITIVE.search(name):
@@ -155,6 +156,8 @@ def shown_state(s: Schedule) -> str:
     if s.state is ScheduleState.ACTIVE and s.definition.kind is ScheduleKind.ONCE and s.next_run_at is None:
         return "done"
     return str(s.state)
+
+
 def notify_rows(d: ScheduleDef) -> list[tuple[str, str]]:
     """``show`` rows for the schedule's notifications (URLs with secrets masked)."""
     return [(n.event.field, redact_url(n.describe()) if n.url else n.describe()) for n in d.notify]
@@ -266,9 +269,7 @@ def replanned_doc(items: Sequence[Replanned]) -> dict[str, list[dict[str, Any]]]
             for r in items
             if r.kept
         ],
-        "dropped": [
-            {"scheduled_for": iso(r.scheduled_for), "occurrence_id": r.replaced} for r in items if not r.kept
-        ],
+        "dropped": [{"scheduled_for": iso(r.scheduled_for), "occurrence_id": r.replaced} for r in items if not r.kept],
     }
 
 

@@ -263,9 +263,7 @@ class _Etcd:
         # aetcd builds its target as f"{host}:{port}"; splitting at the last colon
         # hands it a multi-address target unchanged (notes/etcd.md §4).
         host, _, port = target.rpartition(":")
-        self._client: Any = aetcd.Client(
-            host=host, port=int(port), timeout=RPC_TIMEOUT, options=dict(GRPC_OPTIONS)
-        )
+        self._client: Any = aetcd.Client(host=host, port=int(port), timeout=RPC_TIMEOUT, options=dict(GRPC_OPTIONS))
         self._tx: Any = self._client.transactions
         self._on_reachable = on_reachable
         # Once closed, never reopened: aetcd reconnects lazily on the next call, so a
@@ -335,9 +333,7 @@ class _Etcd:
     async def put(self, key: str, value: bytes, lease_id: int, budget: float) -> None:
         await self._call(self._client.put(key.encode(), value, lease=lease_id), budget)
 
-    async def create(
-        self, key: str, value: bytes, lease_id: int, budget: float
-    ) -> tuple[bool, _KV | None]:
+    async def create(self, key: str, value: bytes, lease_id: int, budget: float) -> tuple[bool, _KV | None]:
         """``create(key) == 0 → put(key, value, lease) + get(key)``, else ``get(key)``.
         Returns whether it was created and the key as it is now."""
         k = key.encode()
@@ -361,9 +357,7 @@ class _Etcd:
         k = key.encode()
         tx = self._tx
         ok, _ = await self._call(
-            self._client.transaction(
-                compare=[tx.create(k) == create_revision], success=[tx.delete(k)], failure=[]
-            ),
+            self._client.transaction(compare=[tx.create(k) == create_revision], success=[tx.delete(k)], failure=[]),
             budget,
         )
         return bool(ok)
@@ -590,8 +584,7 @@ class EtcdCoordinator:
             names["shards"] = self._shard_loop()
             self._shard_wake.set()
         self._tasks = [
-            loop.create_task(coro, name=f"clockd-coord-{name}-{self.node_id}")
-            for name, coro in names.items()
+            loop.create_task(coro, name=f"clockd-coord-{name}-{self.node_id}") for name, coro in names.items()
         ]
 
     async def _connect(self) -> None:
@@ -610,8 +603,7 @@ class EtcdCoordinator:
                 if loop.time() >= deadline:
                     await self._close_client()
                     raise CoordError(
-                        f"etcd unreachable at {', '.join(self.endpoints)}: start etcd or pass "
-                        f"--etcd ({exc})"
+                        f"etcd unreachable at {', '.join(self.endpoints)}: start etcd or pass --etcd ({exc})"
                     ) from exc
                 await asyncio.sleep(min(0.2, max(deadline - loop.time(), 0.0)))
 
@@ -640,8 +632,7 @@ class EtcdCoordinator:
             orphans, self._orphans = list(self._orphans), {}
             etcd = self._etcd
             await _bounded(
-                asyncio.gather(*(etcd.revoke(lid, REVOKE_TIMEOUT) for lid in orphans),
-                               return_exceptions=True),
+                asyncio.gather(*(etcd.revoke(lid, REVOKE_TIMEOUT) for lid in orphans), return_exceptions=True),
                 REVOKE_TIMEOUT,
                 "revoke the leases",
             )
@@ -737,9 +728,7 @@ class EtcdCoordinator:
                 info = _json(kv.value)
                 node = kv.key[len(self._members_prefix) :]
                 raw_modes = info.get("modes")
-                modes[node] = (
-                    tuple(str(m) for m in raw_modes) if isinstance(raw_modes, list) else ()
-                )
+                modes[node] = tuple(str(m) for m in raw_modes) if isinstance(raw_modes, list) else ()
                 if isinstance(info.get("standby"), str):
                     standby[node] = str(info["standby"])
                 raw_caps = info.get("capabilities")
@@ -761,9 +750,7 @@ class EtcdCoordinator:
             )
             for node in sorted(set(modes) | set(shards))
         )
-        return CoordStatus(
-            reachable=True, leader_node=leader_node, leader_token=leader_token, members=members
-        )
+        return CoordStatus(reachable=True, leader_node=leader_node, leader_token=leader_token, members=members)
 
     # -- in-process state changes (synchronous: no await between check and act) ---------
 
@@ -782,8 +769,7 @@ class EtcdCoordinator:
             "leadership lost (%s), token %d",
             reason,
             token,
-            extra={"action": "leadership_lost", "node": self.node_id, "token": token,
-                   "reason": reason},
+            extra={"action": "leadership_lost", "node": self.node_id, "token": token, "reason": reason},
         )
         self._leader_wake.set()
 
@@ -797,8 +783,7 @@ class EtcdCoordinator:
             shard,
             reason,
             token,
-            extra={"action": "shard_released", "node": self.node_id, "shard": shard,
-                   "token": token, "reason": reason},
+            extra={"action": "shard_released", "node": self.node_id, "shard": shard, "token": token, "reason": reason},
         )
 
     def _drop_session(self, reason: str) -> None:
@@ -877,8 +862,7 @@ class EtcdCoordinator:
         log.info(
             "leadership acquired, token %d",
             kv.create_revision,
-            extra={"action": "leadership_acquired", "node": self.node_id,
-                   "token": kv.create_revision},
+            extra={"action": "leadership_acquired", "node": self.node_id, "token": kv.create_revision},
         )
         return True
 
@@ -1072,21 +1056,17 @@ class EtcdCoordinator:
                 self._drop_shard(shard, "reassigned")
             elif ours or kv.lease != session:
                 continue
-            releases.append(etcd.delete_if(self._owner_key(shard), kv.create_revision,
-                                           RPC_TIMEOUT))
+            releases.append(etcd.delete_if(self._owner_key(shard), kv.create_revision, RPC_TIMEOUT))
             del owners[shard]
         if releases:
             await asyncio.gather(*releases, return_exceptions=True)
 
         claims = [s for s in sorted(mine) if s not in self._owned and s not in owners]
         if claims and self._session_id == session:
-            await asyncio.gather(*(self._claim(s, session) for s in claims),
-                                 return_exceptions=True)
+            await asyncio.gather(*(self._claim(s, session) for s in claims), return_exceptions=True)
 
     async def _claim(self, shard: int, session: int) -> None:
-        ok, kv = await self._client().create(
-            self._owner_key(shard), self.node_id.encode(), session, RPC_TIMEOUT
-        )
+        ok, kv = await self._client().create(self._owner_key(shard), self.node_id.encode(), session, RPC_TIMEOUT)
         if not ok or kv is None:
             return
         if self._session_id != session or not self._running or shard in self._owned or self._standby:
@@ -1097,8 +1077,7 @@ class EtcdCoordinator:
             "shard %d acquired, token %d",
             shard,
             kv.create_revision,
-            extra={"action": "shard_acquired", "node": self.node_id, "shard": shard,
-                   "token": kv.create_revision},
+            extra={"action": "shard_acquired", "node": self.node_id, "shard": shard, "token": kv.create_revision},
         )
 
     async def _revoke_orphans(self) -> None:

@@ -69,9 +69,7 @@ class LocalCoordinator:
         if materialize:
             for shard in range(self.shard_count):
                 resource = shard_resource(shard)
-                self._shards[shard] = Lease(
-                    resource, await self.store.next_token(resource), FOREVER
-                )
+                self._shards[shard] = Lease(resource, await self.store.next_token(resource), FOREVER)
 
     async def stop(self) -> None:
         self._leader = None

@@ -83,6 +83,8 @@ def _int(text: str) -> int:
 
 def _shown(text: str) -> str:
     return text if len(text) <= 20 else text[:20] + "…"
+
+
 _W_ITEM = re.compile(r"([0-9]+)W")
 
 # The fixed naive start of the parse-time "does it ever fire" enumeration.
@@ -373,8 +375,7 @@ def _split(expr: str) -> list[str]:
         macro = text.lower()
         if macro == "@reboot":
             raise InvalidCron(
-                "@reboot is not supported: clockd has no boot event "
-                "(use a systemd unit, or a `once` schedule)"
+                "@reboot is not supported: clockd has no boot event (use a systemd unit, or a `once` schedule)"
             )
         if macro not in MACROS:
             known = ", ".join(MACROS)

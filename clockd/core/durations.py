@@ -61,8 +61,7 @@ def parse_duration(text: str) -> timedelta:
         rank = _RANK[unit]
         if rank <= last_rank:
             raise InvalidInput(
-                f"duration {source!r}: units must go from largest to smallest, "
-                f"each at most once (d h m s ms us)"
+                f"duration {source!r}: units must go from largest to smallest, each at most once (d h m s ms us)"
             )
         last_rank = rank
         try:

@@ -46,8 +46,7 @@ def parse_instant(text: str, tz: str | None = None, now: datetime | None = None)
             raise InvalidInput(f"instant {text!r} is out of range") from None
     if tz is None:
         raise InvalidInput(
-            f"instant {text!r} has no UTC offset: add Z or an offset such as +01:00, "
-            "or give a time zone"
+            f"instant {text!r} has no UTC offset: add Z or an offset such as +01:00, or give a time zone"
         )
     return _from_wall(text, parsed, tz)
 

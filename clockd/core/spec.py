@@ -151,8 +151,7 @@ class EverySpec:
     def __init__(self, interval: timedelta, anchor: datetime, tz: str) -> None:
         if interval < MIN_INTERVAL:
             raise InvalidInput(
-                f"every: the interval must be at least {format_duration(MIN_INTERVAL)}, "
-                f"got {format_duration(interval)}"
+                f"every: the interval must be at least {format_duration(MIN_INTERVAL)}, got {format_duration(interval)}"
             )
         self.interval = interval
         self.anchor = as_utc(anchor)
@@ -205,9 +204,7 @@ def _kind(kind: ScheduleKind | str) -> ScheduleKind:
         raise InvalidInput(f"unknown schedule kind {kind!r} (cron, once or every)") from None
 
 
-def compile_spec(
-    kind: ScheduleKind | str, expr: str, tz: str, anchor: datetime | None = None
-) -> Spec:
+def compile_spec(kind: ScheduleKind | str, expr: str, tz: str, anchor: datetime | None = None) -> Spec:
     """The :class:`Spec` for a definition; ``anchor`` (aware) is needed by ``every`` only.
 
     Cached: cron and once specs are shared whatever the anchor. Raises
@@ -256,8 +253,7 @@ def validate_definition(kind: ScheduleKind | str, expr: str, tz: str) -> str:
         cron = parse_cron(expr)
         if not _fires_at_probe(cron.probe_wall, zone) and CronTimeline(cron, zone).next_after(_REFERENCE) is None:
             raise NeverFires(
-                f"{cron.normalized} never fires in {tz}: "
-                "every matching local time falls in a clock-change gap"
+                f"{cron.normalized} never fires in {tz}: every matching local time falls in a clock-change gap"
             )
         return cron.normalized
     if resolved is ScheduleKind.ONCE:
@@ -265,8 +261,7 @@ def validate_definition(kind: ScheduleKind | str, expr: str, tz: str) -> str:
     interval = parse_duration(expr)
     if interval < MIN_INTERVAL:
         raise InvalidInput(
-            f"every: the interval must be at least {format_duration(MIN_INTERVAL)}, "
-            f"got {format_duration(interval)}"
+            f"every: the interval must be at least {format_duration(MIN_INTERVAL)}, got {format_duration(interval)}"
         )
     return format_duration(interval)
 

@@ -26,9 +26,7 @@ _PRIORITY = {
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {
-        k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")
-    }
+    return {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
 
 
 class JsonFormatter(logging.Formatter):

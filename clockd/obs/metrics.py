@@ -36,9 +36,7 @@ occurrences_relayed = Counter(
     "Outbox rows moved into the dispatch queue",
     registry=REGISTRY,
 )
-attempts_total = Counter(
-    "clockd_attempts_total", "Finished attempts by outcome", ["outcome"], registry=REGISTRY
-)
+attempts_total = Counter("clockd_attempts_total", "Finished attempts by outcome", ["outcome"], registry=REGISTRY)
 retries_total = Counter("clockd_retries_total", "Attempts followed by a retry", registry=REGISTRY)
 dead_total = Counter("clockd_dead_total", "Occurrences that went DEAD", registry=REGISTRY)
 stale_completions = Counter(
@@ -46,9 +44,7 @@ stale_completions = Counter(
     "Completions rejected because the lease token was stale (a newer attempt owns it)",
     registry=REGISTRY,
 )
-leases_reaped = Counter(
-    "clockd_leases_reaped_total", "Expired worker leases returned by the leader", registry=REGISTRY
-)
+leases_reaped = Counter("clockd_leases_reaped_total", "Expired worker leases returned by the leader", registry=REGISTRY)
 fenced_writes_rejected = Counter(
     "clockd_fenced_writes_rejected_total",
     "Writes refused because a newer holder's fencing token was stored",
@@ -56,9 +52,7 @@ fenced_writes_rejected = Counter(
     registry=REGISTRY,
 )
 running_jobs = Gauge("clockd_running_jobs", "Jobs running in this worker", registry=REGISTRY)
-leadership = Gauge(
-    "clockd_is_leader", "1 while this process holds the leader lease", registry=REGISTRY
-)
+leadership = Gauge("clockd_is_leader", "1 while this process holds the leader lease", registry=REGISTRY)
 shards_owned = Gauge("clockd_shards_owned", "Shards this materializer holds", registry=REGISTRY)
 # clockd_leadership_changes_total and clockd_shard_moves_total: read from the coordinator
 # at scrape time (see ``watch_coordinator`` below).
@@ -85,9 +79,7 @@ store_errors = Counter(
     ["mode"],
     registry=REGISTRY,
 )
-tzdata_info = Gauge(
-    "clockd_tzdata_info", "IANA zone data release in use", ["version"], registry=REGISTRY
-)
+tzdata_info = Gauge("clockd_tzdata_info", "IANA zone data release in use", ["version"], registry=REGISTRY)
 
 # -- operator read paths: sampled by the leader from the store (clockd.modes.sampler) ---------
 
@@ -173,12 +165,14 @@ class _DefinitionCacheCollector(Collector):
             "clockd_definition_cache_hits", "Claimed occurrences whose definition was cached", value=hits
         )
         yield CounterMetricFamily(
-            "clockd_definition_cache_misses", "Claimed occurrences whose definition was read from the store",
+            "clockd_definition_cache_misses",
+            "Claimed occurrences whose definition was read from the store",
             value=misses,
         )
         yield GaugeMetricFamily("clockd_definition_cache_entries", "Definitions cached", value=float(len(cache)))
         yield GaugeMetricFamily(
-            "clockd_definition_cache_capacity", "Definitions the cache holds at most",
+            "clockd_definition_cache_capacity",
+            "Definitions the cache holds at most",
             value=float(getattr(cache, "capacity", 0)),
         )
 

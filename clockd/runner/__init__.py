@@ -50,4 +50,3 @@ class Runner(Protocol):
         """Run ``request.target``. When ``stop`` is set, terminate it (SIGTERM to the
         process group, SIGKILL after ``kill_grace``) and return ``STOPPED``."""
         ...
-

@@ -53,9 +53,7 @@ def test_acceptance_json_is_a_stable_array_of_real_fires() -> None:
 
 def test_acceptance_through_the_installed_command() -> None:
     env = {**os.environ, "COLUMNS": "200"}
-    result = subprocess.run(
-        [str(BIN / "clockctl"), *ACCEPTANCE], capture_output=True, text=True, env=env, timeout=60
-    )
+    result = subprocess.run([str(BIN / "clockctl"), *ACCEPTANCE], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert any("2026-03-28 02:30:00 +01:00" in line for line in lines)
@@ -65,8 +63,19 @@ def test_acceptance_through_the_installed_command() -> None:
 
 def test_repeated_hour_notes_for_fixed_and_interval_jobs() -> None:
     fixed = runner.invoke(
-        app, ["preview", "30 1 * * *", "--tz", "America/New_York", "--after", "2026-10-31T12:00:00Z",
-              "-n", "2", "-o", "json"]
+        app,
+        [
+            "preview",
+            "30 1 * * *",
+            "--tz",
+            "America/New_York",
+            "--after",
+            "2026-10-31T12:00:00Z",
+            "-n",
+            "2",
+            "-o",
+            "json",
+        ],
     )
     assert fixed.exit_code == 0, fixed.output
     assert json.loads(fixed.stdout)[0] == {
@@ -76,8 +85,19 @@ def test_repeated_hour_notes_for_fixed_and_interval_jobs() -> None:
         "skipped": [],
     }
     interval = runner.invoke(
-        app, ["preview", "*/30 * * * *", "--tz", "America/New_York", "--after", "2026-11-01T05:00:00Z",
-              "-n", "4", "-o", "json"]
+        app,
+        [
+            "preview",
+            "*/30 * * * *",
+            "--tz",
+            "America/New_York",
+            "--after",
+            "2026-11-01T05:00:00Z",
+            "-n",
+            "4",
+            "-o",
+            "json",
+        ],
     )
     assert interval.exit_code == 0, interval.output
     doc = json.loads(interval.stdout)
@@ -101,8 +121,19 @@ def test_many_skipped_times_in_one_gap_are_summarized() -> None:
     assert "DST gap: 02:00-02:40 (3 times) do not exist on 2026-03-29, skipped" in flat(result.stdout)
     doc = json.loads(
         runner.invoke(
-            app, ["preview", "*/20 * * * *", "--tz", "Europe/Paris", "--after", "2026-03-29T00:30:00Z",
-                  "-n", "2", "-o", "json"]
+            app,
+            [
+                "preview",
+                "*/20 * * * *",
+                "--tz",
+                "Europe/Paris",
+                "--after",
+                "2026-03-29T00:30:00Z",
+                "-n",
+                "2",
+                "-o",
+                "json",
+            ],
         ).stdout
     )
     assert doc[1]["skipped"] == ["2026-03-29T02:00", "2026-03-29T02:20", "2026-03-29T02:40"]
@@ -118,8 +149,19 @@ def test_defaults_are_utc_and_ten_fires_after_now() -> None:
 
 def test_after_accepts_an_offset_and_a_local_time_in_the_zone() -> None:
     with_offset = runner.invoke(
-        app, ["preview", "0 9 * * *", "--tz", "Europe/Paris", "--after", "2026-03-28T09:00:00+01:00",
-              "-n", "1", "-o", "json"]
+        app,
+        [
+            "preview",
+            "0 9 * * *",
+            "--tz",
+            "Europe/Paris",
+            "--after",
+            "2026-03-28T09:00:00+01:00",
+            "-n",
+            "1",
+            "-o",
+            "json",
+        ],
     )
     local = runner.invoke(
         app, ["preview", "0 9 * * *", "--tz", "Europe/Paris", "--after", "2026-03-28T09:00", "-n", "1", "-o", "json"]
@@ -163,7 +205,9 @@ def test_bad_after_exits_2() -> None:
 def test_errors_through_the_installed_command() -> None:
     result = subprocess.run(
         [str(BIN / "clockctl"), "preview", "0 9 * * *", "--tz", "Europe/Pari"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert result.stdout == ""

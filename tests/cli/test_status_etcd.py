@@ -22,8 +22,11 @@ async def test_status_names_the_etcd_leader_and_its_shards(etcd_server: EtcdServ
     leader = EtcdCoordinator(etcd_server.endpoints, cluster, "n1", shard_count=4, ttl=10.0)
     try:
         await leader.start(lead=True, materialize=True, modes=["leader", "materializer"])
-        await until(lambda: leader.leader_lease() is not None and len(leader.shard_leases()) == 4,
-                    within=10, what="n1 leads and owns every shard")
+        await until(
+            lambda: leader.leader_lease() is not None and len(leader.shard_leases()) == 4,
+            within=10,
+            what="n1 leads and owns every shard",
+        )
         lease = leader.leader_lease()
         assert lease is not None
         (tmp_path / "none.yaml").write_text("{}\n")

@@ -108,10 +108,10 @@ def test_the_default_name_is_the_program_basename(ctl: Any) -> None:
 def test_the_file_loader_refuses_the_same_things_with_the_same_words() -> None:
     text = (
         "jobs:\n"
-        "  - name: \"a\\u202e\"\n"
+        '  - name: "a\\u202e"\n'
         "    every: 1h\n"
         "    retries: 100000000000000000000\n"
-        "    command: [\"echo hi > /tmp/x\"]\n"
+        '    command: ["echo hi > /tmp/x"]\n'
     )
     messages = [str(e) for e in load_text(text, "f.yaml").errors]
     assert messages == [

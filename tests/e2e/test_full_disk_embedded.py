@@ -266,4 +266,3 @@ def test_a_disk_that_turns_read_only_under_clockd_degrades_it_and_clockctl_exits
     with mounted(tmp_path / "disk-checked", "-o", "loop", str(ext4_image)) as checked_disk:
         listed = Clockd(checked_disk / "home").ctl("list", "-o", "json")
         assert [s["name"] for s in json.loads(listed.stdout)] == ["tick"], listed.stdout
-

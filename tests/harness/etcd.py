@@ -119,21 +119,38 @@ class EtcdServer:
         cluster = self.initial_cluster or f"{self.name}={self.peer_url}"
         argv = [
             self.binary,
-            "--name", self.name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.endpoint,
-            "--advertise-client-urls", self.endpoint,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", cluster,
-            "--initial-cluster-token", self.cluster_token,
-            "--initial-cluster-state", "new",
-            "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn",
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.endpoint,
+            "--advertise-client-urls",
+            self.endpoint,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            cluster,
+            "--initial-cluster-token",
+            self.cluster_token,
+            "--initial-cluster-state",
+            "new",
+            "--logger",
+            "zap",
+            "--log-outputs",
+            "stderr",
+            "--log-level",
+            "warn",
         ]
         if self._log is None:
             self._log = open(self.logfile, "ab")  # kept open for the process' whole life
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
         )
         track(self.proc.pid)
         self.frozen = False
@@ -143,8 +160,7 @@ class EtcdServer:
         if self.proc is None or self.proc.poll() is not None:
             return False
         try:
-            listing = _http_json(f"{self.endpoint}/v3/cluster/member/list", body=b"{}",
-                                 timeout=0.5)
+            listing = _http_json(f"{self.endpoint}/v3/cluster/member/list", body=b"{}", timeout=0.5)
             body = _http_json(f"{self.endpoint}/health", timeout=0.5)
         except (OSError, ValueError, urllib.error.URLError):
             return False
@@ -153,21 +169,18 @@ class EtcdServer:
         header = listing.get("header")
         me = header.get("member_id") if isinstance(header, dict) else None
         members = listing.get("members")
-        names = {
-            m.get("ID"): m.get("name") for m in members if isinstance(m, dict)
-        } if isinstance(members, list) else {}
+        names = (
+            {m.get("ID"): m.get("name") for m in members if isinstance(m, dict)} if isinstance(members, list) else {}
+        )
         return names.get(me) == self.name and body.get("health") == "true"
 
     def wait_healthy(self, timeout: float = _HEALTH_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while not self.healthy():
             if self.proc is not None and self.proc.poll() is not None:
-                raise EtcdError(
-                    f"etcd {self.name} exited with {self.proc.returncode}\n{tail(self.logfile)}"
-                )
+                raise EtcdError(f"etcd {self.name} exited with {self.proc.returncode}\n{tail(self.logfile)}")
             if time.monotonic() >= deadline:
-                raise EtcdError(f"etcd {self.name} not healthy after {timeout:.0f}s\n"
-                                f"{tail(self.logfile)}")
+                raise EtcdError(f"etcd {self.name} not healthy after {timeout:.0f}s\n{tail(self.logfile)}")
             time.sleep(0.05)
 
     def start(self) -> EtcdServer:
@@ -282,14 +295,16 @@ class EtcdCluster:
             ports = [(free_port(), free_port()) for _ in range(self.size)]
             suffix = secrets.token_hex(4)
             names = [f"c{i + 1}-{suffix}" for i in range(self.size)]
-            initial = ",".join(
-                f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True)
-            )
+            initial = ",".join(f"{n}=http://127.0.0.1:{peer}" for n, (_, peer) in zip(names, ports, strict=True))
             token = f"clockd-test-{suffix}"
             self.members = [
                 EtcdServer(
-                    n, binary=self.binary, client_port=c, peer_port=p,
-                    initial_cluster=initial, cluster_token=token,
+                    n,
+                    binary=self.binary,
+                    client_port=c,
+                    peer_port=p,
+                    initial_cluster=initial,
+                    cluster_token=token,
                 )
                 for n, (c, p) in zip(names, ports, strict=True)
             ]

@@ -106,8 +106,18 @@ class PostgresServer:
             os.chown(self.root, self._uid, self._gid)
         try:
             self._cmd(
-                "initdb", "-D", str(self.datadir), "-A", "trust", "-U", self.user,
-                "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions",
+                "initdb",
+                "-D",
+                str(self.datadir),
+                "-A",
+                "trust",
+                "-U",
+                self.user,
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
             )
             self._write_config()
             last: Exception | None = None
@@ -200,9 +210,7 @@ class PostgresServer:
         """CREATE DATABASE name [TEMPLATE template]; returns its DSN."""
         stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
         if template is not None:
-            stmt = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)
-            )
+            stmt = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
         with self.connect() as conn:
             conn.execute(stmt)
         return self.dsn(name)
@@ -210,9 +218,7 @@ class PostgresServer:
     def drop_database(self, name: str) -> None:
         """DROP DATABASE IF EXISTS name WITH (FORCE): lingering sessions are terminated."""
         with self.connect() as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
     # -- internals -----------------------------------------------------------------------
 
@@ -239,8 +245,17 @@ class PostgresServer:
     def _pg_ctl_start(self) -> None:
         try:
             self._cmd(
-                "pg_ctl", "-D", str(self.datadir), "-l", str(self.logfile), "-w", "-t", "60",
-                "-o", f"-p {self.port}", "start",
+                "pg_ctl",
+                "-D",
+                str(self.datadir),
+                "-l",
+                str(self.logfile),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                f"-p {self.port}",
+                "start",
             )
         except PostgresError as exc:
             raise PostgresError(f"{exc}\n--- server log ---\n{tail(self.logfile)}") from None
@@ -251,13 +266,16 @@ class PostgresServer:
     def _cmd(self, tool: str, *args: str) -> None:
         argv = [*self._run_as, os.path.join(self.bindir, tool), *args]
         proc = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
-            check=False, cwd=self.root,
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=self.root,
         )
         if proc.returncode != 0:
-            raise PostgresError(
-                f"{tool} exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}"
-            )
+            raise PostgresError(f"{tool} exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
 
     def _remove_root(self) -> None:
         if self.root is not None:

@@ -174,7 +174,9 @@ def freeze_process(pid: int, *, timeout: float = 10.0) -> None:
     os.kill(pid, signal.SIGSTOP)
     wait_until(
         lambda: all(state in "tT" for state in thread_states(pid)),
-        timeout=timeout, interval=0.005, what=f"every thread of pid {pid} to stop",
+        timeout=timeout,
+        interval=0.005,
+        what=f"every thread of pid {pid} to stop",
     )
 
 

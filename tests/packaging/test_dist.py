@@ -217,9 +217,7 @@ def test_embedded_flow_runs_on_time_logs_and_drains_on_sigterm(frozen: Frozen) -
 
 @pytest.mark.postgres
 @pytest.mark.etcd
-def test_cluster_mode_one_process_per_mode(
-    art: Artefacts, tmp_path: Path, pg_dsn: str, etcd_server: Any
-) -> None:
+def test_cluster_mode_one_process_per_mode(art: Artefacts, tmp_path: Path, pg_dsn: str, etcd_server: Any) -> None:
     frozen = Frozen(art, _aliases(art, tmp_path), tmp_path, CLOCKD_STORE=pg_dsn)
     try:
         migrated = _run([str(frozen.bindir / "clockd"), "migrate"], frozen.env)

@@ -64,9 +64,7 @@ def test_file_list_conffiles_and_control(art: Artefacts) -> None:
     # Nothing of the build machine or the tests ships.
     assert not [p for p in entries if "/tests/" in p or "pytest" in p or ".pyenv" in p]
 
-    conffiles = subprocess.run(
-        ["dpkg-deb", "--ctrl-tarfile", str(art.deb)], capture_output=True, check=True
-    ).stdout
+    conffiles = subprocess.run(["dpkg-deb", "--ctrl-tarfile", str(art.deb)], capture_output=True, check=True).stdout
     control = subprocess.run(["tar", "-xO", "./conffiles"], input=conffiles, capture_output=True, check=True)
     assert control.stdout.decode().split() == ["/etc/clockd/clockd.yaml"]
 

@@ -47,9 +47,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
     )
-    problems = [
-        line for line in (result.stdout + result.stderr).splitlines() if line.strip() and "clockd" in line
-    ]
+    problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip() and "clockd" in line]
     assert result.returncode == 0 and problems == [], problems
 
 

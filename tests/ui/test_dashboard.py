@@ -212,8 +212,10 @@ def test_pause_with_reason_then_the_store_says_paused(browser: Any, served: Serv
     schedule = served.call(served.store.get_schedule("team-a", "nightly-report"))
     assert schedule.state.value == "paused"  # what clockctl show reads
     page.goto(served.url + "/ui/schedules")
-    row = page.get_by_role("table", name="Schedules of tenant team-a").get_by_role("row").filter(
-        has_text="nightly-report"
+    row = (
+        page.get_by_role("table", name="Schedules of tenant team-a")
+        .get_by_role("row")
+        .filter(has_text="nightly-report")
     )
     assert "paused" in row.inner_text() and "maintenance window" in row.inner_text()  # the list says why
     page.get_by_role("link", name="nightly-report").click()
@@ -363,8 +365,10 @@ def test_on_a_phone_the_list_and_a_schedule_read_without_horizontal_scrolling(br
     page.wait_for_url("**/ui/schedules")
     scroll, inner = _fits_the_width(page)
     assert scroll <= inner, f"the schedules list is {scroll}px wide on a {inner}px phone"
-    row = page.get_by_role("table", name="Schedules of tenant team-a").get_by_role("row").filter(
-        has_text="nightly-report"
+    row = (
+        page.get_by_role("table", name="Schedules of tenant team-a")
+        .get_by_role("row")
+        .filter(has_text="nightly-report")
     )
     assert "02:30 does not exist on 2026-03-29" in row.inner_text()  # the DST note is there, not cut off
     link = page.get_by_role("link", name="nightly-report")
@@ -441,8 +445,10 @@ def test_every_text_has_readable_contrast(browser: Any, served: Served) -> None:
         page.goto(served.url + path)
         assert page.evaluate(_LOW_CONTRAST) == [], path
     # The check itself sees a grey that fails (#999 on white is 2.85:1).
-    page.evaluate("() => { const p = document.createElement('p'); p.style.color = '#999';"
-                  " p.textContent = 'faint'; document.querySelector('main').append(p); }")
+    page.evaluate(
+        "() => { const p = document.createElement('p'); p.style.color = '#999';"
+        " p.textContent = 'faint'; document.querySelector('main').append(p); }"
+    )
     assert [row[4] for row in page.evaluate(_LOW_CONTRAST)] == ["faint"]
 
 

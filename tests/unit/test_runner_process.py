@@ -341,9 +341,7 @@ async def test_cancelling_while_starting_leaves_nothing_behind() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await until(
-            partial(nothing_runs_with, token), within=5.0, what=f"no process left (cancelled at step {steps})"
-        )
+        await until(partial(nothing_runs_with, token), within=5.0, what=f"no process left (cancelled at step {steps})")
 
 
 def nothing_runs_with(token: str) -> bool:

@@ -30,6 +30,7 @@ def iso(t: datetime | None) -> str | None:
 
 # -- cron ----------------------------------------------------------------------------------
 
+
 def test_cron_spec_follows_the_time_contract() -> None:
     spec = compile_spec(ScheduleKind.CRON, "30 2 * * *", "Europe/Paris", ANCHOR)
     assert isinstance(spec, CronSpec)
@@ -60,6 +61,7 @@ def test_compiled_specs_are_cached() -> None:
 
 # -- once ----------------------------------------------------------------------------------
 
+
 def test_once_fires_once() -> None:
     spec = compile_spec(ScheduleKind.ONCE, "2026-03-28T10:00:00+01:00", "Europe/Paris", ANCHOR)
     assert isinstance(spec, OnceSpec)
@@ -82,6 +84,7 @@ def test_once_reads_a_local_time_in_the_zone() -> None:
 
 # -- every ---------------------------------------------------------------------------------
 
+
 def test_every_counts_elapsed_time_and_ignores_dst() -> None:
     anchor = datetime(2026, 3, 28, 22, 0, tzinfo=UTC)  # 23:00 in Paris, the night before the gap
     spec = compile_spec(ScheduleKind.EVERY, "90m", "Europe/Paris", anchor)
@@ -99,9 +102,7 @@ def test_every_counts_elapsed_time_and_ignores_dst() -> None:
         "2026-03-29T04:30:00+02:00",
         "2026-03-29T06:00:00+02:00",
     ]
-    assert spec.describe() == (
-        "Every 1h30m from 2026-03-28T22:00:00Z (elapsed time; not moved by daylight saving)"
-    )
+    assert spec.describe() == ("Every 1h30m from 2026-03-28T22:00:00Z (elapsed time; not moved by daylight saving)")
 
 
 @pytest.mark.parametrize(
@@ -151,6 +152,7 @@ def test_naive_instants_are_refused() -> None:
 
 # -- validate_definition -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("kind", "expr", "tz", "canonical"),
     [
@@ -173,8 +175,13 @@ def test_validate_definition_normalizes(kind: str, expr: str, tz: str, canonical
     [
         ("cron", "61 * * * *", "UTC", InvalidCron, "minute: 61 is out of range 0-59"),
         ("cron", "0 0 30 2 *", "UTC", NeverFires, "day-of-month: 30 never occurs in FEB"),
-        ("cron", "0 9 * * *", "Europe/Pari", UnknownZone,
-         "unknown time zone 'Europe/Pari'; did you mean Europe/Paris?"),
+        (
+            "cron",
+            "0 9 * * *",
+            "Europe/Pari",
+            UnknownZone,
+            "unknown time zone 'Europe/Pari'; did you mean Europe/Paris?",
+        ),
         (
             "cron",
             "30 2 * 3 0L",
@@ -182,19 +189,27 @@ def test_validate_definition_normalizes(kind: str, expr: str, tz: str, canonical
             NeverFires,
             "30 2 * 3 0L never fires in Europe/Paris: every matching local time falls in a clock-change gap",
         ),
-        ("once", "2026-03-29T02:30", "Europe/Paris", InvalidInput,
-         "2026-03-29T02:30:00 does not exist in Europe/Paris (the clocks skip it at a DST change); "
-         "give an offset or another time"),
-        ("once", "2026-03-28T10:00", "Nowhere/Town", UnknownZone,
-         "unknown time zone 'Nowhere/Town' (use an IANA name such as Europe/Paris, or UTC)"),
+        (
+            "once",
+            "2026-03-29T02:30",
+            "Europe/Paris",
+            InvalidInput,
+            "2026-03-29T02:30:00 does not exist in Europe/Paris (the clocks skip it at a DST change); "
+            "give an offset or another time",
+        ),
+        (
+            "once",
+            "2026-03-28T10:00",
+            "Nowhere/Town",
+            UnknownZone,
+            "unknown time zone 'Nowhere/Town' (use an IANA name such as Europe/Paris, or UTC)",
+        ),
         ("every", "0s", "UTC", InvalidInput, "every: the interval must be at least 1s, got 0s"),
         ("every", "soon", "UTC", InvalidInput, "duration 'soon': cannot read 'soon' (e.g. 90m, 1h30m, 30s, 2d, 500ms)"),
         ("weekly", "x", "UTC", InvalidInput, "unknown schedule kind 'weekly' (cron, once or every)"),
     ],
 )
-def test_validate_definition_refuses(
-    kind: str, expr: str, tz: str, error: type[InvalidInput], message: str
-) -> None:
+def test_validate_definition_refuses(kind: str, expr: str, tz: str, error: type[InvalidInput], message: str) -> None:
     with pytest.raises(error) as info:
         validate_definition(kind, expr, tz)
     assert info.value.message == message

@@ -52,6 +52,8 @@ def chained(expr: str, tz: str, start: str, n: int) -> list[str]:
     return out
 
 
+# The tables keep one case per entry, wrapped by hand; the formatter leaves them alone.
+# fmt: off
 TABLE = [
     # --- Europe/Paris -------------------------------------------------------------------
     ("30 2 * * *", "Europe/Paris", "2026-03-28T00:00:00Z",
@@ -165,6 +167,7 @@ TABLE = [
     ("30 3 * * *", "Pacific/Apia", "2011-09-23T00:00:00Z",
      ["2011-09-23T03:30:00-11:00", "2011-09-25T03:30:00-10:00"]),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize(("expr", "tz", "start", "expected"), TABLE)
@@ -187,6 +190,7 @@ def test_results_are_aware_utc_and_match_local(expr: str, tz: str, start: str, e
 
 # -- skips and notes (what preview shows) --------------------------------------------------
 
+
 def events(expr: str, tz: str, start: str, n: int) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
     for event in islice(timeline(expr, tz).events_after(instant(start)), n):
@@ -201,35 +205,65 @@ def events(expr: str, tz: str, start: str, n: int) -> list[tuple[str, str | None
 @pytest.mark.parametrize(
     ("expr", "tz", "start", "expected"),
     [
-        ("30 2 * * *", "Europe/Paris", "2026-03-28T00:00:00Z", [
-            ("2026-03-28T02:30:00+01:00", None),
-            ("2026-03-29T02:30", "DST gap: 02:30 does not exist on 2026-03-29, skipped"),
-            ("2026-03-30T02:30:00+02:00", None),
-        ]),
-        ("30 2 * * *", "Europe/Paris", "2026-10-24T12:00:00Z", [
-            ("2026-10-25T02:30:00+02:00", "repeated hour: runs once, at the first 02:30"),
-            ("2026-10-26T02:30:00+01:00", None),
-        ]),
-        ("30 * * * *", "Europe/Paris", "2026-10-24T23:00:00Z", [
-            ("2026-10-25T01:30:00+02:00", None),
-            ("2026-10-25T02:30:00+02:00", "repeated hour: runs at both 02:30s (first)"),
-            ("2026-10-25T02:30:00+01:00", "repeated hour: runs at both 02:30s (second)"),
-            ("2026-10-25T03:30:00+01:00", None),
-        ]),
-        ("*/30 * * * *", "Europe/Paris", "2026-03-29T00:15:00Z", [
-            ("2026-03-29T01:30:00+01:00", None),
-            ("2026-03-29T02:00", "DST gap: 02:00 does not exist on 2026-03-29, skipped"),
-            ("2026-03-29T02:30", "DST gap: 02:30 does not exist on 2026-03-29, skipped"),
-            ("2026-03-29T03:00:00+02:00", None),
-        ]),
-        ("0 0 * * *", "America/Santiago", "2026-09-05T12:00:00Z", [
-            ("2026-09-06T00:00", "DST gap: 00:00 does not exist on 2026-09-06, skipped"),
-            ("2026-09-07T00:00:00-03:00", None),
-        ]),
-        ("0 0 * * *", "Pacific/Apia", "2011-12-29T12:00:00Z", [
-            ("2011-12-30T00:00", "clock change gap: 00:00 does not exist on 2011-12-30, skipped"),
-            ("2011-12-31T00:00:00+14:00", None),
-        ]),
+        (
+            "30 2 * * *",
+            "Europe/Paris",
+            "2026-03-28T00:00:00Z",
+            [
+                ("2026-03-28T02:30:00+01:00", None),
+                ("2026-03-29T02:30", "DST gap: 02:30 does not exist on 2026-03-29, skipped"),
+                ("2026-03-30T02:30:00+02:00", None),
+            ],
+        ),
+        (
+            "30 2 * * *",
+            "Europe/Paris",
+            "2026-10-24T12:00:00Z",
+            [
+                ("2026-10-25T02:30:00+02:00", "repeated hour: runs once, at the first 02:30"),
+                ("2026-10-26T02:30:00+01:00", None),
+            ],
+        ),
+        (
+            "30 * * * *",
+            "Europe/Paris",
+            "2026-10-24T23:00:00Z",
+            [
+                ("2026-10-25T01:30:00+02:00", None),
+                ("2026-10-25T02:30:00+02:00", "repeated hour: runs at both 02:30s (first)"),
+                ("2026-10-25T02:30:00+01:00", "repeated hour: runs at both 02:30s (second)"),
+                ("2026-10-25T03:30:00+01:00", None),
+            ],
+        ),
+        (
+            "*/30 * * * *",
+            "Europe/Paris",
+            "2026-03-29T00:15:00Z",
+            [
+                ("2026-03-29T01:30:00+01:00", None),
+                ("2026-03-29T02:00", "DST gap: 02:00 does not exist on 2026-03-29, skipped"),
+                ("2026-03-29T02:30", "DST gap: 02:30 does not exist on 2026-03-29, skipped"),
+                ("2026-03-29T03:00:00+02:00", None),
+            ],
+        ),
+        (
+            "0 0 * * *",
+            "America/Santiago",
+            "2026-09-05T12:00:00Z",
+            [
+                ("2026-09-06T00:00", "DST gap: 00:00 does not exist on 2026-09-06, skipped"),
+                ("2026-09-07T00:00:00-03:00", None),
+            ],
+        ),
+        (
+            "0 0 * * *",
+            "Pacific/Apia",
+            "2011-12-29T12:00:00Z",
+            [
+                ("2011-12-30T00:00", "clock change gap: 00:00 does not exist on 2011-12-30, skipped"),
+                ("2011-12-31T00:00:00+14:00", None),
+            ],
+        ),
     ],
 )
 def test_events_mark_gaps_and_repeated_hours(
@@ -240,13 +274,12 @@ def test_events_mark_gaps_and_repeated_hours(
 
 def test_a_gap_before_the_start_is_not_reported() -> None:
     # 01:10Z is 03:10 CEST, just after the gap: nothing about 02:30 that day.
-    assert events("30 2 * * *", "Europe/Paris", "2026-03-29T01:10:00Z", 1) == [
-        ("2026-03-30T02:30:00+02:00", None)
-    ]
+    assert events("30 2 * * *", "Europe/Paris", "2026-03-29T01:10:00Z", 1) == [("2026-03-30T02:30:00+02:00", None)]
 
 
 # -- starting inside a repeated hour -----------------------------------------------------
 
+# fmt: off
 REPEATED = [
     # (zone, first instant of the repeated wall hour in UTC, its length)
     ("Europe/Paris", "2026-10-25T00:00:00Z", timedelta(hours=1)),
@@ -255,12 +288,23 @@ REPEATED = [
     ("America/Santiago", "2026-04-05T02:00:00Z", timedelta(hours=1)),
     ("Asia/Tehran", "2021-09-21T18:30:00Z", timedelta(hours=1)),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize(("tz", "begin", "shift"), REPEATED)
 @pytest.mark.parametrize(
-    "expr", ["* * * * *", "*/5 * * * *", "0 * * * *", "30 * * * *", "*/10 0-3,22,23 * * *",
-             "0,30 1 * * *", "45 2 * * *", "15 23 * * *", "*/7 1,2 * * *"]
+    "expr",
+    [
+        "* * * * *",
+        "*/5 * * * *",
+        "0 * * * *",
+        "30 * * * *",
+        "*/10 0-3,22,23 * * *",
+        "0,30 1 * * *",
+        "45 2 * * *",
+        "15 23 * * *",
+        "*/7 1,2 * * *",
+    ],
 )
 def test_start_inside_a_repeated_hour_never_yields_earlier_or_equal(
     expr: str, tz: str, begin: str, shift: timedelta
@@ -289,13 +333,9 @@ def test_start_inside_a_repeated_hour_never_yields_earlier_or_equal(
 
 def test_fixed_job_started_between_the_two_passes_waits_for_the_next_day() -> None:
     # 01:15Z is the second 02:15 (CET): the first 02:30 (00:30Z) already ran.
-    assert local_times("30 2 * * *", "Europe/Paris", "2026-10-25T01:15:00Z", 1) == [
-        "2026-10-26T02:30:00+01:00"
-    ]
+    assert local_times("30 2 * * *", "Europe/Paris", "2026-10-25T01:15:00Z", 1) == ["2026-10-26T02:30:00+01:00"]
     # Exactly at the first 02:30: the second 02:30 is not a run of a fixed job.
-    assert local_times("30 2 * * *", "Europe/Paris", "2026-10-25T00:30:00Z", 1) == [
-        "2026-10-26T02:30:00+01:00"
-    ]
+    assert local_times("30 2 * * *", "Europe/Paris", "2026-10-25T00:30:00Z", 1) == ["2026-10-26T02:30:00+01:00"]
     # ... but it is one for an interval job.
     assert local_times("*/30 * * * *", "Europe/Paris", "2026-10-25T00:30:00Z", 2) == [
         "2026-10-25T02:00:00+01:00",

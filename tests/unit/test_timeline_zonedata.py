@@ -65,9 +65,7 @@ def transitions(name: str, year_from: int = 1900, year_to: int = 2100) -> list[d
     low = datetime(year_from, 1, 1, tzinfo=UTC)
     high = datetime(year_to, 1, 1, tzinfo=UTC)
     found = [
-        datetime.fromtimestamp(when, UTC)
-        for when, _, _ in _tzif(name)[0]
-        if low.timestamp() <= when < high.timestamp()
+        datetime.fromtimestamp(when, UTC) for when, _, _ in _tzif(name)[0] if low.timestamp() <= when < high.timestamp()
     ]
     last = datetime.fromtimestamp(_tzif(name)[0][-1][0], UTC) if _tzif(name)[0] else low
     # Past the explicit list, the footer rule applies: find its changes by scanning.

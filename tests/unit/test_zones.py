@@ -16,9 +16,7 @@ def test_zone_data_comes_only_from_the_tzdata_package() -> None:
     assert zoneinfo.TZPATH == ()
     paris = get_zone("Europe/Paris")
     assert paris.key == "Europe/Paris"
-    assert datetime(2026, 7, 1, 12, tzinfo=UTC).astimezone(paris).isoformat() == (
-        "2026-07-01T14:00:00+02:00"
-    )
+    assert datetime(2026, 7, 1, 12, tzinfo=UTC).astimezone(paris).isoformat() == ("2026-07-01T14:00:00+02:00")
 
 
 def test_get_zone_returns_one_object_per_name() -> None:

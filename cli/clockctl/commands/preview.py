@@ -28,9 +28,7 @@ def register(app: typer.Typer) -> None:
     def preview(
         expr: Annotated[str, typer.Argument(help='cron expression, e.g. "30 2 * * *" or @daily')],
         tz: Annotated[str, typer.Option("--tz", help="IANA time zone")] = "UTC",
-        count: Annotated[
-            int, typer.Option("-n", "--count", min=1, max=MAX_COUNT, help="how many fire times")
-        ] = 10,
+        count: Annotated[int, typer.Option("-n", "--count", min=1, max=MAX_COUNT, help="how many fire times")] = 10,
         after: Annotated[
             str | None,
             typer.Option(
@@ -47,9 +45,7 @@ def register(app: typer.Typer) -> None:
                 help="a flexible window (up to 5m): show the span each run may start in",
             ),
         ] = None,
-        output: Annotated[
-            OutputFormat, typer.Option("--output", "-o", help="table or json")
-        ] = OutputFormat.table,
+        output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")] = OutputFormat.table,
     ) -> None:
         """Show the next N fire times of EXPR strictly after --after, in zone --tz.
 

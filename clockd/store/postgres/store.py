@@ -74,7 +74,11 @@ SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c Tim
 # The queries this driver's own steps run (the engine's are in clockd.store.engine).
 DRIVER_QUERIES: Final = frozenset(
     {
-        "claim_lease", "relay_dispatch", "materialize_insert", "materialize_insert_enqueued", "overlap_release",
+        "claim_lease",
+        "relay_dispatch",
+        "materialize_insert",
+        "materialize_insert_enqueued",
+        "overlap_release",
         "leases_end",
     }
 )

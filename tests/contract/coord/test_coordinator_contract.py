@@ -105,7 +105,6 @@ async def test_lost_drops_the_lease_at_once_and_never_reuses_its_token(coord_bac
     assert all(lease.token > shard.token for lease in a.shard_leases() if lease.resource == shard.resource)
 
 
-
 async def test_a_published_clock_reading_shows_in_status_and_the_next_replaces_it(
     coord_backend: CoordBackend,
 ) -> None:

@@ -38,9 +38,7 @@ MakeCoord = Callable[..., EtcdCoordinator]
 # -- helpers ---------------------------------------------------------------------------------
 
 
-async def eventually(
-    predicate: Callable[[], bool], within: float, what: str, interval: float = 0.02
-) -> float:
+async def eventually(predicate: Callable[[], bool], within: float, what: str, interval: float = 0.02) -> float:
     """Poll ``predicate`` until true; return the seconds it took. Fails after ``within`` seconds."""
     start = time.monotonic()
     while not predicate():
@@ -115,9 +113,7 @@ async def make_coord(etcd_server: EtcdServer, cluster_name: str) -> AsyncIterato
     made: list[EtcdCoordinator] = []
 
     def make(node: str, *, endpoints: list[str] | None = None, ttl: float = 2.0) -> EtcdCoordinator:
-        coord = EtcdCoordinator(
-            endpoints or etcd_server.endpoints, cluster_name, node, shard_count=SHARDS, ttl=ttl
-        )
+        coord = EtcdCoordinator(endpoints or etcd_server.endpoints, cluster_name, node, shard_count=SHARDS, ttl=ttl)
         made.append(coord)
         return coord
 
@@ -206,8 +202,14 @@ async def test_crashed_leader_is_replaced_within_ttl(
 ) -> None:
     ttl = 2.0
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(HOLDER), ",".join(etcd_server.endpoints), cluster_name, "zombie",
-        str(ttl), stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        str(HOLDER),
+        ",".join(etcd_server.endpoints),
+        cluster_name,
+        "zombie",
+        str(ttl),
+        stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
     )
     try:
         assert proc.stdout is not None
@@ -245,8 +247,7 @@ async def test_crashed_leader_is_replaced_within_ttl(
 
 
 async def test_start_fails_fast_when_etcd_is_unreachable(cluster_name: str) -> None:
-    coord = EtcdCoordinator([f"http://127.0.0.1:{free_port()}"], cluster_name, "a",
-                            connect_timeout=1.0)
+    coord = EtcdCoordinator([f"http://127.0.0.1:{free_port()}"], cluster_name, "a", connect_timeout=1.0)
     started = time.monotonic()
     with pytest.raises(CoordError, match="etcd unreachable at"):
         await coord.start(lead=True, materialize=True, modes=["leader"])
@@ -301,8 +302,9 @@ async def test_status_names_leader_members_and_shards(make_coord: MakeCoord) -> 
     a, b = make_coord("a"), make_coord("b")
     await a.start(lead=True, materialize=True, modes=["leader", "materializer", "worker"])
     await b.start(lead=False, materialize=False, modes=["worker"])
-    await eventually(lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS,
-                     10, "a leads and owns every shard")
+    await eventually(
+        lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS, 10, "a leads and owns every shard"
+    )
     status = await b.status()
     lease = a.leader_lease()
     assert lease is not None
@@ -380,8 +382,9 @@ async def test_frozen_etcd_lapses_leases_by_deadline_and_they_return(
     ttl = 2.0
     a = make_coord("a", endpoints=own_etcd.endpoints, ttl=ttl)
     await a.start(lead=True, materialize=True, modes=["leader", "materializer"])
-    await eventually(lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS,
-                     10, "a leads and owns every shard")
+    await eventually(
+        lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS, 10, "a leads and owns every shard"
+    )
     before = a.leader_lease()
     assert before is not None
 
@@ -411,25 +414,25 @@ async def test_frozen_etcd_lapses_leases_by_deadline_and_they_return(
     assert a.etcd_up
 
 
-async def test_etcd_restart_lapses_leases_then_they_resume(
-    make_coord: MakeCoord, own_etcd: EtcdServer
-) -> None:
+async def test_etcd_restart_lapses_leases_then_they_resume(make_coord: MakeCoord, own_etcd: EtcdServer) -> None:
     ttl = 2.0
-    a, b = make_coord("a", endpoints=own_etcd.endpoints, ttl=ttl), make_coord(
-        "b", endpoints=own_etcd.endpoints, ttl=ttl
+    a, b = (
+        make_coord("a", endpoints=own_etcd.endpoints, ttl=ttl),
+        make_coord("b", endpoints=own_etcd.endpoints, ttl=ttl),
     )
     for c in (a, b):
         await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
-    await eventually(lambda: len(leaders([a, b])) == 1 and balanced_exactly_once([a, b]), 10,
-                     "steady state")
+    await eventually(lambda: len(leaders([a, b])) == 1 and balanced_exactly_once([a, b]), 10, "steady state")
     ((_, before),) = leaders([a, b])
 
     own_etcd.kill()
-    await eventually(lambda: not leaders([a, b]) and not ownership([a, b]), ttl,
-                     "every lease lapses while etcd is down")
+    await eventually(
+        lambda: not leaders([a, b]) and not ownership([a, b]), ttl, "every lease lapses while etcd is down"
+    )
     own_etcd.restart()
-    await eventually(lambda: len(leaders([a, b])) == 1 and balanced_exactly_once([a, b]), 15,
-                     "leadership and shards resume")
+    await eventually(
+        lambda: len(leaders([a, b])) == 1 and balanced_exactly_once([a, b]), 15, "leadership and shards resume"
+    )
     ((_, after),) = leaders([a, b])
     assert after.token > before.token
     assert a.etcd_up and b.etcd_up
@@ -444,13 +447,11 @@ async def test_killed_etcd_member_leaves_no_leadership_gap_over_ttl(
     # the client's own connection and the raft leader go down together.
     order = [raft_leader] + [i for i in range(3) if i != raft_leader]
     endpoints = [etcd_cluster.endpoints[i] for i in order]
-    coords = [EtcdCoordinator(endpoints, cluster_name, f"n{i}", shard_count=SHARDS, ttl=ttl)
-              for i in range(3)]
+    coords = [EtcdCoordinator(endpoints, cluster_name, f"n{i}", shard_count=SHARDS, ttl=ttl) for i in range(3)]
     try:
         for c in coords:
             await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
-        await eventually(lambda: len(leaders(coords)) == 1 and balanced_exactly_once(coords),
-                         10, "steady state")
+        await eventually(lambda: len(leaders(coords)) == 1 and balanced_exactly_once(coords), 10, "steady state")
 
         etcd_cluster.members[raft_leader].kill()
         killed = time.monotonic()
@@ -526,8 +527,9 @@ async def test_stop_returns_within_its_bound_when_etcd_is_frozen_or_dead(
     a = make_coord("a", endpoints=own_etcd.endpoints)
     b = make_coord("b", endpoints=own_etcd.endpoints)
     await a.start(lead=True, materialize=True, modes=["leader", "materializer"])
-    await eventually(lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS,
-                     10, "a leads and owns every shard")
+    await eventually(
+        lambda: a.leader_lease() is not None and len(a.shard_leases()) == SHARDS, 10, "a leads and owns every shard"
+    )
     await b.start(lead=True, materialize=True, modes=["leader", "materializer"])
     if fault == "frozen":
         own_etcd.freeze()

@@ -66,9 +66,7 @@ def test_a_frozen_etcd_answers_nothing_even_while_the_cores_are_busy() -> None:
             proc.wait()
 
 
-def test_pg_dsn_is_a_fresh_copy_of_the_template(
-    pg_dsn: str, pg_server: PostgresServer, pg_template: str
-) -> None:
+def test_pg_dsn_is_a_fresh_copy_of_the_template(pg_dsn: str, pg_server: PostgresServer, pg_template: str) -> None:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE scratch (x int)")
         assert conn.execute("SHOW jit").fetchone() == ("off",)

@@ -49,9 +49,7 @@ async def test_an_attempt_row_is_written_once_when_the_attempt_ends(store: Store
         AttemptOutcome.FAILED, "w2", T0 + MIN, T0 + 2 * MIN, 3, "boom")  # fmt: skip
 
 
-async def test_a_first_attempt_that_succeeds_silently_is_kept_on_its_occurrence(
-    store: Store, backend: Backend
-) -> None:
+async def test_a_first_attempt_that_succeeds_silently_is_kept_on_its_occurrence(store: Store, backend: Backend) -> None:
     """No attempts row (one insert fewer per run), yet shown as before: the same worker,
     start, end and exit code, by list_attempts and by the attempt_history view."""
     _, claim = await running(store)
