@@ -20,6 +20,7 @@ store: store fixtures live in the conftest files next to their tests.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -31,6 +32,11 @@ from tests.harness import hooks as harness_hooks
 __all__ = ["require_binary"]
 
 PG_TEMPLATE = "clockd_template"
+
+# Every clockd a test starts with this environment serves its API on an ephemeral port:
+# the default 127.0.0.1:8470 may be held by an operator's clockd (`make run`) or another
+# test, and a full-disk test failed on "Address already in use" instead of its own error.
+os.environ.setdefault("CLOCKD_API_ADDR", "127.0.0.1:0")
 
 _PG_FIXTURES = {"pg_server", "pg_template", "pg_dsn"}
 _ETCD_FIXTURES = {"etcd_server", "etcd_cluster"}

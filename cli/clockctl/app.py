@@ -20,12 +20,17 @@ from collections.abc import Sequence
 from typing import Annotated
 
 import typer
+from rich.markup import escape
+
+# typer 0.28 (pinned) parses with its own copy of click; its errors are that copy's classes.
+from typer import exceptions as typer_errors
+from typer._click import exceptions as click_errors
 from typer.main import get_command_name, solve_typer_info_defaults
 
 from clockctl import context
 from clockctl.commands import register_all
 from clockctl.commands.version import version_text
-from clockctl.output import console
+from clockctl.output import console, err_console, fail
 
 app = typer.Typer(
     name="clockctl",
@@ -139,6 +144,32 @@ def _command_name(info: typer.models.CommandInfo) -> str | None:
 
 
 def main(args: list[str] | None = None) -> None:
-    """The ``clockctl`` program (the console script, and ``clockd ctl``)."""
+    """The ``clockctl`` program (the console script, and ``clockd ctl``).
+
+    click's own errors (an unknown option, a value not among an option's choices, a
+    number out of range) get clockctl's one-line ``error:`` message and exit 2, as every
+    other bad input does, instead of click's usage block: click runs in non-standalone
+    mode and :func:`usage_error` prints what it raises."""
     argv = sys.argv[1:] if args is None else args
-    for_verb(argv)(args=argv, prog_name="clockctl")
+    command = typer.main.get_command(for_verb(argv))
+    try:
+        result = command.main(args=argv, prog_name="clockctl", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        exc.show()  # `clockctl` or a group alone: its help, as click prints it
+        sys.exit(exc.exit_code)
+    except click_errors.ClickException as exc:
+        sys.exit(usage_error(exc))
+    except typer_errors.Abort:  # Ctrl-D at a prompt
+        err_console.print("aborted")
+        sys.exit(1)
+    # Non-standalone click returns a typer.Exit's code, or the verb's return value (None).
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+def usage_error(exc: click_errors.ClickException) -> int:
+    """Print ``exc`` as one line on stderr, with where to read more; return its exit code
+    (2 for a usage error)."""
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see {ctx.command_path} --help)" if isinstance(exc, click_errors.UsageError) and ctx is not None else ""
+    message = " ".join(exc.format_message().split())  # click wraps some messages over lines
+    return fail(escape(message) + where, exc.exit_code).exit_code

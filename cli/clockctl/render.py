@@ -178,7 +178,8 @@ def schedule_doc(s: Schedule) -> dict[str, Any]:
         "tz": d.tz,
         "state": shown_state(s),
         "version": s.version,
-        "next_run_at": iso(s.next_run_at),
+        # As the API's view: no planning cursor for a schedule that plans nothing.
+        "next_run_at": iso(s.next_run_at) if s.state is ScheduleState.ACTIVE else None,
         "queue": d.queue,
         "target": target_doc(d.target),
         "timeout": dur(d.timeout),

@@ -54,7 +54,12 @@ def _schemas() -> dict[str, Any]:
             "version": {"type": "integer", "description": "also the ETag; send it back in If-Match"},
             "state": {"type": "string", "enum": ["active", "paused"]},
             "job": {"$ref": "#/components/schemas/Job"},
-            "next_run_at": {"type": ["string", "null"], "format": "date-time"},
+            "next_run_at": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "description": "the next instant the scheduler plans (next_runs lists the runs to come); "
+                "null while paused and once a one-time schedule has run",
+            },
             "managed_by": {
                 "type": ["string", "null"],
                 "description": "apply when apply created the schedule (and may update or prune it)",

@@ -21,7 +21,16 @@ from clockd.api.problems import FieldError, Problem, pointer
 from clockd.core.cron import parse_cron
 from clockd.core.instants import format_instant
 from clockd.core.limits import check_name
-from clockd.core.model import Attempt, CommandTarget, NoopTarget, Occurrence, Schedule, ScheduleDef, ScheduleKind
+from clockd.core.model import (
+    Attempt,
+    CommandTarget,
+    NoopTarget,
+    Occurrence,
+    Schedule,
+    ScheduleDef,
+    ScheduleKind,
+    ScheduleState,
+)
 from clockd.core.spec import compile_spec
 from clockd.core.timeline import CronTimeline, Skip
 from clockd.core.zones import get_zone
@@ -169,7 +178,9 @@ def schedule_view(schedule: Schedule, now: datetime, *, runs: bool = True) -> di
         "version": schedule.version,
         "state": schedule.state.value,
         "job": job_view(schedule.definition),
-        "next_run_at": _opt(schedule.next_run_at),
+        # The planning cursor of an active schedule; a paused one plans nothing, and a
+        # cursor shown for it read as a run to come (resume moves it anyway).
+        "next_run_at": _opt(schedule.next_run_at) if schedule.state is ScheduleState.ACTIVE else None,
         "created_at": format_instant(schedule.created_at),
         "updated_at": format_instant(schedule.updated_at),
         "paused_at": _opt(schedule.paused_at),

@@ -1155,7 +1155,9 @@ def job_from_value(value: Value, path: str, errors: list[FileError]) -> Job | No
             expr = format_duration(raw) if key == "every" else raw
             got[key] = validate_definition(_KIND_OF_WHEN[key], expr, tz)
         except InvalidInput as exc:
-            refuse(lines[key], key, exc.message)
+            # The interval's own check names its field already ("every: the interval …").
+            message = exc.message.removeprefix(f"{key}: ")
+            refuse(lines[key], key, message)
     if len(errors) > start:
         return None
     definition = _definition(got, whens[0])

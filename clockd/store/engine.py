@@ -526,7 +526,15 @@ class SqlStore:
         """``create_schedule``'s statements: the schedule row at version 1 and its first
         ``schedule_versions`` row. ``Conflict`` when the live name (or the id) is taken."""
         definition = new.definition
-        yield from self._check_schedule_quota(definition.tenant)
+        try:
+            yield from self._check_schedule_quota(definition.tenant)
+        except QuotaExceeded:
+            # A create whose name is taken was refused for the quota when the tenant was
+            # full, which sent the user to raise a limit for a schedule they already have.
+            taken = yield Run("schedule_get_by_name", {"tenant": definition.tenant, "name": definition.name}, "one")
+            if taken is not None:
+                raise name_taken(definition) from None
+            raise
         params = self._schedule_params(new.schedule_id, definition, new.next_run_at)
         try:
             yield Run("schedule_insert", {**params, "shard": new.shard, "now": stamp}, "none")

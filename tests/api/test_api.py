@@ -52,6 +52,9 @@ def test_create_list_get_pause_resume_update_delete_and_the_audit_log(api: ApiSe
 
         paused = http.post("/v1/schedules/email/pause", json={"reason": "mail server moves"})
         assert paused.status_code == 200 and paused.json()["state"] == "paused" and paused.json()["version"] == 2
+        assert body["next_run_at"] is not None
+        assert paused.json()["next_run_at"] is None and paused.json()["next_runs"] == []  # nothing to come
+        assert http.get("/v1/schedules/email").json()["next_run_at"] is None
         resumed = http.post("/v1/schedules/email/resume", json={"from": "now"})
         assert resumed.json()["state"] == "active" and resumed.headers["etag"] == '"3"'
 

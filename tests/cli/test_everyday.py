@@ -65,8 +65,14 @@ def test_unknown_schedule_name_exits_1_naming_it(ctl: Any) -> None:
 
 def test_pause_resume_rm_and_name_reuse(ctl: Any) -> None:
     ctl("add", "*/5 * * * *", "--name", "job", "--", "/bin/true")
+    assert json.loads(ctl("show", "job", "-o", "json").stdout)["next_run_at"] is not None
     assert json.loads(ctl("pause", "job", "-o", "json").stdout)["state"] == "paused"
+    # A paused schedule shows no run to come: no next run, and no planning cursor that
+    # reads like one (list and show gave it a future next_run_at).
+    for shown in (json.loads(ctl("show", "job", "-o", "json").stdout), json.loads(ctl("list", "-o", "json").stdout)[0]):
+        assert shown["state"] == "paused" and shown["next_run_at"] is None and shown["next_run"] is None, shown
     assert json.loads(ctl("resume", "job", "-o", "json").stdout)["state"] == "active"
+    assert json.loads(ctl("show", "job", "-o", "json").stdout)["next_run_at"] is not None
     assert ctl("rm", "job").returncode == 0
     assert json.loads(ctl("list", "-o", "json").stdout) == []
     assert ctl("add", "0 * * * *", "--name", "job", "--", "/bin/true").returncode == 0

@@ -171,3 +171,18 @@ def test_times_are_read_in_the_hosts_zone_by_default(ctl: Any, tmp_path: Path) -
     assert "    tz: Asia/Tokyo\n" in result.stdout
     missing = ctl("import-crontab", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "nope" in missing.stderr
+
+
+def test_an_unknown_tz_option_is_refused_even_when_the_file_sets_its_own_first(ctl: Any, tmp_path: Path) -> None:
+    # It was never checked when CRON_TZ= came before every entry, and otherwise blamed on
+    # the file's first line ("tab:1: tz: unknown time zone").
+    tab = tmp_path / "tab"
+    tab.write_text("CRON_TZ=Europe/Paris\n0 9 * * * /bin/true\n")
+    for args in (["--dry-run"], []):
+        result = ctl("import-crontab", str(tab), "--tz", "Nowhere", *args)
+        assert result.returncode == 2, result
+        assert result.stderr.splitlines() == [
+            "error: --tz: unknown time zone 'Nowhere' (use an IANA name such as Europe/Paris, or UTC)"
+        ]
+        assert result.stdout == ""
+    assert listed(ctl) == {}

@@ -30,6 +30,12 @@ def nothing_stored(ctl: Any) -> None:
 
 
 BAD_ADDS = [
+    # The field named once (it was "every: every: …").
+    (["--every", "0s", "--", "true"], "error: every: the interval must be at least 1s, got 0s\n"),
+    # A forgotten expression: click drops the --, so the command's first word came in as
+    # the expression ("expected 5 fields, got 1", or "missing the command").
+    (["--name", "x", "--", "echo", "hi"], "missing the cron expression ('echo' is not one)"),
+    (["--name", "x", "--", "/bin/true"], "missing the cron expression ('/bin/true' is not one)"),
     (["--every", "1h", "--", ""], "command: the program (first item) must not be empty"),
     (["--every", "1h", "--", " "], "command: the program (first item) must not be empty or blank"),
     (["--every", "1h", "--name", "x", "--", ""], "must not be empty"),
@@ -139,3 +145,30 @@ def test_validate_job_gives_every_problem_with_a_json_pointer() -> None:
     ]  # fmt: skip
     good = validate_job({"name": "ok", "every": "90m", "command": ["true"]}, tenant="team-a")
     assert not isinstance(good, list) and good.tenant == "team-a" and good.expr == "1h30m"
+
+
+# click's own refusals (a value not among an option's choices, a number out of range, an
+# unknown option or command) are bad input like any other: one line, exit 2, the verb's
+# --help named. They printed click's three-line usage block before.
+CLICK_REFUSALS = [
+    (["add", "--name", "x", "--misfire", "never", "--every", "1h", "--", "true"], "'never' is not one of"),
+    (["list", "-o", "yaml"], "'yaml' is not one of 'table', 'json'"),
+    (["preview", "* * * * *", "-n", "0"], "0 is not in the range"),
+    (["runs", "--bogus"], "No such option: --bogus"),
+    (["lst"], "No such command 'lst'. Did you mean 'list'?"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), CLICK_REFUSALS)
+def test_option_parsing_errors_are_one_line_with_exit_2(ctl: Any, args: list[str], needle: str) -> None:
+    result = ctl(*args)
+    refused(result, needle)
+    assert "Usage:" not in result.stderr
+    assert "--help)" in result.stderr
+    nothing_stored(ctl)
+
+
+def test_a_bare_group_still_prints_its_help(ctl: Any) -> None:
+    result = ctl("tenant")
+    assert result.returncode == 2
+    assert "Usage: clockctl tenant" in result.stderr + result.stdout

@@ -137,7 +137,9 @@ class Frozen:
     def __init__(self, art: Artefacts, bindir: Path, workdir: Path, **env: str) -> None:
         self.bindir = bindir
         self.workdir = workdir
-        self.env = clean_env(workdir / "home", CLOCKD_METRICS_ADDR="off", CLOCKD_LOG_FORMAT="json", **env)
+        self.env = clean_env(
+            workdir / "home", CLOCKD_METRICS_ADDR="off", CLOCKD_API_ADDR="127.0.0.1:0", CLOCKD_LOG_FORMAT="json", **env
+        )
         (workdir / "home").mkdir(exist_ok=True)
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
 

@@ -425,6 +425,12 @@ def _progress(count: int, stream: Console | None = None) -> Iterator[Advance]:
 def _zone(given: str | None) -> tuple[str, str | None]:
     """The zone of crontab times: --tz, else the host's (said in a note), else UTC."""
     if given:
+        from clockd.core.zones import get_zone
+
+        try:
+            get_zone(given)  # checked here: a file that sets CRON_TZ= first never used it
+        except InvalidInput as exc:
+            raise InvalidInput(f"--tz: {exc.message}") from None
         return given, None
     from clockd.core.zones import available_zones
 

@@ -101,6 +101,14 @@ def build_definition(
     else:
         if not args:
             raise InvalidInput("missing the cron expression (or --at / --every)")
+        if len(args[0].split()) == 1 and not args[0].startswith("@"):
+            # A cron expression is five fields or a macro. click drops the --, so a
+            # forgotten expression shows up as the command's first word, whose own
+            # error ("expected 5 fields, got 1") would not say what is missing.
+            raise InvalidInput(
+                f"missing the cron expression ({args[0]!r} is not one): give it quoted before --, "
+                'e.g. "0 9 * * *", or use --at / --every'
+            )
         job["schedule"], command = args[0], args[1:]
     if command and (at or every) and _looks_like_cron(command[0]):
         raise InvalidInput(

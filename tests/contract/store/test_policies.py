@@ -170,6 +170,20 @@ async def test_a_create_over_the_schedule_quota_is_refused_naming_the_limit(stor
     assert sorted(s.name for s in await store.list_schedules("acme")) == ["one", "two"]
 
 
+async def test_a_taken_name_is_a_conflict_even_when_the_tenant_is_full(store: Store) -> None:
+    # It was refused for the quota, which sent the user to raise a limit instead of
+    # telling them the schedule already exists.
+    await store.set_tenant_limits(TenantLimits("acme", max_schedules=2), T0)
+    await add_schedule(store, "one", tenant="acme")
+    await add_schedule(store, "two", tenant="acme")
+    with pytest.raises(Conflict, match="schedule 'two' already exists in tenant 'acme'"):
+        await add_schedule(store, "two", tenant="acme")
+    creates = [NewSchedule(new_schedule_id(), definition(n, tenant="acme"), 0, T0) for n in ("one", "x")]
+    with pytest.raises(Conflict, match="schedule 'one' already exists"):
+        await store.apply_schedules(creates, [], T0)
+    assert sorted(s.name for s in await store.list_schedules("acme")) == ["one", "two"]
+
+
 async def test_concurrent_creates_cannot_both_take_the_last_place(store: Store, backend: Backend) -> None:
     await store.set_tenant_limits(TenantLimits("acme", max_schedules=3), T0)
     stores = [store, *[await backend.open_store() for _ in range(3)]]
