@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import ipaddress
 import logging
@@ -205,7 +206,11 @@ def build_api_server(
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise InvalidInput(f"api_addr {settings.api_addr}: cannot listen there ({exc.strerror})") from None
+        why = f"port {port} is in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise InvalidInput(
+            f"api_addr: cannot listen on {settings.api_addr}: {why} (another clockd? choose another with "
+            "--api-addr / api_addr, or run without the api mode: --mode leader,materializer,relay,worker)"
+        ) from None
     sock.listen(2048)
     sock.setblocking(False)
     if egress is None:  # the daemon passes its live policy (SIGHUP replaces it)

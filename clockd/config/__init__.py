@@ -375,5 +375,5 @@ def load_settings(
         settings = settings.with_values(file_values(path), str(path))
     settings = settings.with_values(env_values(env), "environment")
     if flags:
-        settings = settings.with_values({k: v for k, v in flags.items() if v is not None}, "flag")
+        settings = settings.with_values({k: v for k, v in flags.items() if v is not None}, "command line")
     return settings

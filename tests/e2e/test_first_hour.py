@@ -43,3 +43,21 @@ def test_a_busy_metrics_port_stops_clockd_run_with_exit_2(tmp_path: Path) -> Non
     assert result.returncode == 2, result
     assert f"cannot listen on 127.0.0.1:{port}: port {port} is in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_busy_api_port_stops_clockd_run_with_exit_2_and_says_what_to_do(tmp_path: Path) -> None:
+    # It said only "cannot listen there (Address already in use)".
+    home = tmp_path / "home"
+    home.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_API_ADDR": f"127.0.0.1:{port}"}
+        env |= {"CLOCKD_METRICS_ADDR": "off"}
+        env.pop("CLOCKD_STORE", None)
+        result = subprocess.run([str(BIN / "clockd"), "run"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert f"api_addr: cannot listen on 127.0.0.1:{port}: port {port} is in use" in result.stderr
+    assert "--api-addr" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
