@@ -27,7 +27,15 @@ def test_logs_name_shows_the_latest_run_and_a_finished_at_schedule_is_done(clock
     missing = clockd.ctl("logs", "later", check=False)
     assert missing.returncode == 1 and "has not run yet" in missing.stderr
     nothing = clockd.ctl("logs", "no-such-thing", check=False)
-    assert nothing.returncode == 1 and "no occurrence 'no-such-thing'" in nothing.stderr
+    assert nothing.returncode == 1, nothing
+    assert "no occurrence and no schedule named 'no-such-thing'" in nothing.stderr
+    short = clockd.ctl("logs", "0951", check=False)  # it said only "no occurrence '0951'"
+    assert short.returncode == 1 and "needs 6 or more characters" in short.stderr, short
+    # A run with no output says so (logs printed nothing at all).
+    clockd.ctl("add", "--at", "now+1s", "--name", "quiet", "--", "true")
+    wait_for("the quiet run to succeed", lambda: [r for r in clockd.runs("quiet") if r["state"] == "SUCCEEDED"])
+    quiet = clockd.ctl("logs", "quiet")
+    assert quiet.stdout == "" and "no output captured" in quiet.stderr, quiet
 
 
 def test_a_busy_metrics_port_stops_clockd_run_with_exit_2(tmp_path: Path) -> None:

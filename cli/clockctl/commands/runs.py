@@ -87,7 +87,11 @@ def register(app: typer.Typer) -> None:
                 try:
                     recent = await ops.runs(occurrence, 50, tenant)
                 except NotFound:
-                    raise missing from None  # neither an occurrence nor a schedule
+                    # Neither an occurrence nor a schedule: say both, and why a short id fails.
+                    short = " (an occurrence id prefix needs 6 or more characters)" if len(occurrence) < 6 else ""
+                    raise NotFound(
+                        f"no occurrence and no schedule named {occurrence!r}{short}; clockctl runs NAME lists ids"
+                    ) from missing
             ran = next((o for o in recent if o.attempts > 0), None)
             if ran is None:
                 raise NotFound(f"schedule {occurrence!r} has not run yet (clockctl runs {occurrence} --upcoming)")
@@ -97,11 +101,14 @@ def register(app: typer.Typer) -> None:
         if output is OutputFormat.json:
             emit_json(attempt_doc(att))
             return
-        if sys.stderr.isatty():
+        # The header goes to a terminal; an attempt with no output says so wherever stderr
+        # goes (it printed nothing at all, which read as a failure of logs itself).
+        if sys.stderr.isatty() or not att.output:
             err_console.print(
                 f"[dim]{occ.schedule_name} {occ.id} attempt {att.number}: {att.outcome}"
                 + (f", exit {att.exit_code}" if att.exit_code is not None else "")
                 + (f", {att.error}" if att.error else "")
+                + ("; no output captured" if not att.output else "")
                 + "[/dim]",
                 highlight=False,
             )
