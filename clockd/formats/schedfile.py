@@ -52,6 +52,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import sys
@@ -1093,7 +1094,9 @@ def job_from_value(value: Value, path: str, errors: list[FileError]) -> Job | No
     for key, line, item in entries:
         spec = _FIELDS_BY_NAME.get(key)
         if spec is None:
-            refuse(line, key, f"unknown field (valid: {_VALID_FIELDS})")
+            close = difflib.get_close_matches(key, _FIELDS_BY_NAME, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            refuse(line, key, f"unknown field ({hint}valid: {_VALID_FIELDS})")
             continue
         lines[key] = line
         try:
@@ -1131,11 +1134,14 @@ def job_from_value(value: Value, path: str, errors: list[FileError]) -> Job | No
         if shell and not isinstance(command, str):
             refuse(lines["command"], "command", 'with shell: true give one string, e.g. "cd /srv && ./run.sh"')
         elif not shell and isinstance(command, str):
-            refuse(
-                lines["command"],
-                "command",
-                f"a string needs shell: true (or give a list such as {json.dumps(command.split()[:3])})",
-            )
+            syntax = next((c for c in command if c in _SHELL_SYNTAX), None)
+            if syntax is not None:
+                # A list would pass the character to the program as an argument: only a shell
+                # does what it means (it suggested ["echo", "hi", ">"] for "echo hi > f").
+                how = f"it uses the shell's {syntax}"
+            else:
+                how = f"or give a list such as {json.dumps(command.split()[:3])}"
+            refuse(lines["command"], "command", f"a string needs shell: true ({how})")
         else:
             try:
                 _limit(check_command, [command] if isinstance(command, str) else command, (), shell)
@@ -1169,6 +1175,11 @@ def job_from_value(value: Value, path: str, errors: list[FileError]) -> Job | No
         refuse(lines.get(named, job_line), None, exc.message)
         return None
     return Job(definition, Location(path, job_line), lines)
+
+
+# Characters that make a command line mean something only a shell does (redirection, pipes,
+# lists, expansion, quoting): a string holding one cannot be split into an argument list.
+_SHELL_SYNTAX: Final = frozenset("|&;<>()$`\\\"'*?[]~")
 
 
 def _definition(got: Mapping[str, Any], when: str) -> ScheduleDef:

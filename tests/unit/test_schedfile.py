@@ -169,6 +169,10 @@ VALID = ["every: 1m", "noop: true"]
         (job('schedule: "0 0 31 2 *"', "noop: true"), "f.yaml:3: schedule: "),
         (job(*VALID, "colour: red"), f"f.yaml:5: colour: unknown field (valid: {', '.join(FIELD_NAMES)})"),
         (
+            job(*VALID, "retires: 3"),
+            f"f.yaml:5: retires: unknown field (did you mean retries? valid: {', '.join(FIELD_NAMES)})",
+        ),
+        (
             job("every: 1m", "at: 2030-01-01T00:00:00Z", "noop: true"),
             "f.yaml:4: at: give only one of schedule, at or every (also every at line 3)",
         ),
@@ -178,6 +182,10 @@ VALID = ["every: 1m", "noop: true"]
         (
             job("every: 1m", "command: echo hi"),
             'f.yaml:4: command: a string needs shell: true (or give a list such as ["echo", "hi"])',
+        ),
+        (
+            job("every: 1m", "command: echo hi > /tmp/out"),  # no list can redirect (it suggested one)
+            "f.yaml:4: command: a string needs shell: true (it uses the shell's >)",
         ),
         (job("every: 1m", "command: [echo, hi]", "shell: true"), "f.yaml:4: command: with shell: true give one string"),
         (job("every: 1m", "command: []"), "f.yaml:4: command: the program (first item) must not be empty"),
