@@ -122,6 +122,9 @@ class CrontabImport:
     skipped: list[Note] = field(default_factory=list)  # understood, cannot be carried over
     errors: list[Note] = field(default_factory=list)  # not understood: nothing should be applied
     notes: list[Note] = field(default_factory=list)  # carried over with a difference worth knowing
+    # Whether an entry came before any CRON_TZ=/TZ= line, i.e. is read in the ``tz`` given
+    # (the CLI's note on the host's zone is about those entries only).
+    default_zone_used: bool = False
 
     def jobs(self) -> tuple[list[Job], list[FileError]]:
         """The entries validated as schedule-file jobs (the errors of the crontab first)."""
@@ -214,6 +217,8 @@ def parse_crontab(
                 )
             )
             continue
+        if "CRON_TZ" not in env and "TZ" not in env:
+            result.default_zone_used = True
         fields = _fields(source or path, number, expr, who, command, env, zone, shell, is_system)
         if stdin:
             fields["stdin"] = stdin

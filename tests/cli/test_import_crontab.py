@@ -186,3 +186,17 @@ def test_an_unknown_tz_option_is_refused_even_when_the_file_sets_its_own_first(c
         ]
         assert result.stdout == ""
     assert listed(ctl) == {}
+
+
+def test_the_hosts_zone_note_only_when_an_entry_is_read_in_it(ctl: Any, tmp_path: Path) -> None:
+    # A crontab that sets CRON_TZ= before every entry was still told "times are read in
+    # <host zone>", which none of them were.
+    own = tmp_path / "own"
+    own.write_text("CRON_TZ=Europe/Paris\n0 9 * * * /bin/true\n")
+    result = ctl("import-crontab", str(own), "--dry-run", TZ="Asia/Tokyo")
+    assert result.returncode == 0, result.stderr
+    assert "times are read in" not in result.stderr + result.stdout
+    mixed = tmp_path / "mixed"
+    mixed.write_text("0 8 * * * /bin/true\nCRON_TZ=Europe/Paris\n0 9 * * * /bin/true\n")
+    result = ctl("import-crontab", str(mixed), "--dry-run", TZ="Asia/Tokyo")
+    assert f"{mixed}: times are read in Asia/Tokyo (this host's zone" in result.stderr

@@ -181,6 +181,8 @@ def register(app: typer.Typer) -> None:
             source=os.path.abspath(file),
         )
         jobs, errors = result.jobs()
+        if not result.default_zone_used:
+            zone_note = None  # every entry follows a CRON_TZ=/TZ= line: the host's zone reads none
         # Notes, skipped lines and errors in the crontab's line order, as a reader fixes them.
         remarks = _in_line_order(
             [(n.line, "note", n.message) for n in result.notes]
