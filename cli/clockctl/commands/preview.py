@@ -26,13 +26,16 @@ def register(app: typer.Typer) -> None:
     @app.command("preview")
     @handle_errors
     def preview(
-        expr: Annotated[str, typer.Argument(help='cron expression, e.g. "30 2 * * *" or @daily')],
-        tz: Annotated[str, typer.Option("--tz", help="IANA time zone")] = "UTC",
-        count: Annotated[int, typer.Option("-n", "--count", min=1, max=MAX_COUNT, help="how many fire times")] = 10,
+        expr: Annotated[str, typer.Argument(metavar="EXPR", help='cron expression, e.g. "30 2 * * *" or @daily')],
+        tz: Annotated[str, typer.Option("--tz", metavar="ZONE", help="IANA time zone")] = "UTC",
+        count: Annotated[
+            int, typer.Option("-n", "--count", metavar="N", min=1, max=MAX_COUNT, help="how many fire times")
+        ] = 10,
         after: Annotated[
             str | None,
             typer.Option(
                 "--after",
+                metavar="INSTANT",
                 help="start instant, ISO 8601 with Z or an offset (default: now); "
                 "a time without offset is read in --tz",
             ),
@@ -45,7 +48,9 @@ def register(app: typer.Typer) -> None:
                 help="a flexible window (up to 5m): show the span each run may start in",
             ),
         ] = None,
-        output: Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")] = OutputFormat.table,
+        output: Annotated[
+            OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="table or json")
+        ] = OutputFormat.table,
     ) -> None:
         """Show the next N fire times of EXPR strictly after --after, in zone --tz.
 

@@ -29,7 +29,7 @@ from clockd.core.instants import format_instant
 from clockd.store import ApiToken
 
 Output = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="output format")]
-Tenant = Annotated[str, typer.Option("--tenant", "-t", help="the tenant the token acts in")]
+Tenant = Annotated[str, typer.Option("--tenant", "-t", metavar="TENANT", help="the tenant the token acts in")]
 
 token = typer.Typer(
     name="token",
@@ -66,8 +66,12 @@ def _doc(t: ApiToken) -> dict[str, Any]:
 @handle_errors
 def create(
     tenant: Tenant = "default",
-    role: Annotated[str, typer.Option("--role", help="readonly, operator, admin or cluster-admin")] = "readonly",
-    name: Annotated[str | None, typer.Option("--name", help="shown in the audit log (default ROLE)")] = None,
+    role: Annotated[
+        str, typer.Option("--role", metavar="ROLE", help="readonly, operator, admin or cluster-admin")
+    ] = "readonly",
+    name: Annotated[
+        str | None, typer.Option("--name", metavar="NAME", help="shown in the audit log (default ROLE)")
+    ] = None,
     expires: Annotated[
         str | None, typer.Option("--expires", metavar="DURATION", help="e.g. 90d (default: never)")
     ] = None,
@@ -94,7 +98,10 @@ def list_(
     tenant: Annotated[
         str | None,
         typer.Option(
-            "--tenant", "-t", help="only this tenant's (default: all on the store, the token's over --server)"
+            "--tenant",
+            "-t",
+            metavar="TENANT",
+            help="only this tenant's (default: all on the store, the token's over --server)",
         ),
     ] = None,
     output: Output = OutputFormat.table,
@@ -134,10 +141,15 @@ def audit(
     tenant: Annotated[
         str | None,
         typer.Option(
-            "--tenant", "-t", help="only this tenant's (default: all on the store, the token's over --server)"
+            "--tenant",
+            "-t",
+            metavar="TENANT",
+            help="only this tenant's (default: all on the store, the token's over --server)",
         ),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000, help="entries, newest first")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", metavar="N", min=1, max=10_000, help="entries, newest first")
+    ] = 50,
     output: Output = OutputFormat.table,
 ) -> None:
     """The audit log: every write through the API and every token change (who, what, when,
