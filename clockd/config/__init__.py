@@ -25,6 +25,11 @@ from clockd.core.durations import format_duration, parse_duration
 from clockd.errors import InvalidInput
 
 ALL_MODES = ("leader", "materializer", "relay", "worker", "api")
+LOG_FORMATS = ("auto", "text", "json", "journald")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Settings whose value is one of a few words: checked here for the file, the environment and
+# the flags alike (a config file's `log_level: verbose` was a traceback at start-up).
+_CHOICES: dict[str, tuple[str, ...]] = {"log_format": LOG_FORMATS, "log_level": LOG_LEVELS}
 # Tenant → user names its jobs may run as ("*": any non-root user; root only by
 # name). See clockd.runner.identity for the rule and why this is the default.
 DEFAULT_ALLOWED_USERS: dict[str, tuple[str, ...]] = {"default": ("*", "root")}
@@ -135,7 +140,19 @@ class Settings:
     http_deny: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def with_values(self, values: Mapping[str, Any], source: str) -> Settings:
-        return dataclasses.replace(self, **{k: coerce(k, v, source) for k, v in values.items()})
+        """These settings with ``values`` (from ``source``) applied. Every bad value is
+        reported, in one message: ``clockd check-config`` stopped at the first, so a file
+        with two mistakes took two rounds to fix."""
+        coerced: dict[str, Any] = {}
+        problems: list[str] = []
+        for key, value in values.items():
+            try:
+                coerced[key] = coerce(key, value, source)
+            except InvalidInput as exc:
+                problems.append(exc.message)
+        if problems:
+            raise InvalidInput("; ".join(problems))
+        return dataclasses.replace(self, **coerced)
 
     def changed(self, other: Settings) -> list[str]:
         """The names of the settings whose values differ in ``other``."""
@@ -201,7 +218,11 @@ def coerce(key: str, value: Any, source: str) -> Any:
                         f"{source}: {key}: unknown mode {bad[0]!r} (choose from {', '.join(ALL_MODES)}, all)"
                     )
             return result
-        return str(value)
+        text = str(value)
+        choices = _CHOICES.get(key)
+        if choices is not None and text.lower() not in choices:
+            raise InvalidInput(f"{source}: {key}: {text!r} is not one of {', '.join(choices)}")
+        return text.lower() if choices is not None else text
     except InvalidInput:
         raise
     except (TypeError, ValueError, OverflowError):

@@ -14,11 +14,11 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from clockd import __version__
 from clockd.buildinfo import describe
-from clockd.config import ALL_MODES, Settings, load_settings, resolve_store
+from clockd.config import ALL_MODES, LOG_FORMATS, LOG_LEVELS, Settings, load_settings, resolve_store
 from clockd.core.zones import tzdata_version
 from clockd.daemon import sdnotify
 from clockd.daemon.httpd import serve
@@ -31,8 +31,17 @@ from clockd.obs.logging import setup_logging
 log = logging.getLogger("clockd")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as clockd's one line (``clockd: error: …``, exit 2) instead
+    of the usage block before them; ``--help`` still prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"clockd: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="clockd",
         description="clockd: a cron replacement whose clockwork survives a machine dying.",
     )
@@ -52,10 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--log-format",
-            choices=["auto", "text", "json", "journald"],
+            choices=LOG_FORMATS,
             help="log line format (default auto)",
         )
-        p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="(default info)")
+        p.add_argument("--log-level", choices=LOG_LEVELS, help="(default info)")
 
     run = sub.add_parser("run", help="run the scheduler (every mode by default)")
     common(run)

@@ -69,3 +69,22 @@ def test_a_busy_api_port_stops_clockd_run_with_exit_2_and_says_what_to_do(tmp_pa
     assert f"api_addr: cannot listen on 127.0.0.1:{port}: port {port} is in use" in result.stderr
     assert "--api-addr" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_clockd_flag_mistakes_and_bad_config_are_one_line_with_exit_2(tmp_path: Path) -> None:
+    # argparse printed its usage block before the error; a config file's `log_level:
+    # verbose` was a traceback.
+    config = tmp_path / "clockd.yaml"
+    config.write_text("log_level: verbose\n")
+    env = {**os.environ, "CLOCKD_HOME": str(tmp_path / "home")}
+    cases = {
+        ("run", "--bogus"): "clockd: error: unrecognized arguments: --bogus (see clockd --help)",
+        ("check-config", "--log-level", "loud"): "argument --log-level: invalid choice: 'loud'",
+        ("nonsense",): "argument COMMAND: invalid choice: 'nonsense'",
+        ("check-config", "--config", str(config)): "log_level: 'verbose' is not one of debug, info, warning, error",
+    }
+    for args, needle in cases.items():
+        result = subprocess.run([str(BIN / "clockd"), *args], env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, (args, result)
+        assert result.stderr.startswith("clockd: error: ") and len(result.stderr.splitlines()) == 1, result.stderr
+        assert needle in result.stderr, result.stderr
