@@ -128,8 +128,17 @@ def first_run(definition: ScheduleDef, now: datetime) -> datetime:
     strictly after ``now``. ``NeverFires`` if there is none."""
     first = _first_after(definition.kind, definition.expr, definition.tz, now)
     if first is None:
-        raise NeverFires(f"{definition.expr}: never fires after {now.isoformat(timespec='seconds')}")
+        raise NeverFires(_never_after(definition, now))
     return first
+
+
+def _never_after(definition: ScheduleDef, now: datetime) -> str:
+    """Why a definition has no instant after ``now``: for a one-time schedule, the plain
+    reason (its instant is past), with what to do."""
+    stamp = now.isoformat(timespec="seconds")
+    if definition.kind is ScheduleKind.ONCE:
+        return f"{definition.expr} is in the past (now {stamp}): it never fires; give a later instant"
+    return f"{definition.expr}: never fires after {stamp}"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -155,7 +164,7 @@ def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: dateti
     spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
     nxt = spec.next_after(after)
     if nxt is None and schedule.state is ScheduleState.ACTIVE:
-        raise NeverFires(f"{definition.expr}: never fires after {after.isoformat(timespec='seconds')}")
+        raise NeverFires(_never_after(definition, after))
     return nxt
 
 

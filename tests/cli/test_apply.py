@@ -177,7 +177,7 @@ def test_plan_time_problems_point_at_the_line(ctl: Any, tmp_path: Path) -> None:
     path = write(tmp_path / "a.yaml", "jobs:\n  - name: past\n    noop: true\n    at: 2020-01-01T00:00:00Z\n")
     result = ctl("apply", "-f", str(path))
     assert result.returncode == 2
-    assert result.stderr.startswith(f"{path}:4: at: 2020-01-01T00:00:00Z: never fires after ")
+    assert result.stderr.startswith(f"{path}:4: at: 2020-01-01T00:00:00Z is in the past (now ")
 
 
 def test_prune_removes_only_apply_managed_schedules_of_the_tenant(ctl: Any, tmp_path: Path) -> None:
