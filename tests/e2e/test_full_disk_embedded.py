@@ -184,7 +184,10 @@ def test_a_read_only_disk_clockctl_reads_writes_exit_4_and_clockd_catches_up(sma
         writable_at = now()
         daemon.ctl("add", "--every", "1m", "--name", "probe", "--noop")
         # Every instant of the window, read-only part included, ran once (catch_up) and succeeded.
-        end = writable_at + timedelta(seconds=1)
+        # At least 5.5 s after start_at, so the window holds 5 instants of the 1 s grid: on a
+        # loaded machine `add` returned late, the read-only part started early, and the window
+        # held 4 (a fresh-clone CI run failed the sanity check below that way).
+        end = max(writable_at + timedelta(seconds=1), start_at + timedelta(seconds=5.5))
         wait_for("clockd to run past the window", lambda: now() >= end + timedelta(seconds=2), 10)
         report = wait_for("the window to be accounted for", lambda: _reconciled(daemon, start_at, end), 15, 0.5)
         assert report["expected"] >= 5, report

@@ -284,16 +284,20 @@ async def test_the_schedule_quota_counts_every_create_of_the_call(store: Store, 
 
 
 async def test_the_first_refusal_in_order_wins_as_row_by_row(store: Store, small_batches: int) -> None:
-    """A create checks the quota, then inserts: a taken name before the create over the
-    limit is a Conflict, after it a QuotaExceeded."""
+    """The creates are judged in order: the first refused one names the refusal. A taken
+    name is a Conflict even when the tenant is full by then (it was refused for the quota,
+    sending the user to raise a limit for a schedule they already had); a new name over
+    the limit is a QuotaExceeded."""
     await store.set_tenant_limits(TenantLimits("acme", max_schedules=3), T0)
     await add_schedule(store, "one", tenant="acme")
     await add_schedule(store, "two", tenant="acme")
     before = await snapshot(store)
     with pytest.raises(Conflict, match="schedule 'two' already exists in tenant 'acme'"):
         await store.apply_schedules([new(n, tenant="acme") for n in ("two", "x", "y")], [], T0)
-    with pytest.raises(QuotaExceeded, match="tenant acme is at its limit of 3"):
+    with pytest.raises(Conflict, match="schedule 'two' already exists in tenant 'acme'"):
         await store.apply_schedules([new(n, tenant="acme") for n in ("x", "two", "y")], [], T0)
+    with pytest.raises(QuotaExceeded, match="tenant acme is at its limit of 3"):
+        await store.apply_schedules([new(n, tenant="acme") for n in ("x", "y", "two")], [], T0)
     assert await snapshot(store) == before
 
 
