@@ -275,7 +275,7 @@ class RemoteOps:
 
     async def _change(self, path: str, tenant: str, body: Any = None) -> Change:
         doc = await self._call("POST", path, params=self._tenant(tenant), json=body if body is not None else {})
-        return Change(schedule_from_view(doc), int(doc.get("canceled", 0)))
+        return Change(schedule_from_view(doc), int(doc.get("canceled", 0)), unchanged=bool(doc.get("unchanged")))
 
     async def pause(self, name: str, tenant: str = "default", reason: str | None = None) -> Change:
         return await self._change(self._path(name) + "/pause", tenant, {"reason": reason} if reason else {})

@@ -65,6 +65,10 @@ def _schemas() -> dict[str, Any]:
                 "description": "apply when apply created the schedule (and may update or prune it)",
             },
             "next_runs": {"type": "array", "items": run},
+            "unchanged": {
+                "type": "boolean",
+                "description": "pause/resume: true when it was paused (active) already and nothing was written",
+            },
             "recent": {"type": "array", "items": {"$ref": "#/components/schemas/Occurrence"}},
             "replanned": {
                 "type": "array",

@@ -86,6 +86,8 @@ class Change:
     running: tuple[Occurrence, ...] = ()
     # Canceled instants the new version took over (or dropped): Store.change_schedule.
     replanned: tuple[Replanned, ...] = ()
+    # Nothing was written: a pause of a paused schedule, a resume of an active one.
+    unchanged: bool = False
 
     @property
     def kept(self) -> list[Replanned]:
@@ -376,7 +378,7 @@ class Ops:
         """Pause; ``reason`` is kept with the version (and the occurrences it cancels)."""
         schedule = await self.get(name, tenant)
         if schedule.state is ScheduleState.PAUSED:
-            return Change(schedule, 0)
+            return Change(schedule, 0, unchanged=True)
         return await self._change(
             schedule,
             schedule.definition,
@@ -392,7 +394,7 @@ class Ops:
         MISSED; fire_once: only the latest; catch_up: up to ``catch_up_limit``)."""
         schedule = await self.get(name, tenant)
         if schedule.state is ScheduleState.ACTIVE:
-            return Change(schedule, 0)
+            return Change(schedule, 0, unchanged=True)
         after = self.clock.now()
         if from_ is ResumeFrom.PAUSED_AT and schedule.paused_at is not None:
             after = min(after, schedule.paused_at)

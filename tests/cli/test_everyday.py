@@ -71,7 +71,13 @@ def test_pause_resume_rm_and_name_reuse(ctl: Any) -> None:
     # reads like one (list and show gave it a future next_run_at).
     for shown in (json.loads(ctl("show", "job", "-o", "json").stdout), json.loads(ctl("list", "-o", "json").stdout)[0]):
         assert shown["state"] == "paused" and shown["next_run_at"] is None and shown["next_run"] is None, shown
-    assert json.loads(ctl("resume", "job", "-o", "json").stdout)["state"] == "active"
+    # Again: nothing to do, and it says so (it printed "paused job" as if it had paused it).
+    again = ctl("pause", "job")
+    assert again.returncode == 0 and again.stdout == "job is paused already; nothing changed\n", again
+    assert json.loads(ctl("pause", "job", "-o", "json").stdout)["unchanged"] is True
+    resumed = json.loads(ctl("resume", "job", "-o", "json").stdout)
+    assert resumed["state"] == "active" and resumed["unchanged"] is False
+    assert ctl("resume", "job").stdout.startswith("job is active already; nothing changed\n")
     assert json.loads(ctl("show", "job", "-o", "json").stdout)["next_run_at"] is not None
     assert ctl("rm", "job").returncode == 0
     assert json.loads(ctl("list", "-o", "json").stdout) == []

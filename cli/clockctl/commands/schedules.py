@@ -694,8 +694,12 @@ def _print_change(result: Change, past: str, output: OutputFormat) -> None:
                 **schedule_doc(result.schedule),
                 "canceled": result.canceled,
                 "running": [occurrence_doc(o) for o in result.running],
+                "unchanged": result.unchanged,
             }
         )
+        return
+    if result.unchanged:  # it printed "paused NAME" for a schedule paused long ago
+        console.print(f"{result.schedule.name} is {shown_state(result.schedule)} already; nothing changed")
         return
     extra = f"; canceled {result.canceled} pending occurrence(s)" if result.canceled else ""
     console.print(f"{past} {result.schedule.name}{extra}")

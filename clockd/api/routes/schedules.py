@@ -273,7 +273,7 @@ async def pause(request: Request, who: Principal) -> Response:
     tenant = schedule.definition.tenant
     with api.audited(who, tenant, "schedule.pause", schedule.name, schedule.version, reason=reason):
         change = await api.ops.pause(schedule.name, tenant, reason)
-    return _one(request, change.schedule, canceled=change.canceled, reason=reason)
+    return _one(request, change.schedule, canceled=change.canceled, reason=reason, unchanged=change.unchanged)
 
 
 @endpoint(
@@ -299,7 +299,7 @@ async def resume(request: Request, who: Principal) -> Response:
     tenant = schedule.definition.tenant
     with api.audited(who, tenant, "schedule.resume", schedule.name, schedule.version, **{"from": start}):
         change = await api.ops.resume(schedule.name, tenant, ResumeFrom(start))
-    return _one(request, change.schedule)
+    return _one(request, change.schedule, unchanged=change.unchanged)
 
 
 @endpoint(
