@@ -65,6 +65,7 @@ import ipaddress
 import json
 import logging
 import math
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -72,7 +73,16 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import aetcd
+# gRPC's fork handlers (on by default in grpcio) run in every fork() of this process. The
+# worker starts a job with user:/group: or resource limits with fork, not vfork (CPython
+# does not vfork with setuid/setgid or a preexec_fn), and while gRPC's threads were busy
+# the handlers crashed 7 % of those children with SIGSEGV before exec: team jobs went
+# DEAD at random in a cluster. No forked child of clockd ever uses gRPC, so the handlers
+# are switched off, before grpc loads (it reads the variable then), whatever the
+# environment says (tests/integration/test_fork_with_grpc.py).
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+
+import aetcd  # after the variable above: grpc reads it when it loads
 
 from clockd.coord import LEADER, ClockReading, CoordStatus, Lease, Member, shard_resource
 from clockd.core.capabilities import advertised

@@ -66,9 +66,12 @@ too (a grandchild holding stdout would hang it), while ``process_exited`` tells 
 when the main process is gone; and appending to the ring in the callback needs no
 reader task per job. ``Popen`` starts the child with vfork/exec in C, so no Python
 runs in a forked copy of the daemon (``os.fork`` is unsafe with gRPC channels open).
-The one exception is a job with resource limits: its ``preexec_fn`` (a loop of
-``setrlimit`` calls, nothing else) runs in the forked child — see
-``clockd.runner.limits`` for why there is no other hook. Looking up users and
+Two kinds of job are started with a real fork (still in C, up to exec): a job with a
+``user``/``group`` (CPython does not vfork when it must setuid/setgid) and a job with
+resource limits, whose ``preexec_fn`` (a loop of ``setrlimit`` calls, nothing else)
+runs in the forked child — see ``clockd.runner.limits`` for why there is no other hook.
+gRPC's fork handlers would run in those children and crashed some of them;
+``clockd.coord.etcd`` switches them off. Looking up users and
 reading secret files may block (NSS, slow disks), so that preparation runs in a
 thread, and only for jobs that need it.
 """
