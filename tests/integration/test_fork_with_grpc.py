@@ -16,8 +16,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from tests.harness import EtcdServer
 from tests.harness.users import require_root
 
