@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import errno
 import functools
-import ipaddress
 import logging
 import os
 import socket
@@ -30,7 +29,7 @@ from clockd.api.app import build_app
 from clockd.api.auth import principal_for
 from clockd.api.context import ApiContext, Limits
 from clockd.api.http import HEAD_LIMIT, http_protocol
-from clockd.config import Settings, resolve_store
+from clockd.config import Settings, api_listen, is_loopback, resolve_store
 from clockd.coord import Coordinator
 from clockd.core.clock import Clock
 from clockd.errors import InvalidInput
@@ -53,23 +52,6 @@ class _EmbeddedServer(uvicorn.Server):
     def capture_signals(self) -> Generator[None, None, None]:
         # The daemon owns SIGTERM/SIGINT (clockd.daemon.main); uvicorn must not take them.
         yield
-
-
-def split_addr(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidInput(f"api_addr: {addr!r} is not HOST:PORT (e.g. 127.0.0.1:8470)")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class ApiServer:
@@ -182,16 +164,8 @@ def build_api_server(
     egress: Callable[[], EgressPolicy] | None = None,
 ) -> ApiServer:
     """The api mode from the settings: bind the socket now (errors are bad config)."""
-    host, port = split_addr(settings.api_addr)
-    tls = bool(settings.api_tls_cert or settings.api_tls_key)
-    if tls and not (settings.api_tls_cert and settings.api_tls_key):
-        raise InvalidInput("api_tls_cert and api_tls_key go together: give both")
+    host, port, tls = api_listen(settings)
     if not is_loopback(host) and not tls:
-        if not settings.api_insecure:
-            raise InvalidInput(
-                f"api_addr {settings.api_addr} is not a loopback address: give --api-tls-cert and --api-tls-key, "
-                "or --api-insecure to serve plain HTTP there anyway"
-            )
         log.warning(
             "api: serving plain HTTP on %s: bearer tokens cross the network unencrypted",
             settings.api_addr,

@@ -12,6 +12,7 @@ otherwise. ``clockd`` and ``clockctl`` resolve it the same way.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -397,4 +398,55 @@ def load_settings(
     settings = settings.with_values(env_values(env), "environment")
     if flags:
         settings = settings.with_values({k: v for k, v in flags.items() if v is not None}, "command line")
+    check_together(settings)
     return settings
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidInput(f"api_addr: {addr!r} is not HOST:PORT (e.g. 127.0.0.1:8470)")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_listen(settings: Settings) -> tuple[str, int, bool]:
+    """The api mode's host, port and whether it serves TLS; ``InvalidInput`` for what it
+    refuses: half a TLS pair, or plain HTTP on a non-loopback address without
+    ``api_insecure`` (bearer tokens would cross the network unencrypted). Checked by
+    ``check_together`` too, so ``clockd check-config`` refuses what ``clockd run`` would."""
+    host, port = split_addr(settings.api_addr)
+    tls = bool(settings.api_tls_cert or settings.api_tls_key)
+    if tls and not (settings.api_tls_cert and settings.api_tls_key):
+        raise InvalidInput("api_tls_cert and api_tls_key go together: give both")
+    if not is_loopback(host) and not tls and not settings.api_insecure:
+        raise InvalidInput(
+            f"api_addr {settings.api_addr} is not a loopback address: give --api-tls-cert and --api-tls-key, "
+            "or --api-insecure to serve plain HTTP there anyway"
+        )
+    return host, port, tls
+
+
+def check_together(settings: Settings) -> None:
+    """What no single setting shows. A worker extends its running jobs' leases every
+    ``heartbeat`` to ``visibility_timeout`` ahead: with a heartbeat as long as the lease, a
+    healthy job's lease ran out and the job was started again beside itself (an operator's
+    `heartbeat: 60s` with `visibility_timeout: 5s` ran one job three times at once). Half
+    leaves one missed heartbeat of room; the defaults are a third."""
+    if settings.heartbeat * 2 > settings.visibility_timeout:
+        raise InvalidInput(
+            f"heartbeat ({format_duration(settings.heartbeat)}) must be at most half of visibility_timeout "
+            f"({format_duration(settings.visibility_timeout)}): a running job's lease would end before it is "
+            "extended and the job be started again; e.g. heartbeat 10s with visibility_timeout 30s"
+        )
+    if "api" in settings.modes:
+        api_listen(settings)

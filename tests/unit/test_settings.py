@@ -97,3 +97,24 @@ def test_libpq_keyword_dsn_is_postgresql_not_a_file() -> None:
     loc = resolve_store("host=127.0.0.1 port=5432 dbname=clockd user=clockd password=pw", {})
     assert loc.kind == "postgresql"
     assert "pw" not in loc.display
+
+
+def test_a_heartbeat_as_long_as_the_lease_is_refused(tmp_path: Path) -> None:
+    # heartbeat 60s with visibility_timeout 5s ran a healthy job three times at once.
+    cfg = tmp_path / "clockd.yaml"
+    cfg.write_text("heartbeat: 60s\nvisibility_timeout: 5s\n")
+    with pytest.raises(InvalidInput, match=r"heartbeat \(1m\) must be at most half of visibility_timeout \(5s\)"):
+        load_settings(config_path=str(cfg), env={})
+    assert load_settings({"heartbeat": "2s", "visibility_timeout": "4s"}, env={}).heartbeat.total_seconds() == 2
+
+
+def test_check_config_refuses_the_api_address_run_refuses(tmp_path: Path) -> None:
+    # check-config passed `api_addr: 0.0.0.0:8470` without TLS; `clockd run` exited 2 on it.
+    cfg = tmp_path / "clockd.yaml"
+    cfg.write_text("api_addr: 0.0.0.0:8470\n")
+    with pytest.raises(InvalidInput, match="is not a loopback address"):
+        load_settings(config_path=str(cfg), env={})
+    assert load_settings(config_path=str(cfg), env={"CLOCKD_MODES": "leader,worker"}).api_addr == "0.0.0.0:8470"
+    assert load_settings(config_path=str(cfg), env={"CLOCKD_API_INSECURE": "true"}).api_insecure
+    with pytest.raises(InvalidInput, match="api_tls_cert and api_tls_key go together"):
+        load_settings(config_path=str(cfg), env={"CLOCKD_API_TLS_CERT": "/etc/ssl/cert.pem"})
