@@ -249,7 +249,7 @@ def bench(n_pages: int, n_creates: int) -> list[dict[str, Any]]:
         env.pop("CLOCKD_SERVER", None)
         token = json.loads(
             subprocess.run(
-                [str(BIN / "clockctl"), "token", "create", "--tenant", TENANT, "--role", "operator", "-o", "json"],
+                [str(BIN / "clockctl"), "token", "create", "--tenant", TENANT, "--role", "cluster-admin", "-o", "json"],
                 env=env,
                 check=True,
                 capture_output=True,

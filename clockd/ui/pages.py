@@ -60,6 +60,13 @@ class Viewer:
     def can_operate(self) -> bool:
         return self.role in ("operator", "admin", "cluster-admin")
 
+    @property
+    def sees_cluster(self) -> bool:
+        """The health page is the cluster's (members, backlog, dead letters and lag of every
+        tenant): a cluster-admin's, as ``GET /v1/status?cluster=true`` and ``clockctl
+        status`` are. It showed them to any token, another tenant's counts included."""
+        return self.role == "cluster-admin"
+
 
 Authenticate = Callable[[str], Awaitable[Viewer | None]]
 HealthSource = Callable[[], Awaitable[dict[str, Any]]]
@@ -608,6 +615,13 @@ class Dashboard:
         if isinstance(found, Response):
             return found
         viewer, token = found
+        if not viewer.sees_cluster:
+            return self._error(
+                viewer,
+                403,
+                f"The health page shows the whole cluster, every tenant's runs included: it needs a "
+                f"cluster-admin token (yours is {viewer.role}).",
+            )
         now = self.clock.now()
         doc = await self.health_source()
         points = await self._lag_points(now)

@@ -84,7 +84,9 @@ def test_each_nodes_clock_offset_is_shown_and_the_one_beyond_its_limit_flagged(
     n1_row = next(line for line in table.splitlines() if line.lstrip().startswith("n1"))
     assert "OVER LIMIT" not in n1_row, table
 
-    token = json.loads(cluster.ctl("token", "create", "--role", "readonly", "-o", "json").stdout)["token"]
+    token = json.loads(cluster.ctl("token", "create", "--role", "cluster-admin", "-o", "json").stdout)[
+        "token"
+    ]  # the health page is the cluster's
     client = signed_in(api_url(n1), token)
     try:
         page = client.get("/ui/health")

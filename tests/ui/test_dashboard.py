@@ -46,6 +46,7 @@ TOKENS = {
     "tok-a-operator": Viewer("team-a", "operator", "ops-a"),
     "tok-a-reader": Viewer("team-a", "readonly", "reader-a"),
     "tok-b-operator": Viewer("team-b", "operator", "ops-b"),
+    "tok-cluster-admin": Viewer("team-a", "cluster-admin", "admin"),
 }
 
 
@@ -269,7 +270,7 @@ def test_read_only_token_sees_no_buttons(browser: Any, served: Served) -> None:
 
 
 def test_health_page_draws_the_lag_plot(browser: Any, served: Served) -> None:
-    page = _sign_in(browser, served, "tok-a-operator")
+    page = _sign_in(browser, served, "tok-cluster-admin")
     page.get_by_role("link", name="Health").click()
     plot = page.get_by_role("img", name="Start lag p50, p95 and p99 over the last hour, per 5 minutes")
     assert plot.count() == 1
@@ -303,7 +304,7 @@ def test_health_shows_each_members_clock_offset_and_flags_the_one_beyond_its_lim
 ) -> None:
     served.health["coordination"] = CLUSTER
     served.call(_dead_run(served.store, "team-a", "hourly-sync", NOW))  # due at the top of the hour
-    page = _sign_in(browser, served, "tok-a-reader")
+    page = _sign_in(browser, served, "tok-cluster-admin")
     page.goto(served.url + "/ui/health")
     assert "(runs due: 1, every one counted; bins of 1.00s)" in page.inner_text("main")  # the burst's histogram
     table = page.get_by_role("table", name="Members, their modes, the shards they own and their clock offset")
@@ -315,8 +316,26 @@ def test_health_shows_each_members_clock_offset_and_flags_the_one_beyond_its_lim
     _shot(page, "health-cluster")
 
 
+def test_the_cluster_health_page_is_a_cluster_admins(browser: Any, served: Served) -> None:
+    # Any token saw the leader, the members and every tenant's queued, running and dead
+    # counts and lag there, which GET /v1/status?cluster=true refuses without cluster-admin.
+    served.health["coordination"] = CLUSTER
+    for token in ("tok-a-reader", "tok-a-operator", "tok-b-operator"):
+        page = _sign_in(browser, served, token)
+        assert page.get_by_role("link", name="Health").count() == 0
+        response = page.goto(served.url + "/ui/health")
+        assert response is not None and response.status == 403
+        text = page.inner_text("main")
+        assert "needs a cluster-admin token" in text
+        assert "n1" not in text and "dead letters" not in text.lower() and "Start lag" not in text
+        page.close()
+    admin = _sign_in(browser, served, "tok-cluster-admin")
+    admin.get_by_role("link", name="Health").click()
+    assert "Members, their modes" in admin.inner_text("main")
+
+
 def test_every_control_has_a_label_and_keyboard_reaches_the_actions(browser: Any, served: Served) -> None:
-    page = _sign_in(browser, served, "tok-a-operator")
+    page = _sign_in(browser, served, "tok-cluster-admin")  # a cluster-admin: the health page too
     for path in ("/ui/schedules", "/ui/schedules/nightly-report", "/ui/dlq", "/ui/health"):
         page.goto(served.url + path)
         unlabeled = page.evaluate(
@@ -429,9 +448,9 @@ _LOW_CONTRAST = """() => {
 
 def test_every_text_has_readable_contrast(browser: Any, served: Served) -> None:
     """WCAG AA (4.5:1, large text 3:1) for every piece of text on every page, signed in as
-    an operator (every button shown), including the health page of a cluster."""
+    a cluster-admin (every button shown, and the health page of a cluster)."""
     served.health["coordination"] = CLUSTER
-    page = _sign_in(browser, served, "tok-a-operator")
+    page = _sign_in(browser, served, "tok-cluster-admin")
     paths = [
         "/ui/schedules",
         "/ui/schedules/nightly-report?at=2026-03-29T02:30",
@@ -465,7 +484,7 @@ def test_pages_are_valid_html(browser: Any, served: Served, tmp_path: Path) -> N
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    page = _sign_in(browser, served, "tok-a-operator")
+    page = _sign_in(browser, served, "tok-cluster-admin")  # every page, the health page too
     paths = [
         "/ui/schedules",
         "/ui/schedules/nightly-report",
