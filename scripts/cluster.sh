@@ -6,6 +6,7 @@
 #   scripts/cluster.sh start     # or: make cluster
 #   scripts/cluster.sh status
 #   scripts/cluster.sh kill NAME # SIGKILL one clockd process (e.g. leader-1)
+#   scripts/cluster.sh restart NAME  # start it again
 #   scripts/cluster.sh stop
 #
 # Ports: PGPORT (default 55432), ETCD_PORT (default 23790), ETCD_PEER_PORT (23800).
@@ -54,31 +55,84 @@ start() {
   echo "etcd on $ETCD"
 
   CLOCKD_STORE=$DSN "$BIN/clockd" migrate
-  local port=9465
   for mode in "${MODES[@]}"; do
-    for i in 1 2; do
-      CLOCKD_STORE=$DSN "$BIN/clockd" run --mode "$mode" --etcd "$ETCD" --node-id "$mode-$i" \
-        --metrics-addr "127.0.0.1:$port" --api-addr "127.0.0.1:$((8469 + i))" --log-format json \
-        >"$DIR/logs/$mode-$i.log" 2>&1 &
-      echo $! >"$DIR/$mode-$i.pid"
-      echo "clockd $mode-$i (pid $!) metrics on http://127.0.0.1:$port/metrics"
-      port=$((port + 1))
-    done
+    for i in 1 2; do run_node "$mode-$i"; done
   done
   echo
   echo "Use it:  export CLOCKD_STORE=$DSN"
   echo "         $BIN/clockctl add '* * * * *' --name hello -- echo hi"
 }
 
-stop() {
-  for f in "$DIR"/*.pid; do
+# SIGTERM the processes of the pid files given, then wait (bounded) until they are gone.
+term_and_wait() {
+  local pids=() f pid
+  for f in "$@"; do
     [ -e "$f" ] || continue
-    kill "$(cat "$f")" 2>/dev/null || true
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null && pids+=("$pid")
     rm -f "$f"
   done
+  for _ in $(seq 600); do  # 60 s: a worker's drain_grace (30 s) and kill_grace (10 s), and margin
+    local alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" -eq 0 ] && return 0
+    sleep 0.1
+  done
+  echo "still running after 60 s: ${pids[*]}" >&2
+}
+
+# One clockd process, NAME = MODE-N (N 1 or 2): its metrics port follows from its place
+# in MODES, so a node started again (`restart NAME`) gets the same one.
+run_node() {
+  local name=$1 mode=${1%-*} i=${1##*-} k port
+  for k in "${!MODES[@]}"; do [ "${MODES[$k]}" = "$mode" ] && port=$((9465 + 2 * k + i - 1)); done
+  [ -n "${port:-}" ] && [[ $i == [12] ]] || { echo "no node $name: give MODE-1 or MODE-2 (modes: ${MODES[*]})" >&2; exit 2; }
+  CLOCKD_STORE=$DSN "$BIN/clockd" run --mode "$mode" --etcd "$ETCD" --node-id "$name" \
+    --metrics-addr "127.0.0.1:$port" --api-addr "127.0.0.1:$((8469 + i))" --log-format json \
+    >>"$DIR/logs/$name.log" 2>&1 &
+  echo $! >"$DIR/$name.pid"
+  echo "clockd $name (pid $!) metrics on http://127.0.0.1:$port/metrics"
+}
+
+restart() {
+  local name=${1:?name, e.g. worker-1} pid
+  if [ -e "$DIR/$name.pid" ]; then
+    pid=$(cat "$DIR/$name.pid")
+    if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; then
+      echo "$name is running (pid $pid): kill it first" >&2
+      exit 2
+    fi
+  fi
+  run_node "$name"
+}
+
+stop() {
+  # clockd first, and wait for it: a worker stopping records its finished runs in the
+  # store, so PostgreSQL and etcd must outlive it (stopped first, a run that had finished
+  # was left unrecorded and ran again at the next start).
+  local clockd_pids=()
+  for f in "$DIR"/*.pid; do
+    [ -e "$f" ] && [ "$(basename "$f")" != etcd.pid ] && clockd_pids+=("$f")
+  done
+  term_and_wait "${clockd_pids[@]}"
+  term_and_wait "$DIR/etcd.pid"
   local pg; pg=$(pgbin)
-  [ -d "$DIR/pg" ] && as_pg "$pg/pg_ctl" -D "$DIR/pg" -m fast stop >/dev/null 2>&1 || true
+  [ -d "$DIR/pg" ] && as_pg "$pg/pg_ctl" -D "$DIR/pg" -m fast -w stop >/dev/null 2>&1 || true
   echo "stopped"
+}
+
+kill_one() {
+  local name=${1:?name, e.g. leader-1} pid
+  if [ ! -e "$DIR/$name.pid" ]; then
+    echo "no process named $name (running: $(cd "$DIR" 2>/dev/null && ls -- *.pid 2>/dev/null | sed 's/\.pid$//' | tr '\n' ' '))" >&2
+    exit 2
+  fi
+  pid=$(cat "$DIR/$name.pid")
+  if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null && kill -KILL "$pid" 2>/dev/null; then
+    echo "killed $name (pid $pid)"
+  else
+    echo "$name (pid $pid) was not running"
+  fi
 }
 
 status() {
@@ -93,6 +147,7 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
-  kill) kill -KILL "$(cat "$DIR/${2:?name, e.g. leader-1}.pid")" && echo "killed ${2}" ;;
-  *) echo "usage: $0 start|status|kill NAME|stop" >&2; exit 2 ;;
+  kill) kill_one "${2:-}" ;;
+  restart) restart "${2:-}" ;;
+  *) echo "usage: $0 start|status|kill NAME|restart NAME|stop" >&2; exit 2 ;;
 esac
