@@ -46,12 +46,18 @@ left by an unprivileged process, and its children follow their parent, so:
   group is empty. A job whose main process exits normally leaves its background
   processes running (cron semantics); its group is removed once empty (checked again
   at each later attempt and at shutdown).
-* **Leftovers of a killed daemon** (:meth:`Cgroups.sweep_stale`, at start): a daemon
-  that was SIGKILLed or lost its machine never ran :meth:`Cgroups.close`, so its
-  ``clockd-<pid>`` groups stay behind. At start, every ``clockd-<pid>`` group whose
-  pid no longer runs is removed once empty, its job groups first. A group that still
-  holds a process (a background process of that daemon's job, cron semantics) is
-  kept and left alone: nothing running is killed by another daemon's start.
+* **Leftovers of a killed daemon** (:meth:`Cgroups.sweep_stale`): a daemon that was
+  SIGKILLed never ran :meth:`Cgroups.close`, and the jobs it was running go on in its
+  ``clockd-<pid>`` groups. Their attempts can no longer be recorded: their leases end
+  and the runs are delivered again — and a job left running would then run twice at
+  once (an operator's drill: a worker killed during a 50 s job, attempt 2 started
+  beside attempt 1 30 s later). So every daemon, at start and before it starts a job
+  (at most every ``SWEEP_EVERY`` seconds), kills what runs in the groups of daemons
+  that no longer run on this host (``cgroup.kill``, else SIGKILL of each member) and
+  removes the groups once empty — what systemd's ``KillMode=control-group`` does to a
+  unit whose main process died, background processes of that daemon's jobs included.
+  A daemon on another machine that died took its jobs with it; a redelivery on this
+  host kills the orphan first, since it starts a job.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +78,8 @@ from typing import Final
 log = logging.getLogger(__name__)
 
 V1_LIMITS: Final = ("pids", "memory")
+# How often a daemon looks for the job groups of daemons that died (before starting a job).
+SWEEP_EVERY: Final = 2.0
 # The leaf a delegated daemon moves itself into (see the module docstring).
 DAEMON_LEAF: Final = "clockd-daemon"
 # A daemon's parent group (``clockd-<pid>``); DAEMON_LEAF does not match it.
@@ -269,6 +278,7 @@ class Cgroups:
         self._lock = threading.Lock()
         self._lingering: list[JobGroup] = []
         self._counter = 0
+        self._swept_at = float("-inf")  # time.monotonic() of the last sweep_stale
 
     def create(self, memory: int | None, nproc: int | None) -> JobGroup | None:
         """The attempt's groups with its limits, or None (no containment here, or the
@@ -277,6 +287,9 @@ class Cgroups:
         if support.v2 is None:
             return None
         self.collect()
+        now = time.monotonic()
+        if now - self._swept_at >= SWEEP_EVERY:  # before the job: it may be a dead daemon's run again
+            self.sweep_stale()
         with self._lock:
             self._counter += 1
             name = f"job-{self._counter}"
@@ -373,9 +386,13 @@ class Cgroups:
         return [support.v2, *support.v1.values()] if support.v2 is not None else []
 
     def sweep_stale(self) -> list[str]:
-        """At start: remove the empty ``clockd-<pid>`` groups of daemons that no longer
-        run (killed before :meth:`close`). Returns the groups removed (for the log)."""
+        """Kill what runs in the ``clockd-<pid>`` groups of daemons that no longer run
+        (their jobs' attempts cannot be recorded and are delivered again; see the module
+        docstring) and remove the groups once empty (a group whose processes are still
+        dying is removed by a later sweep). Never waits. Returns the groups removed."""
+        self._swept_at = time.monotonic()
         removed: list[str] = []
+        killed = 0
         for base in self._bases():
             try:
                 entries = list(base.iterdir())
@@ -387,14 +404,29 @@ class Cgroups:
                     continue
                 with contextlib.suppress(OSError):
                     for child in list(parent.iterdir()):
-                        if child.is_dir():
-                            with contextlib.suppress(OSError):  # a group with a process stays
-                                child.rmdir()
+                        if not child.is_dir():
+                            continue
+                        try:
+                            child.rmdir()
+                        except OSError:
+                            orphan = JobGroup([child], child)
+                            members = [pid for pid in orphan.pids() if _running(pid)]
+                            if members:
+                                orphan.kill()
+                                killed += len(members)
+                            with contextlib.suppress(OSError):
+                                child.rmdir()  # gone already if the kill was quick
                     parent.rmdir()
                     removed.append(str(parent))
+        if killed:
+            log.warning(
+                "killed %d processes of jobs whose daemon no longer runs: their runs are delivered again",
+                killed,
+                extra={"action": "cgroup_orphans_killed", "processes": killed},
+            )
         if removed:
             log.info(
-                "removed %d empty cgroups left by daemons that no longer run",
+                "removed %d cgroups left by daemons that no longer run",
                 len(removed),
                 extra={"action": "cgroup_swept", "groups": len(removed)},
             )

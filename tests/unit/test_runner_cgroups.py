@@ -318,9 +318,11 @@ async def test_nproc_limit_on_a_root_job_without_a_pids_controller_is_a_warning(
 
 
 @needs_cgroups
-def test_a_daemon_start_removes_the_empty_groups_a_killed_daemon_left(tmp_path: Path) -> None:
-    """A SIGKILLed daemon never removes its ``clockd-<pid>`` groups; the next start does,
-    except a group a process still runs in (nothing running is touched)."""
+def test_a_daemon_start_kills_and_removes_what_a_killed_daemon_left(tmp_path: Path) -> None:
+    """A SIGKILLed daemon never removes its ``clockd-<pid>`` groups, and its running jobs go
+    on in them: their attempts cannot be recorded and are delivered again, so a job left
+    running would run twice at once (it was kept "as nothing running is touched"). The
+    next start kills them and removes the groups; a live daemon's groups are left alone."""
     import subprocess
 
     from clockd.wiring import sweep_stale_cgroups
@@ -337,17 +339,65 @@ def test_a_daemon_start_removes_the_empty_groups_a_killed_daemon_left(tmp_path: 
     busy = SUPPORT.v2 / f"clockd-{busy_parent.pid}"
     (busy / "job-1").mkdir(parents=True)
     (busy / "job-1" / "cgroup.procs").write_text(str(sleeper.pid))
+    alive = subprocess.Popen([PY, "-c", "import time; time.sleep(3001)"])  # a daemon that runs
+    live = SUPPORT.v2 / f"clockd-{alive.pid}"  # its groups stay
+    (live / "job-1").mkdir(parents=True)
     try:
         sweep_stale_cgroups()
         assert not stale.exists()
-        assert (busy / "job-1").exists() and running(sleeper.pid)
+        assert sleeper.wait(timeout=10) == -9  # the dead daemon's job: killed
+
+        def swept() -> bool:  # a group whose processes were still dying goes at a later sweep
+            sweep_stale_cgroups()
+            return not busy.exists()
+
+        wait_until(swept, timeout=10, what="the dead daemon's groups removed")
+        assert (live / "job-1").exists()
     finally:
+        alive.kill()
+        alive.wait()
+        (live / "job-1").rmdir()
+        live.rmdir()
         sleeper.kill()
         sleeper.wait()
-        wait_until(lambda: not (busy / "job-1" / "cgroup.procs").read_text().strip(), timeout=10, what="no sleeper")
-        (busy / "job-1").rmdir()
-        busy.rmdir()
+        if busy.exists():
+            wait_until(lambda: not (busy / "job-1" / "cgroup.procs").read_text().strip(), timeout=10, what="empty")
+            (busy / "job-1").rmdir()
+            busy.rmdir()
         if stale.exists():
             for group in stale.iterdir():
                 group.rmdir()
             stale.rmdir()
+
+
+@needs_cgroups
+def test_a_running_daemon_kills_a_dead_daemons_job_before_it_starts_one() -> None:
+    """The redelivery of a killed worker's run can come to another daemon on the same host
+    that never restarts: it kills the orphan before it starts a job (at most every
+    SWEEP_EVERY seconds), so attempt 2 never runs beside attempt 1."""
+    import subprocess
+
+    assert SUPPORT.v2 is not None
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait()
+    orphan_group = SUPPORT.v2 / f"clockd-{gone.pid}" / "job-7"
+    orphan_group.mkdir(parents=True)
+    orphan = subprocess.Popen([PY, "-c", "import time; time.sleep(3001)"])
+    (orphan_group / "cgroup.procs").write_text(str(orphan.pid))
+    groups = Cgroups(SUPPORT)
+    made = groups.create(None, None)
+    try:
+        assert orphan.wait(timeout=10) == -9
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+        if made is not None:
+            made.remove()
+        groups.close()
+
+        def swept() -> bool:
+            groups.sweep_stale()
+            return not orphan_group.parent.exists()
+
+        wait_until(swept, timeout=10, what="the dead daemon's group removed")
