@@ -44,4 +44,8 @@ def resolve(server: str | None, token: str | None, context: str | None) -> tuple
             token = token or chosen.get("token")
     if server is None:
         return None
-    return str(server), None if token is None else str(token)
+    server = str(server)
+    if not server.startswith(("http://", "https://")):
+        # It was taken as a URL and failed as "cannot reach the API" (exit 4): bad input.
+        raise errors.InvalidInput(f"server: {server!r} is not a URL: give http://HOST:PORT or https://HOST:PORT")
+    return server, None if token is None else str(token)

@@ -469,10 +469,12 @@ class RemoteOps:
     async def revoke_token(self, ref: str, tenant: str, actor: str) -> ApiToken:
         """``DELETE /v1/tokens/REF`` in ``tenant``: a 404 (no such live token, or another
         tenant's) reads as on the store."""
+        named = self._tenant(tenant).get("tenant")  # None: the token's own tenant
         try:
-            revoked = await self._typed(self.client.revoke_token(ref, tenant=self._tenant(tenant).get("tenant")))
+            revoked = await self._typed(self.client.revoke_token(ref, tenant=named))
         except errors.NotFound:
-            raise errors.NotFound(token_not_found(ref, tenant)) from None
+            # It named tenant 'default' (the option's default) for a token of tenant teama.
+            raise errors.NotFound(token_not_found(ref, named)) from None
         return _token(revoked)
 
     async def audit(self, tenant: str | None = None, limit: int = 50) -> list[AuditEntry]:

@@ -227,7 +227,8 @@ async def _migrate(settings: Settings, create_roles: bool = False) -> list[str]:
         if create_roles:
             await make_roles(store)
             log.info(
-                "roles created: clockd_daemon, clockd_operator, clockd_readonly", extra={"action": "roles_created"}
+                "roles created or refreshed: clockd_daemon, clockd_operator, clockd_readonly",
+                extra={"action": "roles_created"},
             )
         return applied
     finally:

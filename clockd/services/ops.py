@@ -669,9 +669,11 @@ class Ops:
         return await self.store.audit_page(tenant, None, limit)
 
 
-def token_not_found(ref: str, tenant: str) -> str:
-    """The one message for a token that is not there (or not the caller's to see)."""
-    return f"no live token {ref!r} in tenant {tenant!r} (clockctl token list shows them)"
+def token_not_found(ref: str, tenant: str | None) -> str:
+    """The one message for a token that is not there (or not the caller's to see);
+    ``tenant`` None: the calling token's own (over the API)."""
+    where = f"tenant {tenant!r}" if tenant is not None else "your token's tenant"
+    return f"no live token {ref!r} in {where} (clockctl token list shows them)"
 
 
 # -- apply: the planner ----------------------------------------------------------------------

@@ -180,7 +180,7 @@ async def _make_dead(db: Path, name: str) -> str:
 
 def test_dlq_list_replay_and_drop(ctl: Any) -> None:
     ctl("add", "0 0 1 1 *", "--name", "yearly", "--permanent-exit-codes", "64", "--", "/bin/false")
-    assert "empty" in ctl("dlq", "list").stdout
+    assert ctl("dlq", "list").stdout == "no dead letters in tenant 'default' (--tenant NAME for another tenant's)\n"
     oid = asyncio.run(_make_dead(ctl.db, "yearly"))
     [dead] = doc(ctl("dlq", "list", "yearly", "-o", "json"))
     assert (dead["id"], dead["state"], dead["last_error"], dead["exit_code"]) == (oid, "DEAD", "boom", 64)

@@ -143,6 +143,10 @@ def test_an_admin_token_manages_only_its_tenant_and_a_reader_none(request: pytes
         refused = theirs(*args)
         assert refused.returncode == 1 and refused.stdout == "", (args, refused.stderr)
         assert refused.stderr.startswith("error: no "), refused.stderr
+    # Without --tenant the API acts in the calling token's tenant: the message said 'default'.
+    assert theirs("token", "revoke", ci["id"]).stderr.strip() == (
+        f"error: no live token {ci['id']!r} in your token's tenant (clockctl token list shows them)"
+    )
     assert [d["revoked_at"] for d in json.loads(ours("token", "list", "-o", "json").stdout)] == [None, None]
 
     # Above one's role: 403 (exit 4, the API refused), and nothing written.

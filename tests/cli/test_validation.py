@@ -168,6 +168,11 @@ def test_option_parsing_errors_are_one_line_with_exit_2(ctl: Any, args: list[str
     nothing_stored(ctl)
 
 
+def test_a_server_that_is_not_a_url_is_bad_input(ctl: Any) -> None:
+    # It was tried as a URL and reported "cannot reach the API" (exit 4).
+    refused(ctl("--server", "127.0.0.1:8470", "list"), "server: '127.0.0.1:8470' is not a URL")
+
+
 def test_a_bare_group_still_prints_its_help(ctl: Any) -> None:
     result = ctl("tenant")
     assert result.returncode == 2

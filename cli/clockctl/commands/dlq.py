@@ -49,7 +49,9 @@ def list_(
         emit_json([occurrence_doc(o) for o in dead])
         return
     if not dead:
-        console.print("the dead-letter queue is empty")
+        # It said only "empty" while status counted dead letters in other tenants.
+        whose = f"schedule {name!r} of tenant {tenant!r}" if name else f"tenant {tenant!r}"
+        console.print(f"no dead letters in {whose} (--tenant NAME for another tenant's)")
         return
     table = Table(box=None, header_style="bold")
     for col in ("ID", "SCHEDULE", "SCHEDULED FOR (UTC)", "DIED (UTC)", "ATT", "EXIT", "LAST ERROR"):
