@@ -246,7 +246,45 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
     store, coord, runner, clock, supervisor = daemon.store, daemon.coord, daemon.runner, daemon.clock, daemon.supervisor
     metrics.watch_coordinator(coord)
     metrics.watch_store(store)
-    await daemon.open()
+
+    opened = False
+
+    async def health() -> tuple[bool, dict[str, Any]]:
+        if not opened:
+            return False, {"modes": list(settings.modes), "starting": True}
+        status = await coord.status()
+        doc: dict[str, Any] = {
+            "modes": list(settings.modes),
+            "leader": coord.leader_lease() is not None,
+            "shards": len(coord.shard_leases()),
+            "coordinator_reachable": status.reachable,
+        }
+        try:
+            await store.server_time()
+            doc["store_reachable"] = True
+        except ClockdError:
+            doc["store_reachable"] = False
+        # Reads may work while every write fails (disk full): degraded, not healthy.
+        write_error = STORE_WRITES.failing()
+        doc["store_writable"] = write_error is None
+        if write_error is not None:
+            doc["store_error"] = write_error
+        return bool(doc["store_reachable"] and doc["store_writable"] and status.reachable), doc
+
+    # The metrics port before the store: a port in use is exit 2 before anything is
+    # written (it created and migrated a new embedded store first). Until the store is
+    # open, /healthz answers unhealthy.
+    server = None
+    if settings.metrics_addr and settings.metrics_addr != "off":
+        server = await serve(settings.metrics_addr, health)
+    try:
+        await daemon.open()
+    except BaseException:
+        if server is not None:
+            server.close()
+        raise
+    opened = True
+
     metrics.tzdata_info.labels(version=tzdata_version()).set(1)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -285,36 +323,6 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     await reloader.start()  # schedules_dir, before the modes run
-
-    async def health() -> tuple[bool, dict[str, Any]]:
-        status = await coord.status()
-        doc: dict[str, Any] = {
-            "modes": list(settings.modes),
-            "leader": coord.leader_lease() is not None,
-            "shards": len(coord.shard_leases()),
-            "coordinator_reachable": status.reachable,
-        }
-        try:
-            await store.server_time()
-            doc["store_reachable"] = True
-        except ClockdError:
-            doc["store_reachable"] = False
-        # Reads may work while every write fails (disk full): degraded, not healthy.
-        write_error = STORE_WRITES.failing()
-        doc["store_writable"] = write_error is None
-        if write_error is not None:
-            doc["store_error"] = write_error
-        return bool(doc["store_reachable"] and doc["store_writable"] and status.reachable), doc
-
-    server = None
-    if settings.metrics_addr and settings.metrics_addr != "off":
-        try:
-            server = await serve(settings.metrics_addr, health)
-        except ClockdError:  # exit 2 naming the port: close what is open first
-            await runner.aclose()
-            with contextlib.suppress(ClockdError):
-                await store.close()
-            raise
 
     watchdog = sdnotify.watchdog_interval()
     pinger: asyncio.Task[None] | None = None

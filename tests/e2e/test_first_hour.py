@@ -51,6 +51,7 @@ def test_a_busy_metrics_port_stops_clockd_run_with_exit_2(tmp_path: Path) -> Non
     assert result.returncode == 2, result
     assert f"cannot listen on 127.0.0.1:{port}: port {port} is in use" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not (home / "clockd.db").exists()  # nothing written: it made and migrated a store first
 
 
 def test_a_busy_api_port_stops_clockd_run_with_exit_2_and_says_what_to_do(tmp_path: Path) -> None:
