@@ -211,7 +211,12 @@ async def reconcile(request: Request, who: Principal) -> Response:
     if name:
         schedule_id = (await schedule_of(request, who, name)).id
     elif who.role is not Role.CLUSTER_ADMIN:
-        raise Problem("invalid-input", "schedule: name the schedule to reconcile (?schedule=NAME)")
+        # Every tenant's schedules: a cluster-admin's, as README and status say (it was a 422
+        # "name the schedule", exit 2, as if the request were malformed).
+        raise Problem(
+            "forbidden",
+            "reconciling every schedule needs a cluster-admin token; name one schedule (?schedule=NAME)",
+        )
     report = await run_reconcile(api.store, start, end, schedule_id, keep_accounted=query_bool(request, "all"))
     return answer(
         {
