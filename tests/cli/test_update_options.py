@@ -48,3 +48,20 @@ def test_update_refuses_stdin_for_a_target_that_has_none_and_a_bad_notification(
     bad = ctl("update", "ping", "--on-missed", "mail:-oQ/tmp/x")
     assert bad.returncode == 2 and "mail: expected addresses" in bad.stderr
     assert _show(ctl, "ping")["version"] == 1  # nothing was written
+
+
+def test_update_changes_and_removes_the_user_and_group_keeping_the_history(ctl: Any) -> None:
+    # Changing the user a job runs as took an rm and an add, which lost its history.
+    assert ctl("add", "--every", "1h", "--name", "team-job", "--", "true").returncode == 0
+    changed = ctl("update", "team-job", "--user", "nobody", "--group", "nogroup")
+    assert changed.returncode == 0 and "version 1 → 2" in changed.stdout, changed.stderr
+    exported = ctl("export", "--all").stdout
+    assert "user: nobody" in exported and "group: nogroup" in exported
+    removed = ctl("update", "team-job", "--user", "none", "--group", "none")
+    assert removed.returncode == 0, removed.stderr
+    exported = ctl("export", "--all").stdout
+    assert "user:" not in exported and "group:" not in exported
+    assert _show(ctl, "team-job")["version"] == 3
+    assert ctl("add", "--every", "1h", "--name", "ping", "--noop").returncode == 0
+    refused = ctl("update", "ping", "--user", "nobody")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: "), refused

@@ -56,6 +56,12 @@ def register(app: typer.Typer) -> None:
         ] = None,
         shell: Annotated[bool, typer.Option("--shell", help="run the new command string through /bin/sh -c")] = False,
         queue: Annotated[str | None, typer.Option("--queue", metavar="QUEUE", help="a new queue")] = None,
+        user: Annotated[
+            str | None, typer.Option("--user", metavar="USER|none", help="run the command as USER (none: the worker's)")
+        ] = None,
+        group: Annotated[
+            str | None, typer.Option("--group", metavar="GROUP|none", help="run the command with GROUP (none: USER's)")
+        ] = None,
         timeout: Annotated[
             str | None, typer.Option("--timeout", metavar="DURATION|none", help="a new attempt timeout")
         ] = None,
@@ -83,7 +89,7 @@ def register(app: typer.Typer) -> None:
         notify = {NotifyEvent.FAILURE: on_failure, NotifyEvent.DEAD: on_dead, NotifyEvent.MISSED: on_missed,
                   NotifyEvent.SUCCESS: on_success}  # fmt: skip
         edits = _Edits(
-            args or [], cron, every, at, tz, command, shell, queue, timeout, retries, backoff,
+            args or [], cron, every, at, tz, command, shell, queue, user, group, timeout, retries, backoff,
             misfire, max_lateness, catch_up_limit, overlap, window, permanent_exit_codes, stdin,
             tuple((event, text) for event, text in notify.items() if text is not None),
         )  # fmt: skip
@@ -149,6 +155,8 @@ class _Edits:
     command: str | None
     shell: bool
     queue: str | None
+    user: str | None  # "none" removes it (as --timeout none)
+    group: str | None
     timeout: str | None
     retries: int | None
     backoff: str | None
@@ -197,6 +205,12 @@ class _Edits:
             raise InvalidInput("--shell applies to a new command (--command or after --)")
         if self.queue is not None:
             job["queue"] = self.queue
+        # A team's jobs run as its user: changing it took an rm and an add, losing the history.
+        for key, value in (("user", self.user), ("group", self.group)):
+            if value is not None:
+                job.pop(key, None)
+                if value.strip().lower() != "none":
+                    job[key] = value  # the validator refuses it for a non-command target
         if self.timeout is not None:
             job.pop("timeout", None)
             if self.timeout.strip().lower() != "none":
