@@ -363,13 +363,14 @@ class RemoteOps:
         start: datetime,
         end: datetime,
         name: str | None = None,
-        tenant: str = "default",
+        tenant: str | None = None,
         *,
         progress: Callable[[int], None] | None = None,
         on_loaded: Callable[[int], None] | None = None,
     ) -> Report:
         """The server reconciles (``GET /v1/reconcile?all=true``); no progress to report.
-        Without ``name`` it takes a cluster-admin token (every tenant's schedules)."""
+        Without ``name``: the token's tenant's schedules (a cluster-admin's: every tenant's,
+        or ``tenant``'s)."""
         params = {**self._tenant(tenant), "from": start.isoformat(), "to": end.isoformat(), "all": "true"}
         if name:
             params["schedule"] = name

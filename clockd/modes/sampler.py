@@ -116,7 +116,7 @@ class Sampler:
             if not self._reconcile_skipped:
                 log.warning(
                     "periodic reconciliation skipped: %d live schedules exceed %d "
-                    "(run clockctl reconcile NAME per schedule instead)",
+                    "(run clockctl reconcile NAME per schedule, or --tenant T per tenant, instead)",
                     live,
                     self.settings.reconcile_max_schedules,
                     extra={"action": "reconcile_skipped", "count": live},

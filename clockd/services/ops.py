@@ -438,17 +438,21 @@ class Ops:
         start: datetime,
         end: datetime,
         name: str | None = None,
-        tenant: str = "default",
+        tenant: str | None = None,
         *,
         progress: Callable[[int], None] | None = None,
         on_loaded: Callable[[int], None] | None = None,
     ) -> Report:
-        """Is every instant each schedule (or ``name``) expected in [start, end] accounted
-        for exactly once (``clockd.services.reconcile``)? Every entry is kept."""
+        """Is every instant each schedule expected in [start, end] accounted for exactly
+        once (``clockd.services.reconcile``)? ``name``: that schedule of ``tenant``
+        (default ``default``); else ``tenant``'s schedules, or every tenant's (None).
+        Every entry is kept."""
         from clockd.services.reconcile import run_reconcile  # with the verb (start-up)
 
-        schedule_id = (await self.get(name, tenant)).id if name else None
-        return await run_reconcile(self.store, start, end, schedule_id, progress=progress, on_loaded=on_loaded)
+        if name:
+            schedule_id = (await self.get(name, tenant or "default")).id
+            return await run_reconcile(self.store, start, end, schedule_id, progress=progress, on_loaded=on_loaded)
+        return await run_reconcile(self.store, start, end, tenant=tenant, progress=progress, on_loaded=on_loaded)
 
     async def versions(self, name: str, tenant: str = "default") -> list[VersionRow]:
         """Every version of the schedule, oldest first: (version, valid_from, valid_to,

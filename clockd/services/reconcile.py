@@ -400,13 +400,20 @@ async def run_reconcile(
     end: datetime,
     schedule_id: str | None = None,
     *,
+    tenant: str | None = None,
     progress: Callable[[int], None] | None = None,
     on_loaded: Callable[[int], None] | None = None,
     keep_accounted: bool = True,
 ) -> Report:
-    """Read the rows (one snapshot) and reconcile them. ``on_loaded(n)`` is called with
-    the number of schedules before the work starts (a progress bar's total)."""
+    """Read the rows (one snapshot) and reconcile them: one schedule's, ``tenant``'s
+    schedules, or every schedule's. ``on_loaded(n)`` is called with the number of
+    schedules before the work starts (a progress bar's total)."""
     rows = await store.reconcile_rows(start, end, schedule_id)
+    if tenant is not None:
+        # Filtered here, not in the store's read: an operator's check, not a hot path.
+        kept = [h for h in rows.schedules if h.tenant == tenant]
+        ids = {h.schedule_id for h in kept}
+        rows = ReconcileRows(kept, [o for o in rows.occurrences if o.schedule_id in ids])
     if on_loaded is not None:
         on_loaded(len(rows.schedules))
     return reconcile(rows, start, end, progress=progress, keep_accounted=keep_accounted)

@@ -114,7 +114,7 @@ class ReconcileCache:
                 self.report, self.at = Report(start, end, live, 0, {}), now
                 self.skipped = (
                     f"not checked: {live:,} live schedules exceed {self.max_schedules:,} "
-                    "(run clockctl reconcile NAME per schedule)"
+                    "(run clockctl reconcile NAME per schedule, or --tenant T per tenant)"
                 )
                 return
         self.report, self.at = await run_reconcile(store, start, end, keep_accounted=False), now

@@ -62,6 +62,12 @@ def test_reconcile_exit_codes_and_json(ctl: Any) -> None:
     assert (problem["schedule"], problem["status"], problem["occurrences"][0]["id"]) == ("m", "unexpected", "odd")
     table = ctl("reconcile", "--from", "now-1h")
     assert table.returncode == 1 and "unexpected" in table.stdout and "1 not accounted for" in table.stderr
+    # --tenant without NAME checks that tenant's schedules only (it checked every tenant's).
+    other = ctl("reconcile", "--from", "now-1h", "--tenant", "elsewhere", "-o", "json")
+    assert other.returncode == 0 and json.loads(other.stdout)["schedules"] == 0, other
+    assert (
+        json.loads(ctl("reconcile", "--from", "now-1h", "--tenant", "default", "-o", "json").stdout)["schedules"] == 1
+    )
     assert ctl("reconcile", "--from", "now", "--to", "now-1h").returncode == 2
     assert ctl("reconcile", "ghost").returncode == 1
 

@@ -78,7 +78,7 @@ async def test_above_its_limit_of_live_schedules_the_cache_says_it_did_not_check
     unaccounted = doc["unaccounted"]
     assert unaccounted["count"] is None
     assert unaccounted["skipped"] == (
-        "not checked: 3 live schedules exceed 2 (run clockctl reconcile NAME per schedule)"
+        "not checked: 3 live schedules exceed 2 (run clockctl reconcile NAME per schedule, or --tenant T per tenant)"
     )
     cache.max_schedules = 3
     cache.at = None  # no report at all: this page waits for one

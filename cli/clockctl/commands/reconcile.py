@@ -59,7 +59,14 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "now-1h",
         end: Annotated[str, typer.Option("--to", metavar="INSTANT", help="end of the range, inclusive")] = "now",
-        tenant: Annotated[str, typer.Option("--tenant", metavar="TENANT", help="tenant of NAME")] = "default",
+        tenant: Annotated[
+            str | None,
+            typer.Option(
+                "--tenant",
+                metavar="TENANT",
+                help="tenant of NAME (default: default); without NAME, check only this tenant's schedules",
+            ),
+        ] = None,
         everything: Annotated[
             bool, typer.Option("--all", help="list every instant and how it is accounted for, not only problems")
         ] = False,
