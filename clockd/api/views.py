@@ -20,7 +20,7 @@ from typing import Any
 from clockd.api.problems import FieldError, Problem, pointer
 from clockd.core.cron import parse_cron
 from clockd.core.instants import format_instant
-from clockd.core.limits import check_name
+from clockd.core.limits import check_schedule_name
 from clockd.core.model import (
     Attempt,
     CommandTarget,
@@ -91,7 +91,7 @@ def _shape(data: Mapping[str, Any]) -> str | None:
 
 def _valid_name(name: str) -> bool:
     try:
-        check_name(name, "name")
+        check_schedule_name(name)  # the validator's own rule (the fast path must not skip it)
     except InvalidInput:
         return False
     return True

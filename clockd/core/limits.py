@@ -41,6 +41,7 @@ __all__ = [
     "check_command",
     "check_name",
     "check_retries",
+    "check_schedule_name",
     "shell_line_hint",
 ]
 
@@ -73,6 +74,18 @@ def check_name(text: str, field: str) -> None:
             f"{field}: character U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')}) is not "
             "allowed: no control or invisible characters"
         )
+
+
+def check_schedule_name(text: str) -> None:
+    """A schedule's name: a name (:func:`check_name`) that is also one segment of a URL
+    path (``/v1/schedules/NAME``, ``/ui/schedules/NAME``). A ``/`` in it was decoded
+    before routing (``x/versions`` answered with schedule ``x``'s versions), and ``.`` and
+    ``..`` are dot segments clients collapse: such schedules could be made, never reached."""
+    check_name(text, "name")
+    if "/" in text:
+        raise InvalidInput("name: '/' is not allowed (names are one segment of the API's URLs): use - or .")
+    if text in (".", ".."):
+        raise InvalidInput(f"name: {text!r} is not allowed (a dot segment of a URL path)")
 
 
 def check_retries(retries: int) -> None:

@@ -1170,9 +1170,13 @@ def job_from_value(value: Value, path: str, errors: list[FileError]) -> Job | No
     try:
         definition = normalize(definition)
     except InvalidInput as exc:
-        # normalize's messages start with the field they are about ("timeout: …").
-        named = exc.message.split(":", 1)[0]
-        refuse(lines.get(named, job_line), None, exc.message)
+        # normalize's messages start with the field they are about ("timeout: …"): the error
+        # names it as its field (the API's JSON pointer; it pointed at the whole body).
+        named, sep, rest = exc.message.partition(": ")
+        if sep and named in _FIELDS_BY_NAME:
+            refuse(lines.get(named, job_line), named, rest)
+        else:
+            refuse(lines.get(named, job_line), None, exc.message)
         return None
     return Job(definition, Location(path, job_line), lines)
 

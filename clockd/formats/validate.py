@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Final
 
 from clockd.core.durations import format_duration
-from clockd.core.limits import check_name, check_retries
+from clockd.core.limits import check_name, check_retries, check_schedule_name
 from clockd.core.model import ScheduleDef
 from clockd.core.planning import MAX_WINDOW, MIN_LATENESS
 from clockd.core.spec import validate_definition
@@ -41,7 +41,7 @@ def normalize(definition: ScheduleDef) -> ScheduleDef:
 
     check_strings(definition)  # NUL anywhere: refused with the field's name
     # The limits every front end shares (clockd.core.limits): the CLI, files and the API.
-    check_name(definition.name, "name")
+    check_schedule_name(definition.name)
     check_name(definition.tenant, "tenant")
     check_name(definition.queue, "queue")
     expr = validate_definition(definition.kind, definition.expr, definition.tz)

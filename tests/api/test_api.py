@@ -329,3 +329,14 @@ def test_apply_dry_run_and_prune_and_preview(api: ApiServer) -> None:
             json={"schedule": "30 2 * * *", "tz": "Europe/Paris", "after": "2026-03-28T12:00:00Z", "count": 2},
         ).json()["runs"]
         assert runs[0]["at"] == "2026-03-30T00:30:00Z" and "DST gap" in (runs[0]["note"] or "")
+
+
+def test_names_that_cannot_be_one_url_segment_are_refused(api: ApiServer) -> None:
+    # "x/versions" was created and then read back as schedule x's versions; ".." could be
+    # created and never reached (clients collapse dot segments).
+    with api.client(api.token("acme", "admin", "names")) as http:
+        for name in ("x/versions", "a/b", "..", "."):
+            for _ in range(2):  # the second create takes the fast path of a known body shape
+                refused = problem(http.post("/v1/schedules", json=job(name)), 422, "invalid-input")
+                assert refused["errors"][0]["pointer"] == "/name", refused
+        assert http.get("/v1/schedules").json()["items"] == []
