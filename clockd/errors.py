@@ -59,6 +59,10 @@ class UnknownZone(InvalidInput):
 class NeverFires(InvalidInput):
     """The schedule can never fire."""
 
+    def __init__(self, message: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field  # the definition's field it is about (schedule, at or every), if known
+
 
 class InvalidSchedule(InvalidInput):
     """The schedule definition is not valid."""

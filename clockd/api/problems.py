@@ -22,6 +22,7 @@ from clockd.errors import (
     Conflict,
     IdempotencyMismatch,
     InvalidInput,
+    NeverFires,
     NotFound,
     QuotaExceeded,
     StoreError,
@@ -109,6 +110,10 @@ def from_error(exc: ClockdError) -> Problem:
         return Problem("precondition-failed", exc.message)
     if isinstance(exc, QuotaExceeded):
         return Problem("quota-exceeded", exc.message, headers={"Retry-After": "60"})
+    if isinstance(exc, NeverFires) and exc.field is not None:
+        # An instant in the past, an expression with no next fire: the field it is about
+        # (it came with no pointer at all).
+        return Problem("invalid-input", f"{exc.field}: {exc.message}", [FieldError(pointer(exc.field), exc.message)])
     if isinstance(exc, InvalidInput):
         return Problem("invalid-input", exc.message)
     if isinstance(exc, NotFound):

@@ -130,8 +130,12 @@ def first_run(definition: ScheduleDef, now: datetime) -> datetime:
     strictly after ``now``. ``NeverFires`` if there is none."""
     first = _first_after(definition.kind, definition.expr, definition.tz, now)
     if first is None:
-        raise NeverFires(_never_after(definition, now))
+        raise NeverFires(_never_after(definition, now), _WHEN_FIELD[definition.kind])
     return first
+
+
+# The schedule-file field each kind of schedule is written in (the API's JSON pointer).
+_WHEN_FIELD = {ScheduleKind.CRON: "schedule", ScheduleKind.ONCE: "at", ScheduleKind.EVERY: "every"}
 
 
 def _never_after(definition: ScheduleDef, now: datetime) -> str:
@@ -166,7 +170,7 @@ def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: dateti
     spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
     nxt = spec.next_after(after)
     if nxt is None and schedule.state is ScheduleState.ACTIVE:
-        raise NeverFires(_never_after(definition, after))
+        raise NeverFires(_never_after(definition, after), _WHEN_FIELD[definition.kind])
     return nxt
 
 

@@ -340,3 +340,21 @@ def test_names_that_cannot_be_one_url_segment_are_refused(api: ApiServer) -> Non
                 refused = problem(http.post("/v1/schedules", json=job(name)), 422, "invalid-input")
                 assert refused["errors"][0]["pointer"] == "/name", refused
         assert http.get("/v1/schedules").json()["items"] == []
+
+
+def test_a_bad_token_expiry_points_at_expires(api: ApiServer) -> None:
+    # The pointer was made of the duration's message: "/duration 'soon'".
+    with api.client(api.token("acme", "admin", "expiry")) as http:
+        refused = problem(http.post("/v1/tokens", json={"role": "readonly", "name": "w2", "expires": "soon"}), 422,
+                          "invalid-input")  # fmt: skip
+        assert [e["pointer"] for e in refused["errors"]] == ["/expires"]
+        assert refused["detail"].startswith("expires: duration 'soon'")
+
+
+def test_a_schedule_that_never_fires_points_at_its_when_field(api: ApiServer) -> None:
+    # An instant in the past came back with no JSON pointer at all.
+    with api.client(api.token("acme", "admin", "past")) as http:
+        past = {"name": "past", "at": "2020-01-01T00:00:00Z", "command": ["/bin/true"]}
+        refused = problem(http.post("/v1/schedules", json=past), 422, "invalid-input")
+        assert [e["pointer"] for e in refused["errors"]] == ["/at"]
+        assert refused["detail"].startswith("at: 2020-01-01T00:00:00Z is in the past")

@@ -318,6 +318,11 @@ async def create_token(request: Request, who: Principal) -> Response:
     api.admit_write(tenant)
     try:
         expires = parse_duration(str(data["expires"])) if data.get("expires") else None
+    except InvalidInput as exc:
+        # Its own field: the duration's message starts with "duration 'soon'", which the
+        # pointer was made of ("/duration 'soon'").
+        raise Problem("invalid-input", f"expires: {exc.message}", [FieldError("/expires", exc.message)]) from None
+    try:
         issued = tokens.issue(tenant, role, str(data.get("name", "")), api.clock.now(), expires)
     except InvalidInput as exc:
         field = exc.message.split(":", 1)[0]
