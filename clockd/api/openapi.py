@@ -34,15 +34,27 @@ def _schemas() -> dict[str, Any]:
             "note": {"type": ["string", "null"], "description": "DST: a repeated hour, or times a gap skipped"},
         },
     }
+    maybe_instant = {"type": ["string", "null"], "format": "date-time"}
+    # Every field clockd.api.views.occurrence_view writes (it listed 6 of 16).
     occurrence = {
         "type": "object",
         "properties": {
-            "id": {"type": "string"},
+            "id": {"type": "string", "description": "also the run's idempotency key (CLOCKD_OCCURRENCE_ID)"},
             "schedule": {"type": "string"},
-            "state": {"type": "string"},
+            "schedule_id": {"type": "string"},
+            "version": {"type": "integer", "description": "the schedule version it runs under"},
             "scheduled_for": instant,
+            "available_at": {**instant, "description": "when it may start (its window's offset, a retry's backoff)"},
+            "state": {"type": "string"},
             "attempts": {"type": "integer"},
+            "queue": {"type": "string"},
+            "manual": {"type": "boolean", "description": "a run-now, not a planned instant"},
+            "enqueued_at": maybe_instant,
+            "started_at": {**maybe_instant, "description": "its first attempt's start"},
+            "finished_at": maybe_instant,
+            "exit_code": {"type": ["integer", "null"]},
             "reason": {"type": ["string", "null"]},
+            "last_error": {"type": ["string", "null"]},
         },
     }
     schedule = {
@@ -64,6 +76,11 @@ def _schemas() -> dict[str, Any]:
                 "type": ["string", "null"],
                 "description": "apply when apply created the schedule (and may update or prune it)",
             },
+            "created_at": instant,
+            "updated_at": instant,
+            "paused_at": maybe_instant,
+            "canceled": {"type": "integer", "description": "pause, PUT, PATCH: pending runs the change canceled"},
+            "reason": {"type": ["string", "null"], "description": "pause: the reason given"},
             "next_runs": {"type": "array", "items": run},
             "unchanged": {
                 "type": "boolean",
@@ -204,9 +221,16 @@ def _operation(ep: Endpoint) -> dict[str, Any]:
             for p in ep.params
         ]
     if ep.body:
+        body = {"schema": {"$ref": f"#/components/schemas/{ep.body}"}}
+        if ep.method == "PATCH":
+            # A merge patch: any of the Job's fields, null removes one (the Job schema's
+            # required name does not apply); the client sends application/merge-patch+json.
+            body = {"schema": {"type": "object", "description": f"RFC 7386 merge patch of a {ep.body}"}}
         op["requestBody"] = {
             "required": ep.method not in ("POST",) or ep.body not in ("PauseRequest", "ResumeRequest"),
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{ep.body}"}}},
+            "content": dict.fromkeys(("application/merge-patch+json", "application/json"), body)
+            if ep.method == "PATCH"
+            else {"application/json": body},
         }
     ok: dict[str, Any] = {"description": "OK"}
     if ep.response:

@@ -15,6 +15,7 @@ from clockd.api.problems import TYPES
 from clockd.core.clock import SystemClock
 from clockd.services.ops import Ops
 from clockd.store.sqlite import SqliteStore
+from tests.api.conftest import ApiServer, job
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "docs" / "openapi.json"
@@ -61,3 +62,20 @@ def test_the_routes_dispatched_directly_are_those_the_router_would_pick(tmp_path
         chosen = next(r for r in routes if r.matches(scope)[0] is Match.FULL)
         assert chosen.endpoint is handler, (method, path)
     assert not any("{" in path for _, path in direct)
+
+
+def test_the_schedule_and_occurrence_schemas_list_every_field_the_api_answers(api: ApiServer) -> None:
+    """An integrating developer reads the document: the Occurrence schema listed 6 of the 16
+    fields a run answers with, the Schedule schema left out its times."""
+    schemas = openapi.document()["components"]["schemas"]
+    with api.client(api.token("acme", "admin", "fields")) as http:
+        created = http.post("/v1/schedules", json=job("fields"))
+        assert created.status_code == 201, created.text
+        paused = http.post("/v1/schedules/fields/pause", json={"reason": "moving"}).json()
+        ran = http.post("/v1/schedules/fields/run-now")
+        assert ran.status_code == 202, ran.text
+    for doc, name in ((created.json(), "Schedule"), (paused, "Schedule"), (ran.json(), "Occurrence")):
+        undocumented = sorted(set(doc) - set(schemas[name]["properties"]))
+        assert undocumented == [], (name, undocumented)
+    patch = openapi.document()["paths"]["/v1/schedules/{name}"]["patch"]["requestBody"]["content"]
+    assert "application/merge-patch+json" in patch  # what the client sends
