@@ -49,7 +49,8 @@ def _one(request: Request, schedule: Schedule, status: int = 200, **extra: Any) 
     "POST",
     "/v1/schedules",
     "Create a schedule (one job of the schedule-file format); the same Idempotency-Key and body "
-    "return the first answer again, the same key with another body is 422",
+    "return the schedule that key created, as it is now (201), the same key with another body is 422; "
+    "a key names one live schedule (once deleted, the key creates a new one)",
     role=Role.OPERATOR,
     params=(Param("Idempotency-Key", "header", "1-200 characters, unique per tenant"),),
     body="Job",
@@ -66,7 +67,7 @@ async def create(request: Request, who: Principal) -> Response:
     with api.audited(who, tenant, "schedule.create", definition.name):
         added = await api.ops.create(definition, request.headers.get("idempotency-key"))
     response = _one(request, added.schedule, 201)
-    if added.existed:  # the first answer again; the header says so (clockctl --server prints it)
+    if added.existed:  # the key's schedule, as it is now; the header says so (clockctl --server prints it)
         response.headers["Idempotent-Replayed"] = "true"
     return response
 
