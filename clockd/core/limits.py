@@ -40,12 +40,14 @@ __all__ = [
     "MAX_ZONE_NAME",
     "check_command",
     "check_name",
+    "check_reason",
     "check_retries",
     "check_schedule_name",
     "shell_line_hint",
 ]
 
 MAX_NAME: Final = 200
+MAX_REASON: Final = 1000  # a pause's reason: shown on every page and line that shows the schedule
 MAX_RETRIES: Final = 1000
 MAX_ARG_BYTES: Final = 128 * 1024 - 1  # Linux MAX_ARG_STRLEN counts the terminating NUL
 MAX_EXEC_BYTES: Final = 1024 * 1024  # argv + the schedule's env, each string with its NUL
@@ -86,6 +88,16 @@ def check_schedule_name(text: str) -> None:
         raise InvalidInput("name: '/' is not allowed (names are one segment of the API's URLs): use - or .")
     if text in (".", ".."):
         raise InvalidInput(f"name: {text!r} is not allowed (a dot segment of a URL path)")
+
+
+def check_reason(text: str) -> None:
+    """A pause's reason: kept with the version and shown wherever the schedule is. It was
+    unbounded (a 100 KB reason was stored) and could carry terminal escapes."""
+    if len(text) > MAX_REASON:
+        raise InvalidInput(f"reason: at most {MAX_REASON} characters, got {len(text)}")
+    bad = next((c for c in text if _invisible(c)), None)
+    if bad is not None:
+        raise InvalidInput(f"reason: character U+{ord(bad):04X} is not allowed: no control or invisible characters")
 
 
 def check_retries(retries: int) -> None:

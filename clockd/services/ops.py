@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, overload
 
 from clockd.core.clock import Clock
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
-from clockd.core.limits import check_name
+from clockd.core.limits import check_name, check_reason
 from clockd.core.model import (
     Attempt,
     HttpTarget,
@@ -380,6 +380,8 @@ class Ops:
 
     async def pause(self, name: str, tenant: str = "default", reason: str | None = None) -> Change:
         """Pause; ``reason`` is kept with the version (and the occurrences it cancels)."""
+        if reason is not None:
+            check_reason(reason)  # one check for the CLI, the API and the dashboard
         schedule = await self.get(name, tenant)
         if schedule.state is ScheduleState.PAUSED:
             return Change(schedule, 0, unchanged=True)

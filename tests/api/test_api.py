@@ -358,3 +358,15 @@ def test_a_schedule_that_never_fires_points_at_its_when_field(api: ApiServer) ->
         refused = problem(http.post("/v1/schedules", json=past), 422, "invalid-input")
         assert [e["pointer"] for e in refused["errors"]] == ["/at"]
         assert refused["detail"].startswith("at: 2020-01-01T00:00:00Z is in the past")
+
+
+def test_a_pause_reason_is_bounded_and_one_clean_line(api: ApiServer) -> None:
+    # A 100 KB reason was stored, and shown wherever the schedule is.
+    with api.client(api.token("acme", "admin", "reasons")) as http:
+        assert http.post("/v1/schedules", json=job("paused")).status_code == 201
+        long = problem(http.post("/v1/schedules/paused/pause", json={"reason": "x" * 100_000}), 422, "invalid-input")
+        assert long["detail"] == "reason: at most 1000 characters, got 100000"
+        problem(http.post("/v1/schedules/paused/pause", json={"reason": "a\x1b[2Jb"}), 422, "invalid-input")
+        assert http.get("/v1/schedules/paused").json()["state"] == "active"  # nothing written
+        ok = http.post("/v1/schedules/paused/pause", json={"reason": "mail server moves"})
+        assert ok.status_code == 200 and ok.json()["state"] == "paused"
