@@ -369,4 +369,6 @@ def test_a_pause_reason_is_bounded_and_one_clean_line(api: ApiServer) -> None:
         problem(http.post("/v1/schedules/paused/pause", json={"reason": "a\x1b[2Jb"}), 422, "invalid-input")
         assert http.get("/v1/schedules/paused").json()["state"] == "active"  # nothing written
         ok = http.post("/v1/schedules/paused/pause", json={"reason": "mail server moves"})
-        assert ok.status_code == 200 and ok.json()["state"] == "paused"
+        assert ok.status_code == 200 and ok.json()["state"] == "paused" and ok.json()["reason"] == "mail server moves"
+        again = http.post("/v1/schedules/paused/pause", json={"reason": "another reason"}).json()
+        assert again["unchanged"] is True and again["reason"] is None  # it echoed a reason it did not store

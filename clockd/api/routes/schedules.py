@@ -274,7 +274,9 @@ async def pause(request: Request, who: Principal) -> Response:
     tenant = schedule.definition.tenant
     with api.audited(who, tenant, "schedule.pause", schedule.name, schedule.version, reason=reason):
         change = await api.ops.pause(schedule.name, tenant, reason)
-    return _one(request, change.schedule, canceled=change.canceled, reason=reason, unchanged=change.unchanged)
+    # An unchanged pause stored no reason: echoing the new one read as if it had.
+    said = None if change.unchanged else reason
+    return _one(request, change.schedule, canceled=change.canceled, reason=said, unchanged=change.unchanged)
 
 
 @endpoint(
