@@ -38,6 +38,7 @@ __all__ = [
     "MAX_NAME",
     "MAX_RETRIES",
     "MAX_ZONE_NAME",
+    "SCHEDULE_SUBRESOURCES",
     "check_command",
     "check_name",
     "check_reason",
@@ -78,16 +79,25 @@ def check_name(text: str, field: str) -> None:
         )
 
 
+# The actions the API addresses below a schedule (/v1/schedules/NAME/pause…); a test keeps
+# this list equal to the routes (tests/api/test_limits.py).
+SCHEDULE_SUBRESOURCES: Final = ("explain", "pause", "resume", "run-now", "versions")
+
+
 def check_schedule_name(text: str) -> None:
-    """A schedule's name: a name (:func:`check_name`) that is also one segment of a URL
-    path (``/v1/schedules/NAME``, ``/ui/schedules/NAME``). A ``/`` in it was decoded
-    before routing (``x/versions`` answered with schedule ``x``'s versions), and ``.`` and
-    ``..`` are dot segments clients collapse: such schedules could be made, never reached."""
+    """A schedule's name: a name (:func:`check_name`) the API can address. A name may hold
+    ``/`` (``team/mail``, sent as ``%2F``), but one ending in ``/versions`` or another of
+    :data:`SCHEDULE_SUBRESOURCES` was created and then read as that action on the name
+    before it, and a ``.`` or ``..`` part is a dot segment clients collapse: such schedules
+    could be made, never reached."""
     check_name(text, "name")
-    if "/" in text:
-        raise InvalidInput("name: '/' is not allowed (names are one segment of the API's URLs): use - or .")
-    if text in (".", ".."):
-        raise InvalidInput(f"name: {text!r} is not allowed (a dot segment of a URL path)")
+    parts = text.split("/")
+    if any(part in (".", "..") for part in parts):
+        raise InvalidInput("name: a '.' or '..' part is not allowed (a dot segment of a URL path)")
+    if len(parts) > 1 and parts[-1] in SCHEDULE_SUBRESOURCES:
+        raise InvalidInput(
+            f"name: may not end in '/{parts[-1]}' (the API would read it as {parts[-1]} of {'/'.join(parts[:-1])!r})"
+        )
 
 
 def check_reason(text: str) -> None:

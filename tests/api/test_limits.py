@@ -125,3 +125,14 @@ async def test_a_schedule_name_with_slashes_is_one_path_segment_when_encoded(sto
         assert paused.status_code == 200 and paused.json()["state"] == "paused"
         assert (await http.get("/v1/schedules/team%2Fmail/explain", params={"at": "now"})).status_code == 200
         assert (await http.delete("/v1/schedules/team%2Fmail")).status_code == 204
+
+
+def test_the_refused_name_endings_are_the_routes_below_a_schedule() -> None:
+    """check_schedule_name refuses names the router would read as an action on another
+    name: its list must follow the routes (a new action would bring the bug back)."""
+    from clockd.api.routes import all_endpoints
+    from clockd.core.limits import SCHEDULE_SUBRESOURCES
+
+    prefix = "/v1/schedules/{name}/"
+    suffixes = {ep.path.removeprefix(prefix) for ep in all_endpoints() if ep.path.startswith(prefix)}
+    assert suffixes == set(SCHEDULE_SUBRESOURCES)
