@@ -197,9 +197,11 @@ class Dashboard:
             Route("/login", self.login, methods=["POST"]),
             Route("/logout", self.logout, methods=["POST"]),
             Route("/schedules", self.schedules),
-            Route("/schedules/{name}", self.schedule),
-            Route("/schedules/{name}/confirm/{action}", self.confirm_schedule_action),
-            Route("/schedules/{name}/{action}", self.schedule_action, methods=["POST"]),
+            # A name may hold "/" (team/mail), as in the API: {name:path}, the routes with a
+            # suffix after the name first (team/mail had no page: {name} stops at a "/").
+            Route("/schedules/{name:path}/confirm/{action}", self.confirm_schedule_action),
+            Route("/schedules/{name:path}/{action}", self.schedule_action, methods=["POST"]),
+            Route("/schedules/{name:path}", self.schedule),
             Route("/runs/{occurrence_id}", self.run),
             Route("/dlq", self.dlq),
             Route("/dlq/{occurrence_id}/confirm/{action}", self.confirm_dlq_action),

@@ -517,3 +517,15 @@ def test_pages_are_valid_html(browser: Any, served: Served, tmp_path: Path) -> N
         timeout=120,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_a_schedule_name_with_a_slash_has_its_page_and_actions(browser: Any, served: Served) -> None:
+    # The API takes team/mail; the dashboard's {name} route stopped at the "/": no page.
+    served.call(served.ops.add(_job("team/mail", "0 9 * * *", "UTC", "team-a")))
+    page = _sign_in(browser, served, "tok-a-operator")
+    page.get_by_role("link", name="team/mail").click()
+    assert page.get_by_role("heading", level=1).inner_text().strip().endswith("team/mail")
+    page.get_by_role("link", name="Pause…").click()
+    page.get_by_label("Reason").fill("mail server moves")
+    page.get_by_role("button", name="Pause").click()
+    assert served.call(served.store.get_schedule("team-a", "team/mail")).state.value == "paused"
