@@ -63,6 +63,9 @@ start() {
   echo "         $BIN/clockctl add '* * * * *' --name hello -- echo hi"
 }
 
+# Whether PID runs (a zombie does not: a killed node is one until it is reaped).
+alive() { [ -d "/proc/$1" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+
 # SIGTERM the processes of the pid files given, then wait (bounded) until they are gone.
 term_and_wait() {
   local pids=() f pid
@@ -73,9 +76,9 @@ term_and_wait() {
     rm -f "$f"
   done
   for _ in $(seq 600); do  # 60 s: a worker's drain_grace (30 s) and kill_grace (10 s), and margin
-    local alive=0
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ "$alive" -eq 0 ] && return 0
+    local running=0
+    for pid in "${pids[@]}"; do alive "$pid" && running=1; done
+    [ "$running" -eq 0 ] && return 0
     sleep 0.1
   done
   echo "still running after 60 s: ${pids[*]}" >&2
@@ -98,7 +101,7 @@ restart() {
   local name=${1:?name, e.g. worker-1} pid
   if [ -e "$DIR/$name.pid" ]; then
     pid=$(cat "$DIR/$name.pid")
-    if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null; then
+    if alive "$pid"; then
       echo "$name is running (pid $pid): kill it first" >&2
       exit 2
     fi
@@ -128,7 +131,7 @@ kill_one() {
     exit 2
   fi
   pid=$(cat "$DIR/$name.pid")
-  if [ -d "/proc/$pid" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$pid/status" 2>/dev/null && kill -KILL "$pid" 2>/dev/null; then
+  if alive "$pid" && kill -KILL "$pid" 2>/dev/null; then
     echo "killed $name (pid $pid)"
   else
     echo "$name (pid $pid) was not running"

@@ -69,6 +69,11 @@ def check_name(text: str, field: str) -> None:
     """``text`` as a name (schedule name, tenant or queue) or :class:`InvalidInput` naming ``field``."""
     if not text.strip() or len(text) > MAX_NAME:
         raise InvalidInput(f"{field}: must be 1 to {MAX_NAME} characters")
+    _refuse_invisible(text, field)
+
+
+def _refuse_invisible(text: str, field: str) -> None:
+    """:class:`InvalidInput` naming ``field`` for the first control or invisible character."""
     if text.isascii() and text.isprintable():
         return  # ASCII's only invisible characters are its controls, which isprintable refuses
     bad = next((c for c in text if _invisible(c)), None)
@@ -105,9 +110,7 @@ def check_reason(text: str) -> None:
     unbounded (a 100 KB reason was stored) and could carry terminal escapes."""
     if len(text) > MAX_REASON:
         raise InvalidInput(f"reason: at most {MAX_REASON} characters, got {len(text)}")
-    bad = next((c for c in text if _invisible(c)), None)
-    if bad is not None:
-        raise InvalidInput(f"reason: character U+{ord(bad):04X} is not allowed: no control or invisible characters")
+    _refuse_invisible(text, "reason")
 
 
 def check_retries(retries: int) -> None:

@@ -29,6 +29,14 @@ class ScheduleKind(StrEnum):
     EVERY = "every"
 
 
+# The schedule-file (and API) field each kind of schedule is written in.
+WHEN_FIELD: dict[ScheduleKind, str] = {
+    ScheduleKind.CRON: "schedule",
+    ScheduleKind.ONCE: "at",
+    ScheduleKind.EVERY: "every",
+}
+
+
 class ScheduleState(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"

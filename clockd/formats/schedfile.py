@@ -69,6 +69,7 @@ from clockd.core.durations import format_duration, parse_duration
 from clockd.core.instants import format_instant, parse_instant
 from clockd.core.limits import MAX_NAME, MAX_RETRIES, check_command, check_name
 from clockd.core.model import (
+    WHEN_FIELD,
     CommandTarget,
     HttpTarget,
     MisfirePolicy,
@@ -123,8 +124,8 @@ _TAG_PREFIX = "tag:yaml.org,2002:"
 _TRUE = frozenset({"true", "yes", "on"})  # YAML 1.1, as pyyaml resolves them
 _FALSE = frozenset({"false", "no", "off"})
 _WHEN = ("schedule", "at", "every")
-_KIND_OF_WHEN = {"schedule": ScheduleKind.CRON, "at": ScheduleKind.ONCE, "every": ScheduleKind.EVERY}
-_WHEN_OF_KIND = {kind: key for key, kind in _KIND_OF_WHEN.items()}
+_KIND_OF_WHEN = {key: kind for kind, key in WHEN_FIELD.items()}
+_WHEN_OF_KIND = WHEN_FIELD
 _DEFAULT = ScheduleDef(name="", kind=ScheduleKind.CRON, expr="", tz="UTC", target=CommandTarget(argv=()))
 # Fields of a command target: not allowed with noop: true or http:.
 _COMMAND_ONLY = (

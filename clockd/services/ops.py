@@ -42,6 +42,7 @@ from clockd.core.clock import Clock
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
 from clockd.core.limits import check_name, check_reason
 from clockd.core.model import (
+    WHEN_FIELD,
     Attempt,
     HttpTarget,
     Occurrence,
@@ -130,12 +131,8 @@ def first_run(definition: ScheduleDef, now: datetime) -> datetime:
     strictly after ``now``. ``NeverFires`` if there is none."""
     first = _first_after(definition.kind, definition.expr, definition.tz, now)
     if first is None:
-        raise NeverFires(_never_after(definition, now), _WHEN_FIELD[definition.kind])
+        raise NeverFires(_never_after(definition, now), WHEN_FIELD[definition.kind])
     return first
-
-
-# The schedule-file field each kind of schedule is written in (the API's JSON pointer).
-_WHEN_FIELD = {ScheduleKind.CRON: "schedule", ScheduleKind.ONCE: "at", ScheduleKind.EVERY: "every"}
 
 
 def _never_after(definition: ScheduleDef, now: datetime) -> str:
@@ -170,7 +167,7 @@ def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: dateti
     spec = compile_spec(definition.kind, definition.expr, definition.tz, schedule.created_at)
     nxt = spec.next_after(after)
     if nxt is None and schedule.state is ScheduleState.ACTIVE:
-        raise NeverFires(_never_after(definition, after), _WHEN_FIELD[definition.kind])
+        raise NeverFires(_never_after(definition, after), WHEN_FIELD[definition.kind])
     return nxt
 
 
@@ -455,10 +452,10 @@ class Ops:
         Every entry is kept."""
         from clockd.services.reconcile import run_reconcile  # with the verb (start-up)
 
-        if name:
-            schedule_id = (await self.get(name, tenant or "default")).id
-            return await run_reconcile(self.store, start, end, schedule_id, progress=progress, on_loaded=on_loaded)
-        return await run_reconcile(self.store, start, end, tenant=tenant, progress=progress, on_loaded=on_loaded)
+        schedule_id = (await self.get(name, tenant or "default")).id if name else None
+        return await run_reconcile(
+            self.store, start, end, schedule_id, tenant=None if name else tenant, progress=progress, on_loaded=on_loaded
+        )
 
     async def versions(self, name: str, tenant: str = "default") -> list[VersionRow]:
         """Every version of the schedule, oldest first: (version, valid_from, valid_to,

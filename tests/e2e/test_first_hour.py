@@ -38,16 +38,23 @@ def test_logs_name_shows_the_latest_run_and_a_finished_at_schedule_is_done(clock
     assert quiet.stdout == "" and "no output captured" in quiet.stderr, quiet
 
 
-def test_a_busy_metrics_port_stops_clockd_run_with_exit_2(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def _run_with_a_busy_port(home: Path, setting: str, **extra: str) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """``clockd run`` with ``setting`` (an env variable) on a loopback port another socket
+    holds; returns the port and the finished run."""
     home.mkdir()
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_METRICS_ADDR": f"127.0.0.1:{port}"}
+        env = {**os.environ, "CLOCKD_HOME": str(home), setting: f"127.0.0.1:{port}", **extra}
         env.pop("CLOCKD_STORE", None)
         result = subprocess.run([str(BIN / "clockd"), "run"], env=env, capture_output=True, text=True, timeout=60)
+    return port, result
+
+
+def test_a_busy_metrics_port_stops_clockd_run_with_exit_2(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    port, result = _run_with_a_busy_port(home, "CLOCKD_METRICS_ADDR")
     assert result.returncode == 2, result
     assert f"cannot listen on 127.0.0.1:{port}: port {port} is in use" in result.stderr
     assert "Traceback" not in result.stderr
@@ -56,16 +63,7 @@ def test_a_busy_metrics_port_stops_clockd_run_with_exit_2(tmp_path: Path) -> Non
 
 def test_a_busy_api_port_stops_clockd_run_with_exit_2_and_says_what_to_do(tmp_path: Path) -> None:
     # It said only "cannot listen there (Address already in use)".
-    home = tmp_path / "home"
-    home.mkdir()
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        env = {**os.environ, "CLOCKD_HOME": str(home), "CLOCKD_API_ADDR": f"127.0.0.1:{port}"}
-        env |= {"CLOCKD_METRICS_ADDR": "off"}
-        env.pop("CLOCKD_STORE", None)
-        result = subprocess.run([str(BIN / "clockd"), "run"], env=env, capture_output=True, text=True, timeout=60)
+    port, result = _run_with_a_busy_port(tmp_path / "home", "CLOCKD_API_ADDR", CLOCKD_METRICS_ADDR="off")
     assert result.returncode == 2, result
     assert f"api_addr: cannot listen on 127.0.0.1:{port}: port {port} is in use" in result.stderr
     assert "--api-addr" in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr

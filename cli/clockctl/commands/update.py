@@ -205,16 +205,14 @@ class _Edits:
             raise InvalidInput("--shell applies to a new command (--command or after --)")
         if self.queue is not None:
             job["queue"] = self.queue
-        # A team's jobs run as its user: changing it took an rm and an add, losing the history.
-        for key, value in (("user", self.user), ("group", self.group)):
+        # A value, or "none" to remove it. user/group: a team's jobs run as its user, and
+        # changing it took an rm and an add, losing the history (the validator refuses
+        # them for a non-command target).
+        for key, value in (("user", self.user), ("group", self.group), ("timeout", self.timeout)):
             if value is not None:
                 job.pop(key, None)
                 if value.strip().lower() != "none":
-                    job[key] = value  # the validator refuses it for a non-command target
-        if self.timeout is not None:
-            job.pop("timeout", None)
-            if self.timeout.strip().lower() != "none":
-                job["timeout"] = self.timeout
+                    job[key] = value
         if self.retries is not None:
             job["retries"] = self.retries
         if self.backoff is not None:
