@@ -220,9 +220,14 @@ async def test_rename_onto_a_taken_name_conflicts(store: Store) -> None:
 
 
 async def test_change_of_unknown_or_deleted_schedule_is_not_found(store: Store) -> None:
+    # ... and writes nothing: no foreign key stops a version or a label of a schedule that
+    # is not there (PostgreSQL schema 0014), the store's own order of writes does.
+    ghost = new_schedule_id()
     with pytest.raises(NotFound):
-        await store.change_schedule(new_schedule_id(), 1, definition(), ScheduleState.ACTIVE, T0, T0, "x")
+        await store.change_schedule(ghost, 1, definition(labels=(("team", "x"),)), ScheduleState.ACTIVE, T0, T0, "x")
+    assert await store.schedule_versions(ghost) == []
     created = await add_schedule(store, "backup")
     await store.change_schedule(created.id, 1, created.definition, ScheduleState.DELETED, None, T0, "rm")
     with pytest.raises(NotFound):
         await store.change_schedule(created.id, 2, created.definition, ScheduleState.ACTIVE, T0, T0, "back")
+    assert [v[0] for v in await store.schedule_versions(created.id)] == [1, 2]
