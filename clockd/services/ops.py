@@ -30,9 +30,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -172,6 +173,38 @@ def cursor_after_update(schedule: Schedule, definition: ScheduleDef, now: dateti
 
 
 _SUMMARY_BATCH = 500  # schedule ids per run_summaries statement
+
+# An apply of at least this many definitions runs with the cyclic garbage collector paused.
+_GC_PAUSE_FROM = 1_000
+_gc_pauses = 0  # applies in progress that paused it (the API and a reload may overlap)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused(size: int) -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector while a large apply plans and writes.
+
+    Every definition, its plan item and its rows stay alive until the apply ends, so the
+    collector's passes over the growing heap found nothing to free and cost 15-25 µs a
+    create — a third of the plan (20,000- and 100,000-create plans, alternated). Reference
+    counting still frees everything that is not a cycle; a cycle made meanwhile is
+    collected once the last overlapping apply ends. Process-wide by nature: in the API
+    server the other requests run without cyclic collection for the apply's duration
+    (seconds), which only delays freeing cycles."""
+    global _gc_pauses
+    if size < _GC_PAUSE_FROM:
+        yield
+        return
+    if _gc_pauses == 0 and not gc.isenabled():
+        yield  # paused by someone else (a benchmark, an embedding program): theirs to resume
+        return
+    _gc_pauses += 1
+    gc.disable()
+    try:
+        yield
+    finally:
+        _gc_pauses -= 1
+        if _gc_pauses == 0:
+            gc.enable()
 
 
 def next_run(schedule: Schedule, summary: RunSummary | None) -> datetime | None:
@@ -559,9 +592,10 @@ class Ops:
         tenant that ``desired`` does not name become deletes; without it they are listed
         in ``not_listed``. Nothing is written; ``progress(n)`` is called as items are done.
         """
-        planner = await self._planner(desired, tenant, prune, progress)
-        planner.plan_all()
-        return planner.plan()
+        with _cyclic_gc_paused(len(desired)):
+            planner = await self._planner(desired, tenant, prune, progress)
+            planner.plan_all()
+            return planner.plan()
 
     async def apply(
         self,
@@ -577,6 +611,12 @@ class Ops:
         same plan, and the same all or nothing: when any entry is a problem the
         transaction is rolled back and the plan (every problem in it) comes back with no
         result; nothing is written either when nothing changes."""
+        with _cyclic_gc_paused(len(desired)):
+            return await self._apply(desired, tenant, prune, progress)
+
+    async def _apply(
+        self, desired: Sequence[ScheduleDef], tenant: str, prune: bool, progress: Callable[[int], None] | None
+    ) -> tuple[ApplyPlan, ApplyResult | None]:
         planner = await self._planner(desired, tenant, prune, progress)
         if planner.problems or not planner.pending:
             planner.plan_all()
@@ -616,7 +656,8 @@ class Ops:
             if item.action is PlanAction.CREATE and item.desired is not None
         ]
         changed = [item for item in plan.items if item.action in (PlanAction.UPDATE, PlanAction.DELETE)]
-        written = await self.store.apply_schedules(creates, [_change_of(item) for item in changed], plan.now)
+        with _cyclic_gc_paused(len(plan.items)):
+            written = await self.store.apply_schedules(creates, [_change_of(item) for item in changed], plan.now)
         return _result(written, changed)
 
     async def _change(
