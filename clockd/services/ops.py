@@ -69,6 +69,7 @@ from clockd.store import (
     ScheduleChange,
     Store,
 )
+from clockd.store.codec import definition_texts
 from clockd.tokens import Issued, issue
 
 if TYPE_CHECKING:
@@ -618,6 +619,7 @@ class Ops:
         self, desired: Sequence[ScheduleDef], tenant: str, prune: bool, progress: Callable[[int], None] | None
     ) -> tuple[ApplyPlan, ApplyResult | None]:
         planner = await self._planner(desired, tenant, prune, progress)
+        planner.encode = True
         if planner.problems or not planner.pending:
             planner.plan_all()
             plan = planner.plan()
@@ -797,6 +799,9 @@ class _ApplyPlanner:
         self._firsts: dict[tuple[str, str, str], datetime] = {}
         self._stored: dict[str, Schedule] = {}
         self._lock = threading.Lock()
+        # Whether the creates carry their encoded texts: only when the store writes them
+        # as they are planned (Ops.apply); a plan that is only shown needs none.
+        self.encode = False
 
     def start(self, stored: dict[str, Schedule]) -> None:
         self._stored = stored
@@ -891,7 +896,10 @@ class _ApplyPlanner:
             self.items[index] = PlanItem(
                 PlanAction.CREATE, definition.name, index, definition, None, first, schedule_id, shard
             )
-            self.creates.append(NewSchedule(schedule_id, definition, shard, first))
+            # Encoded here, not by the store's write: the planner runs while the database
+            # writes the previous batch, the write's own encoding does not overlap it.
+            texts = definition_texts(definition) if self.encode else None
+            self.creates.append(NewSchedule(schedule_id, definition, shard, first, texts))
         except (InvalidInput, Conflict) as exc:
             self.problems.append(ApplyProblem(index, exc.message, exc.exit_code))
 

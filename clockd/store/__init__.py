@@ -199,12 +199,17 @@ class Reaped:
 
 @dataclass(frozen=True, slots=True)
 class NewSchedule:
-    """A schedule to create (as ``create_schedule`` would): active, version 1."""
+    """A schedule to create (as ``create_schedule`` would): active, version 1.
+
+    ``texts``: ``codec.definition_texts(definition)``, when the caller made them ahead —
+    apply's planner encodes each create while the database writes the previous batch, so
+    the write does not (the store encodes the definition itself when they are None)."""
 
     schedule_id: str
     definition: ScheduleDef
     shard: int
     next_run_at: datetime | None
+    texts: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,7 +228,14 @@ def definition_json(definition: ScheduleDef) -> str:
     """``definition_to_dict`` as compact JSON, the same text: the columns' object with the
     spec's text (from ``spec_json``'s cache; never empty, it always has a target) spliced in
     after their last key."""
-    return f"{dumps(_columns_to_dict(definition))[:-1]},{spec_json(definition)[1:]}"
+    return definition_texts(definition)[1]
+
+
+def definition_texts(definition: ScheduleDef) -> tuple[str, str]:
+    """(``spec_json``, ``definition_json``) of ``definition``, the spec looked up once: what a
+    create writes (the schedule's spec column and its first version's document)."""
+    spec = spec_json(definition)
+    return spec, f"{dumps(_columns_to_dict(definition))[:-1]},{spec[1:]}"
 
 
 def definition_from_json(text: str) -> ScheduleDef:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Unpack
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from clockd.core.ids import new_schedule_id
 from clockd.core.model import OccurrenceState, OverlapPolicy, ScheduleKind, ScheduleState, TenantLimits
 from clockd.errors import Conflict, QuotaExceeded
-from clockd.store import CursorAdvance, NewSchedule, ScheduleChange, Store, engine
+from clockd.store import CursorAdvance, NewSchedule, ScheduleChange, Store, codec, engine
 
 from .support import (
     FENCE,
@@ -316,3 +317,20 @@ async def test_creates_keep_their_overlap_policy(store: Store, small_batches: in
     claims = await store.claim([QUEUE], "w", 100, LEASE, T0 + 5 * MIN)
     started = sorted(c.schedule_name for c in claims)
     assert started == ["allow", "allow", "queue-one", "skip", "skip-too"]
+
+
+async def test_creates_encoded_ahead_are_written_as_the_store_encodes_them(store: Store) -> None:
+    """``Ops.apply``'s planner hands over each create's texts (spec, first version's
+    document), made while the database wrote the batch before; what is stored is the same."""
+    plain = [new("a", labels=(("team", "ops"),)), new("b", kind=ScheduleKind.EVERY, expr="1h30m")]
+    ahead = [new("c", labels=(("team", "ops"),)), new("d", kind=ScheduleKind.EVERY, expr="1h30m")]
+    ahead = [dataclasses.replace(n, texts=codec.definition_texts(n.definition)) for n in ahead]
+    await store.apply_schedules([*plain, *ahead], [], T0)
+    for mine, theirs in zip(plain, ahead, strict=True):
+        stored = [await store.schedule_versions(n.schedule_id) for n in (mine, theirs)]
+        assert [dataclasses.replace(v[3], name="x") for v in stored[0]] == [
+            dataclasses.replace(v[3], name="x") for v in stored[1]
+        ]
+        assert dataclasses.replace(stored[1][0][3], name=theirs.definition.name) == theirs.definition
+    found = await store.get_schedule_by_id(ahead[0].schedule_id)
+    assert found is not None and found.definition == ahead[0].definition
