@@ -119,20 +119,6 @@ S = OccurrenceState
 _AUDIT: ContextVar[list[Callable[[Any], AuditEntry | None]] | None] = ContextVar("clockd_store_audit", default=None)
 # Creates per statement in apply_schedules: 20,000 in a few statements of a few MB each.
 _APPLY_BATCH: Final = 5000
-
-
-def _apply_batches(total: int) -> Iterator[tuple[int, int]]:
-    """(start, stop) of apply_schedules' create batches: from a tenth of ``_APPLY_BATCH``,
-    doubling up to it. ``Ops.apply`` plans the creates as the store reads them and plans
-    ahead while the database writes; the first batch waits on its whole plan, which at
-    5,000 creates was 7-10 µs of every create of a 20,000-create apply."""
-    size, start = max(1, _APPLY_BATCH // 10), 0
-    while start < total:
-        stop = min(total, start + size)
-        yield start, stop
-        start, size = stop, min(_APPLY_BATCH, size * 2)
-
-
 # Leader's misfire sweep: rows waiting less than this are not even looked at.
 _MISFIRE_FLOOR: Final = timedelta(seconds=1)
 _END_OF_TIME: Final = datetime.max.replace(tzinfo=UTC)
@@ -159,6 +145,18 @@ OVERLAP_SKIPPED: Final = "skipped: occurrence {running} is still running (overla
 # Appended to a change's reason on the occurrences it canceled and re-planned (_replan).
 REPLANNED: Final = "re-planned under version {version}"
 DROPPED: Final = "version {version} does not fire at this instant"
+
+
+def _apply_batches(total: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of apply_schedules' create batches: from a tenth of ``_APPLY_BATCH``,
+    doubling up to it. ``Ops.apply`` plans the creates as the store reads them and plans
+    ahead while the database writes; the first batch waits on its whole plan, which at
+    5,000 creates was 7-10 µs of every create of a 20,000-create apply."""
+    size, start = max(1, _APPLY_BATCH // 10), 0
+    while start < total:
+        stop = min(total, start + size)
+        yield start, stop
+        start, size = stop, min(_APPLY_BATCH, size * 2)
 
 
 def dead_reason(completion: Completion, attempt: int) -> str:
