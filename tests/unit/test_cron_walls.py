@@ -81,6 +81,8 @@ def test_the_calendar_walk_gives_cronsims_wall_times(text: str, start: datetime)
     [
         ("30 9 * * 1-5", wall(2026, 12, 4, 9, 30), wall(2026, 12, 7, 9, 30)),  # Friday → Monday
         ("0 0 31 * *", wall(2026, 2, 1), wall(2026, 3, 31)),
+        ("0 8 * * FRI-SUN", wall(2026, 12, 7, 12), wall(2026, 12, 11, 8)),  # Monday → Friday; SUN closes at 7
+        ("0 8 * * FRI-SUN", wall(2026, 12, 12, 9), wall(2026, 12, 13, 8)),  # Saturday → Sunday
         ("0 12 29 * *", wall(2025, 2, 1), wall(2025, 3, 29, 12)),  # no 29 February in 2025
         ("* * * * *", wall(2026, 12, 31, 23, 59, 30, 500), wall(2027, 1, 1)),
         ("59 23 * * *", wall(9999, 12, 31, 23, 59), None),  # the end of the calendar
