@@ -6,6 +6,12 @@ times, one ``CronSim`` iterator) and ``CronTimeline.next_after`` chained
 the goal: the wrapper keeps at least 60% of raw cronsim's speed. It also shows,
 for information, ``next_after`` from unrelated instants (no chain to resume).
 
+Both cases are plain expressions, which clockd walks without cronsim since issue 18
+(``clockd.core.cron._plain_walls``): their ratio is now that walk, through the DST
+wrapper, against raw cronsim (~6-16 × on this VM), no longer cronsim's own cost under the
+wrapper. An expression cronsim still enumerates (``L``, ``W``, ``#``, a month list) pays
+the wrapper as before (``tests/unit/test_timeline_*`` cover both paths' answers).
+
 Run: ``python -m bench.time_core [--quick]`` (or ``make bench``).
 """
 
