@@ -618,8 +618,7 @@ class Ops:
     async def _apply(
         self, desired: Sequence[ScheduleDef], tenant: str, prune: bool, progress: Callable[[int], None] | None
     ) -> tuple[ApplyPlan, ApplyResult | None]:
-        planner = await self._planner(desired, tenant, prune, progress)
-        planner.encode = True
+        planner = await self._planner(desired, tenant, prune, progress, encode=True)
         if planner.problems or not planner.pending:
             planner.plan_all()
             plan = planner.plan()
@@ -639,11 +638,18 @@ class Ops:
         return planner.plan(), _result(written, planner.changes)
 
     async def _planner(
-        self, desired: Sequence[ScheduleDef], tenant: str, prune: bool, progress: Callable[[int], None] | None
+        self,
+        desired: Sequence[ScheduleDef],
+        tenant: str,
+        prune: bool,
+        progress: Callable[[int], None] | None,
+        *,
+        encode: bool = False,
     ) -> _ApplyPlanner:
         """A planner for ``desired`` with the stored side read and every entry but the
         creates planned (duplicate names, updates, unchanged, deletes)."""
-        planner = _ApplyPlanner(self, desired, tenant, prune, progress, self.clock.now().replace(microsecond=0))
+        now = self.clock.now().replace(microsecond=0)
+        planner = _ApplyPlanner(self, desired, tenant, prune, progress, now, encode)
         planner.start({s.name: s for s in await self.store.list_schedules(tenant)})
         return planner
 
@@ -782,10 +788,14 @@ class _ApplyPlanner:
         prune: bool,
         progress: Callable[[int], None] | None,
         now: datetime,
+        encode: bool,
     ) -> None:
         self.ops, self.desired, self.tenant, self.prune, self.progress, self.now = (
             ops, desired, tenant, prune, progress, now,
         )  # fmt: skip
+        # Whether the creates carry their encoded texts: only when the store writes them
+        # as they are planned (Ops.apply); a plan that is only shown needs none.
+        self.encode = encode
         self.items: dict[int, PlanItem] = {}
         self.problems: list[ApplyProblem] = []
         self.changes: list[PlanItem] = []  # updates by index, then deletes
@@ -799,9 +809,6 @@ class _ApplyPlanner:
         self._firsts: dict[tuple[str, str, str], datetime] = {}
         self._stored: dict[str, Schedule] = {}
         self._lock = threading.Lock()
-        # Whether the creates carry their encoded texts: only when the store writes them
-        # as they are planned (Ops.apply); a plan that is only shown needs none.
-        self.encode = False
 
     def start(self, stored: dict[str, Schedule]) -> None:
         self._stored = stored

@@ -135,3 +135,15 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 async def store(backend: Backend) -> Store:
     """An opened store on a fresh, migrated database."""
     return await backend.open_store()
+
+
+@pytest.fixture
+async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    """An opened PostgreSQL store on the migrated test database (the schema tests of one
+    dialect: 0012, 0014)."""
+    store = PostgresStore(pg_dsn, max_size=2)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()

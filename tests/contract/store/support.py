@@ -7,6 +7,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
+import psycopg
+
 from clockd.core.ids import new_schedule_id, occurrence_id
 from clockd.core.model import (
     CommandTarget,
@@ -202,3 +204,11 @@ async def running(store: Store, name: str = "backup", **changes: Unpack[Changes]
     schedule = await add_schedule(store, name, **changes)
     schedule, _ = await enqueue(store, schedule)
     return schedule, await claim_one(store)
+
+
+async def foreign_keys(dsn: str, where: str) -> list[str]:
+    """Names of the PostgreSQL foreign keys matching ``where`` (a condition on
+    ``pg_constraint``, ours), sorted: what a schema test expects to be gone."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(f"SELECT conname FROM pg_constraint WHERE contype = 'f' AND {where} ORDER BY conname")
+        return [str(row[0]) for row in await cur.fetchall()]

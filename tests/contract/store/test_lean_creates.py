@@ -9,42 +9,22 @@ upgraded database keeps every row."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import psycopg
 import pytest
 
 from clockd.core.model import OverlapPolicy
 from clockd.store.postgres import PostgresStore
 
-from .support import T0, add_schedule
+from .support import T0, add_schedule, foreign_keys
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
+KEYS_TO_SCHEDULES = "confrelid = 'schedules'::regclass"
 CHILDREN = ("schedule_versions", "schedule_labels", "overlap_slots")
 UNDO_0014 = tuple(
     f"ALTER TABLE {table} ADD CONSTRAINT {table}_schedule_id_fkey FOREIGN KEY (schedule_id) REFERENCES schedules (id)"
     for table in CHILDREN
 )
-
-
-@pytest.fixture
-async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(pg_dsn, max_size=2)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-async def _keys_to_schedules(dsn: str) -> list[str]:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        cur = await conn.execute(
-            "SELECT conname FROM pg_constraint WHERE contype = 'f' AND confrelid = 'schedules'::regclass "
-            "ORDER BY conname"
-        )
-        return [str(row[0]) for row in await cur.fetchall()]
 
 
 async def _rows_of(dsn: str, schedule_id: str) -> dict[str, int]:
@@ -60,7 +40,7 @@ async def _rows_of(dsn: str, schedule_id: str) -> dict[str, int]:
 async def test_a_create_writes_its_version_labels_and_slot_with_no_key_check(
     pg_store: PostgresStore, pg_dsn: str
 ) -> None:
-    assert await _keys_to_schedules(pg_dsn) == []
+    assert await foreign_keys(pg_dsn, KEYS_TO_SCHEDULES) == []
     a = await add_schedule(pg_store, "a", labels=(("team", "ops"),), overlap=OverlapPolicy.SKIP)
     assert await _rows_of(pg_dsn, a.id) == {"schedule_versions": 1, "schedule_labels": 1, "overlap_slots": 1}
     assert [v[0] for v in await pg_store.schedule_versions(a.id)] == [1]
@@ -73,12 +53,12 @@ async def test_the_upgrade_to_0014_keeps_every_row(pg_store: PostgresStore, pg_d
         for statement in UNDO_0014:
             await conn.execute(statement)
         await conn.execute("DELETE FROM schema_migrations WHERE version = 14")
-    assert len(await _keys_to_schedules(pg_dsn)) == 3
+    assert len(await foreign_keys(pg_dsn, KEYS_TO_SCHEDULES)) == 3
     new = PostgresStore(pg_dsn, max_size=2)
     try:
         assert await new.migrate() == ["0014_lean_creates"]
         await new.open()
-        assert await _keys_to_schedules(pg_dsn) == []
+        assert await foreign_keys(pg_dsn, KEYS_TO_SCHEDULES) == []
         assert await _rows_of(pg_dsn, a.id) == {"schedule_versions": 1, "schedule_labels": 1, "overlap_slots": 1}
         found = await new.get_schedule_by_id(a.id)
         assert found is not None and found.definition.labels == (("team", "ops"),)

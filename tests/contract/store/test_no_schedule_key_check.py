@@ -8,7 +8,6 @@ keeps every occurrence."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import psycopg
@@ -18,7 +17,7 @@ from clockd.core.ids import manual_occurrence_id, new_schedule_id
 from clockd.errors import NotFound
 from clockd.store.postgres import PostgresStore
 
-from .support import T0, add_schedule, materialize_next
+from .support import T0, add_schedule, foreign_keys, materialize_next
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -28,26 +27,8 @@ UNDO_0012 = (
 )
 
 
-@pytest.fixture
-async def pg_store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(pg_dsn, max_size=2)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-async def _occurrence_foreign_keys(dsn: str) -> list[str]:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        cur = await conn.execute(
-            "SELECT conname FROM pg_constraint WHERE conrelid = 'occurrences'::regclass AND contype = 'f'"
-        )
-        return [str(row[0]) for row in await cur.fetchall()]
-
-
 async def test_an_occurrence_is_written_with_no_key_check_on_its_schedule(pg_store: PostgresStore, pg_dsn: str) -> None:
-    assert await _occurrence_foreign_keys(pg_dsn) == []
+    assert await foreign_keys(pg_dsn, "conrelid = 'occurrences'::regclass") == []
     a = await add_schedule(pg_store, "a", next_run_at=T0)
     a, oid = await materialize_next(pg_store, a)
     assert [o.id for o in await pg_store.list_occurrences(a.id)] == [oid]
@@ -66,7 +47,7 @@ async def test_the_upgrade_to_0012_keeps_every_occurrence_and_run_now_still_chec
     try:
         assert await new.migrate() == ["0012_no_schedule_key_check"]
         await new.open()
-        assert await _occurrence_foreign_keys(pg_dsn) == []
+        assert await foreign_keys(pg_dsn, "conrelid = 'occurrences'::regclass") == []
         assert [o.id for o in await new.list_occurrences(a.id)] == [first]
         ghost = replace(a, id=new_schedule_id())
         with pytest.raises(NotFound):
