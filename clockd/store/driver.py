@@ -162,6 +162,13 @@ class Driver(Protocol):
 
     def relay(self, params: dict[str, Any]) -> Body[int]: ...
 
+    def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
+        """A batch of ``apply_schedules``' creates (``params``: ``table("schedules", …)`` of
+        the engine's create columns, ``state``, ``reason``, ``now``): the schedule rows,
+        their overlap slots, first versions and labels. An ``Integrity`` error (a taken
+        name or id) leaves none of them written."""
+        ...
+
     def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
         """Insert the occurrences and the outbox rows of the SCHEDULED ones; the number inserted."""
         ...

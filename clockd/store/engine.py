@@ -119,6 +119,11 @@ S = OccurrenceState
 _AUDIT: ContextVar[list[Callable[[Any], AuditEntry | None]] | None] = ContextVar("clockd_store_audit", default=None)
 # Creates per statement in apply_schedules: 20,000 in a few statements of a few MB each.
 _APPLY_BATCH: Final = 5000
+# The columns of the driver's ``schedules_insert`` rows, in order (SQLite: the JSON
+# arrays' positions).
+_CREATE_COLUMNS: Final = (
+    "ids", "tenants", "names", "kinds", "exprs", "tzs", "queues", "next_run_at", "shards", "specs", "definitions",
+)  # fmt: skip
 # Leader's misfire sweep: rows waiting less than this are not even looked at.
 _MISFIRE_FLOOR: Final = timedelta(seconds=1)
 _END_OF_TIME: Final = datetime.max.replace(tzinfo=UTC)
@@ -591,47 +596,39 @@ class SqlStore:
 
     def _insert_schedules(self, batch: Sequence[NewSchedule], stamp: Any) -> Body[list[Schedule]]:
         """``_insert_schedule`` for a batch, set-based: the quota check once per batch
-        (``_within_quota``), then ``schedule_insert_many`` and ``schedule_version_insert_many``.
-        When the insert hits a taken name or id (or a name twice in the batch; the
-        statement is undone alone), or the batch would pass a tenant's limit, the batch is
-        redone row by row, which raises the same ``Conflict`` / ``QuotaExceeded`` a
-        row-by-row apply would, naming the first schedule at fault."""
+        (``_within_quota``), then the driver's ``schedules_insert`` (PostgreSQL: one
+        statement for the schedules, their versions and labels). When it hits a taken name
+        or id (or a name twice in the batch; nothing of the batch is written), or the batch
+        would pass a tenant's limit, the batch is redone row by row, which raises the same
+        ``Conflict`` / ``QuotaExceeded`` a row-by-row apply would, naming the first
+        schedule at fault."""
         if len(batch) == 1 or not (yield from self._within_quota(batch)):
             return (yield from self._insert_one_by_one(batch, stamp))
         d = self.driver
-        cursors = [d.opt_instant(new.next_run_at) for new in batch]
-        texts = [n.texts or definition_texts(n.definition) for n in batch]
         rows = [
             (n.schedule_id, n.definition.tenant, n.definition.name, n.definition.kind.value, n.definition.expr,
-             n.definition.tz, n.definition.queue, cursor, n.shard, spec)
-            for n, cursor, (spec, _) in zip(batch, cursors, texts, strict=True)
+             n.definition.tz, n.definition.queue, d.opt_instant(n.next_run_at), n.shard, spec, document)
+            for n in batch
+            for spec, document in (n.texts or definition_texts(n.definition),)
         ]  # fmt: skip
-        columns = ("ids", "tenants", "names", "kinds", "exprs", "tzs", "queues", "next_run_at", "shards", "specs")
+        params = {
+            **d.table("schedules", _CREATE_COLUMNS, rows),
+            "state": ScheduleState.ACTIVE.value,
+            "reason": "created",
+            "now": stamp,
+        }
         try:
-            yield Run("schedule_insert_many", {**d.table("schedules", columns, rows), "now": stamp}, "none", True)
+            yield from d.schedules_insert(params)
         except Integrity:  # row by row: the error of the row at fault
             return (yield from self._insert_one_by_one(batch, stamp))
-        versions = [
-            (n.schedule_id, document, cursor) for n, cursor, (_, document) in zip(batch, cursors, texts, strict=True)
-        ]
-        yield Run(
-            "schedule_version_insert_many",
-            {
-                **d.table("versions", ("ids", "definitions", "next_run_at"), versions),
-                "state": ScheduleState.ACTIVE.value,
-                "reason": "created",
-                "now": stamp,
-            },
-            "none",
-        )
-        yield from self._write_labels([(n.schedule_id, n.definition) for n in batch])
         return [self._created(new, stamp) for new in batch]
 
     def _write_labels(self, written: Sequence[tuple[str, ScheduleDef]]) -> Body[None]:
         """The ``schedule_labels`` rows (schema 0009) of schedules just written, in the
-        write's transaction: the one place that keeps the label search's table in step
-        with the schedules (creates here; ``_change_schedule`` deletes a changed schedule's
-        rows first). No statement when none of them has a label."""
+        write's transaction, for a single create or change (``_change_schedule`` deletes a
+        changed schedule's rows first; a batch of creates has the driver's
+        ``schedules_insert`` read them from the specs it writes). No statement when none
+        of them has a label."""
         rows = [
             (definition.tenant, key, value, definition.name, schedule_id)
             for schedule_id, definition in written
@@ -1620,8 +1617,8 @@ ENGINE_QUERIES: Final = frozenset(
     {
         "fence_advance", "fence_get", "counter_next", "schedule_set_idempotency_key",
         "schedule_get_by_idempotency_key", "schedule_get_by_name", "schedule_get", "schedules_list",
-        "schedule_versions_list", "schedule_insert", "schedule_version_insert", "schedule_insert_many",
-        "schedule_version_insert_many", "tenant_limits_lock_many", "tenant_schedules_count_many",
+        "schedule_versions_list", "schedule_insert", "schedule_version_insert",
+        "tenant_limits_lock_many", "tenant_schedules_count_many",
         "tenant_limits_lock", "tenant_schedules_count", "schedule_update", "schedule_version_close",
         "cancel_outbox", "cancel_dispatch", "cancel_occurrences", "occurrence_insert_manual", "outbox_insert",
         "occurrences_list", "occurrences_list_by_schedule", "occurrence_get", "occurrence_by_prefix",

@@ -120,32 +120,42 @@ VALUES (%(schedule_id)s, %(version)s, %(state)s, %(now)s, NULL, %(definition)s::
         (SELECT next_run_at FROM schedules WHERE id = %(schedule_id)s));
 
 -- name: schedule_insert_many
--- apply_schedules' creates, a batch in one statement: schedule_insert for each row of the
--- arrays, overlap slots included. A taken name or id (also one taken twice within the
--- batch) fails the whole statement; the store then redoes the batch row by row, so the
--- Conflict names the schedule.
-WITH inserted AS (
-    INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at,
-                           shard, created_at, updated_at, paused_at, spec)
-    SELECT n.id, n.tenant, n.name, n.kind, n.expr, n.tz, n.queue, 'active', 1, n.next_run_at,
-           n.shard, %(now)s, %(now)s, NULL, n.spec::jsonb
+-- apply_schedules' creates, a batch in one statement: for each row of the arrays what
+-- schedule_insert, schedule_version_insert and schedule_labels_insert write one by one —
+-- the schedule row (its overlap slot included), its first schedule_versions row (the
+-- cursor given is the one written) and its labels, read from the spec just written
+-- (spec.labels: [[key, value], ...]; a pair given twice is kept once). One statement and
+-- one round trip instead of three, and the ids and cursors sent once. A taken name or id
+-- (also one taken twice within the batch) fails the whole statement; the store then
+-- redoes the batch row by row, so the Conflict names the schedule.
+WITH n AS (
+    SELECT *
     FROM unnest(%(ids)b::text[], %(tenants)b::text[], %(names)b::text[], %(kinds)b::text[],
                 %(exprs)b::text[], %(tzs)b::text[], %(queues)b::text[],
-                %(next_run_at)b::timestamptz[], %(shards)b::integer[], %(specs)b::text[])
-         AS n(id, tenant, name, kind, expr, tz, queue, next_run_at, shard, spec)
-    RETURNING id, spec
+                %(next_run_at)b::timestamptz[], %(shards)b::integer[], %(specs)b::text[],
+                %(definitions)b::text[])
+         AS n(id, tenant, name, kind, expr, tz, queue, next_run_at, shard, spec, definition)
+), inserted AS (
+    INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at,
+                           shard, created_at, updated_at, paused_at, spec)
+    SELECT n.id, n.tenant, n.name, n.kind, n.expr, n.tz, n.queue, %(state)s::text, 1, n.next_run_at,
+           n.shard, %(now)s, %(now)s, NULL, n.spec::jsonb
+    FROM n
+    RETURNING id, tenant, name, spec
+), slots AS (
+    INSERT INTO overlap_slots (schedule_id)
+    SELECT id FROM inserted WHERE spec->>'overlap' IN ('skip', 'queue_one')
+), versions AS (
+    INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition,
+                                   reason, next_run_at)
+    SELECT n.id, 1, %(state)s::text, %(now)s, NULL, n.definition::jsonb, %(reason)s::text,
+           n.next_run_at
+    FROM n
 )
-INSERT INTO overlap_slots (schedule_id)
-SELECT id FROM inserted WHERE spec->>'overlap' IN ('skip', 'queue_one');
-
--- name: schedule_version_insert_many
--- The first schedule_versions row of each schedule schedule_insert_many wrote; the
--- caller passes the cursors it just wrote (schedule_version_insert reads them back).
-INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason,
-                               next_run_at)
-SELECT n.id, 1, %(state)s::text, %(now)s, NULL, n.definition::jsonb, %(reason)s::text, n.next_run_at
-FROM unnest(%(ids)b::text[], %(definitions)b::text[], %(next_run_at)b::timestamptz[])
-     AS n(id, definition, next_run_at);
+INSERT INTO schedule_labels (tenant, key, value, name, schedule_id)
+SELECT i.tenant, pair->>0, pair->>1, i.name, i.id
+FROM inserted AS i CROSS JOIN LATERAL jsonb_array_elements(i.spec->'labels') AS l(pair)
+ON CONFLICT DO NOTHING;
 
 -- name: schedule_version_close
 UPDATE schedule_versions SET valid_to = %(now)s

@@ -76,6 +76,7 @@ DRIVER_QUERIES: Final = frozenset(
     {
         "claim_lease",
         "relay_dispatch",
+        "schedule_insert_many",
         "materialize_insert",
         "materialize_insert_enqueued",
         "overlap_release",
@@ -400,6 +401,10 @@ class PostgresDriver:
     def relay(self, params: dict[str, Any]) -> Body[int]:
         count = yield Run("relay_dispatch", params, "count")
         return int(count)
+
+    def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
+        # One statement (data-modifying CTEs): a failure undoes all of it.
+        yield Run("schedule_insert_many", params, "none", True)
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
         rows = yield Run("materialize_insert", params)

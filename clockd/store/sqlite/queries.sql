@@ -89,26 +89,34 @@ VALUES (:schedule_id, :version, :state, :now, NULL, :definition, :reason,
 -- name: schedule_insert_many
 -- apply_schedules' creates, a batch in one statement: schedule_insert for each row of
 -- :schedules = [[id, tenant, name, kind, expr, tz, queue, next_run_at_us|null, shard,
--- spec_json], ...]. A taken name or id (also one taken twice within the batch) fails the
--- whole statement; the store then redoes the batch row by row, so the Conflict names
--- the schedule.
+-- spec_json, definition_json], ...]. A taken name or id (also one taken twice within the
+-- batch) fails the whole statement; the store then redoes the batch row by row, so the
+-- Conflict names the schedule. schedule_version_insert_many and
+-- schedule_labels_insert_many follow it with the same :schedules.
 INSERT INTO schedules (id, tenant, name, kind, expr, tz, queue, state, version, next_run_at,
                        shard, created_at, updated_at, paused_at, spec)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
-       json_extract(value, '$[6]'), 'active', 1, json_extract(value, '$[7]'),
+       json_extract(value, '$[6]'), :state, 1, json_extract(value, '$[7]'),
        json_extract(value, '$[8]'), :now, :now, NULL, json_extract(value, '$[9]')
 FROM json_each(:schedules);
 
 -- name: schedule_version_insert_many
--- The first schedule_versions row of each schedule schedule_insert_many wrote:
--- :versions = [[schedule_id, definition_json, next_run_at_us|null], ...]; the caller
--- passes the cursors it just wrote (schedule_version_insert reads them back).
+-- The first schedule_versions row of each schedule schedule_insert_many wrote, from the
+-- same :schedules (the cursor given is the one written).
 INSERT INTO schedule_versions (schedule_id, version, state, valid_from, valid_to, definition, reason,
                                next_run_at)
-SELECT json_extract(value, '$[0]'), 1, :state, :now, NULL, json_extract(value, '$[1]'), :reason,
-       json_extract(value, '$[2]')
-FROM json_each(:versions);
+SELECT json_extract(value, '$[0]'), 1, :state, :now, NULL, json_extract(value, '$[10]'), :reason,
+       json_extract(value, '$[7]')
+FROM json_each(:schedules);
+
+-- name: schedule_labels_insert_many
+-- The labels of the schedules schedule_insert_many wrote, read from each one's spec in
+-- the same :schedules (spec.labels: [[key, value], ...]; a pair given twice is kept once).
+INSERT OR IGNORE INTO schedule_labels (tenant, key, value, name, schedule_id)
+SELECT json_extract(s.value, '$[1]'), json_extract(l.value, '$[0]'), json_extract(l.value, '$[1]'),
+       json_extract(s.value, '$[2]'), json_extract(s.value, '$[0]')
+FROM json_each(:schedules) AS s, json_each(json_extract(s.value, '$[9]'), '$.labels') AS l;
 
 -- name: schedule_version_close
 UPDATE schedule_versions SET valid_to = :now WHERE schedule_id = :schedule_id AND valid_to IS NULL;

@@ -77,7 +77,8 @@ DRIVER_QUERIES: Final = frozenset(
         "claim_judge", "claim_losers", "dispatch_delete", "overlap_slots_take", "claim_lease", "claim_start",
         "tenant_claims_count", "relay_take", "relay_enqueue", "relay_dispatch",
         "materialize_insert", "outbox_insert", "materialize_insert_enqueued", "dispatch_insert_enqueued",
-        "overlap_unpark", "overlap_release",
+        "overlap_unpark", "overlap_release", "schedule_insert_many", "schedule_version_insert_many",
+        "schedule_labels_insert_many",
     }
 )  # fmt: skip
 
@@ -551,6 +552,13 @@ class SqliteDriver:
             return 0
         count = yield Run("relay_dispatch", {"ids": dumps([row[0] for row in enqueued])}, "count")
         return int(count)
+
+    def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
+        # SQLite cannot chain INSERTs in one statement: three, all reading the same JSON
+        # rows. Only the first can fail on a taken name or id, and then nothing is written.
+        yield Run("schedule_insert_many", params, "none", True)
+        yield Run("schedule_version_insert_many", params, "none")
+        yield Run("schedule_labels_insert_many", params, "none")
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
         return (yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params))

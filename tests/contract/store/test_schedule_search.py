@@ -77,6 +77,25 @@ async def test_labels_written_in_a_batch_are_searchable(store: Store) -> None:
     assert await walk(store, 2, label=("k", "0"), name_prefix="n4") == [["n4"]]
 
 
+async def test_a_batch_writes_the_labels_single_creates_write(store: Store) -> None:
+    """A batch's label rows are read from the specs it writes (the driver's
+    ``schedules_insert``), a single create's from the definition: the same search answers."""
+    odd = (("team", "ops"), ("team", "ops"), ("k\\ey", 'va"l'), ("名前", "値 ü"), ("empty", ""))
+    labels = [odd, (("team", "ops"),), (), odd[2:]]
+    batch = [
+        NewSchedule(new_schedule_id(), definition(f"b{i}", tenant=TENANT, labels=pairs), 0, T0)
+        for i, pairs in enumerate(labels)
+    ]
+    await store.apply_schedules(batch, [], T0 - MIN)
+    for i, pairs in enumerate(labels):
+        await add_schedule(store, f"s{i}", tenant=TENANT, labels=pairs)
+    for pair in set(odd):
+        found = await names(store, label=pair)
+        assert found == sorted(f"{p}{i}" for p in "bs" for i, pairs in enumerate(labels) if pair in pairs), pair
+    for s in await store.list_schedules():
+        assert s.definition.labels == labels[int(s.name[1:])]
+
+
 async def test_each_filter_pages_by_the_name_cursor_and_filters_combine(store: Store) -> None:
     for i in range(7):
         await add_schedule(store, f"job-{i}", tenant=TENANT, labels=(("even", str(i % 2 == 0)),))
