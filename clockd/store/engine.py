@@ -697,7 +697,9 @@ class SqlStore:
                 f"{found.version}, not {change.expected_version}; read it again and retry"
             )
         schedule = self._schedule(row)
-        yield Run("schedule_labels_delete", {"schedule_id": schedule_id}, "none")
+        # Its label rows are found from the version it replaces (schema 0015): after the
+        # update, which holds the row's lock, before the new version's row is written.
+        yield Run("schedule_labels_delete", {"schedule_id": schedule_id, "version": schedule.version}, "none")
         if change.state is not ScheduleState.DELETED:
             yield from self._write_labels([(schedule_id, definition)])
         if change.state is ScheduleState.ACTIVE and schedule.next_run_at is not None:

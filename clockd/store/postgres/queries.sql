@@ -1288,5 +1288,12 @@ FROM unnest(%(tenants)b::text[], %(keys)b::text[], %(label_values)b::text[], %(n
 ON CONFLICT DO NOTHING;
 
 -- name: schedule_labels_delete
--- Before a changed schedule's labels are written again (or it is deleted).
-DELETE FROM schedule_labels WHERE schedule_id = %(schedule_id)s;
+-- A changed schedule's label rows, before its new ones are written (or it is deleted):
+-- those of the version it replaces (%(version)s, the new one, - 1), by schedule_labels'
+-- key from that version's definition (schema 0015: no index by schedule id). Runs after
+-- schedule_update, which holds the schedule row's lock: that version is the current one.
+DELETE FROM schedule_labels AS l
+USING schedule_versions AS v, jsonb_array_elements(v.definition -> 'labels') AS p(pair)
+WHERE v.schedule_id = %(schedule_id)s AND v.version = %(version)s - 1
+  AND l.tenant = v.definition ->> 'tenant' AND l.key = p.pair ->> 0 AND l.value = p.pair ->> 1
+  AND l.name = v.definition ->> 'name' AND l.schedule_id = v.schedule_id;

@@ -1097,5 +1097,13 @@ SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(va
 FROM json_each(:labels);
 
 -- name: schedule_labels_delete
--- Before a changed schedule's labels are written again (or it is deleted).
-DELETE FROM schedule_labels WHERE schedule_id = :schedule_id;
+-- A changed schedule's label rows, before its new ones are written (or it is deleted):
+-- those of the version it replaces (:version, the new one, - 1), by schedule_labels' key
+-- from that version's definition (schema 0015: no index by schedule id).
+DELETE FROM schedule_labels
+WHERE (tenant, key, value, name, schedule_id) IN (
+    SELECT json_extract(v.definition, '$.tenant'), json_extract(p.value, '$[0]'),
+           json_extract(p.value, '$[1]'), json_extract(v.definition, '$.name'), v.schedule_id
+    FROM schedule_versions AS v, json_each(v.definition, '$.labels') AS p
+    WHERE v.schedule_id = :schedule_id AND v.version = :version - 1
+);
