@@ -166,7 +166,8 @@ class Driver(Protocol):
         """A batch of ``apply_schedules``' creates (``params``: ``table("schedules", …)`` of
         the engine's create columns, ``state``, ``reason``, ``now``): the schedule rows,
         their overlap slots, first versions and labels. An ``Integrity`` error (a taken
-        name or id) leaves none of them written."""
+        name or id; a driver may also refuse a label pair given twice in one definition)
+        leaves none of them written, and the engine redoes the batch row by row."""
         ...
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[int]:

@@ -598,7 +598,8 @@ class SqlStore:
         """``_insert_schedule`` for a batch, set-based: the quota check once per batch
         (``_within_quota``), then the driver's ``schedules_insert`` (PostgreSQL: one
         statement for the schedules, their versions and labels). When it hits a taken name
-        or id (or a name twice in the batch; nothing of the batch is written), or the batch
+        or id (or a name twice in the batch, or in PostgreSQL a label pair twice in one
+        definition; nothing of the batch is written), or the batch
         would pass a tenant's limit, the batch is redone row by row, which raises the same
         ``Conflict`` / ``QuotaExceeded`` a row-by-row apply would, naming the first
         schedule at fault."""

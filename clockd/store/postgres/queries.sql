@@ -124,10 +124,12 @@ VALUES (%(schedule_id)s, %(version)s, %(state)s, %(now)s, NULL, %(definition)s::
 -- schedule_insert, schedule_version_insert and schedule_labels_insert write one by one —
 -- the schedule row (its overlap slot included), its first schedule_versions row (the
 -- cursor given is the one written) and its labels, read from the spec just written
--- (spec.labels: [[key, value], ...]; a pair given twice is kept once). One statement and
--- one round trip instead of three, and the ids and cursors sent once. A taken name or id
--- (also one taken twice within the batch) fails the whole statement; the store then
--- redoes the batch row by row, so the Conflict names the schedule.
+-- (spec.labels: [[key, value], ...]). One statement and one round trip instead of three,
+-- and the ids and cursors sent once. A taken name or id (also one taken twice within the
+-- batch) fails the whole statement; the store then redoes the batch row by row, so the
+-- Conflict names the schedule. So does a label pair given twice in one definition (the
+-- key refuses its second row): row by row, schedule_labels_insert keeps it once. An
+-- ON CONFLICT here cost every create 4-5 us of its ~38 (speculative insertion).
 WITH n AS (
     SELECT *
     FROM unnest(%(ids)b::text[], %(tenants)b::text[], %(names)b::text[], %(kinds)b::text[],
@@ -154,8 +156,7 @@ WITH n AS (
 )
 INSERT INTO schedule_labels (tenant, key, value, name, schedule_id)
 SELECT i.tenant, pair->>0, pair->>1, i.name, i.id
-FROM inserted AS i CROSS JOIN LATERAL jsonb_array_elements(i.spec->'labels') AS l(pair)
-ON CONFLICT DO NOTHING;
+FROM inserted AS i CROSS JOIN LATERAL jsonb_array_elements(i.spec->'labels') AS l(pair);
 
 -- name: schedule_version_close
 UPDATE schedule_versions SET valid_to = %(now)s

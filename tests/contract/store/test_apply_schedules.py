@@ -9,9 +9,11 @@ from typing import Unpack
 import pytest
 
 from clockd.core.ids import new_schedule_id
-from clockd.core.model import OccurrenceState, OverlapPolicy, ScheduleKind, ScheduleState, TenantLimits
+from clockd.core.model import OccurrenceState, OverlapPolicy, Schedule, ScheduleKind, ScheduleState, TenantLimits
 from clockd.errors import Conflict, QuotaExceeded
 from clockd.store import CursorAdvance, NewSchedule, ScheduleChange, Store, codec, engine
+from clockd.store.driver import Body
+from clockd.store.postgres import PostgresStore
 
 from .support import (
     FENCE,
@@ -300,6 +302,37 @@ async def test_the_first_refusal_in_order_wins_as_row_by_row(store: Store, small
     with pytest.raises(QuotaExceeded, match="tenant acme is at its limit of 3"):
         await store.apply_schedules([new(n, tenant="acme") for n in ("x", "y", "two")], [], T0)
     assert await snapshot(store) == before
+
+
+async def test_labelled_creates_are_written_by_the_batch_not_row_by_row(
+    store: Store, small_batches: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Labels (apply puts one on every create) keep a batch set-based: only a taken name
+    or id, a tenant's limit or a pair given twice sends it row by row."""
+    redone: list[int] = []
+    one_by_one = engine.SqlStore._insert_one_by_one
+
+    def counted(self: engine.SqlStore, batch: list[NewSchedule], stamp: object) -> Body[list[Schedule]]:
+        if len(batch) > 1:  # a batch of one is always written by the single create
+            redone.append(len(batch))
+        return one_by_one(self, batch, stamp)
+
+    monkeypatch.setattr(engine.SqlStore, "_insert_one_by_one", counted)
+    labels = (("clockd.managed-by", "apply"), ("team", "ops"), ("env", "prod"))
+    creates = [new(f"job-{i}", labels=labels[: i % 4]) for i in range(2 * small_batches)]
+    result = await store.apply_schedules(creates, [], T0)
+    assert [s.definition.labels for s in result.created] == [labels[: i % 4] for i in range(2 * small_batches)]
+    assert redone == []
+    twice = [
+        new("first"),
+        new("twice", labels=(("team", "ops"), ("team", "ops"))),
+        new("once", labels=(("team", "ops"),)),
+    ]
+    await store.apply_schedules(twice, [], T0)  # batches of 1, then 2
+    found = await store.get_schedule_by_id(twice[1].schedule_id)
+    assert found is not None and found.definition.labels == (("team", "ops"), ("team", "ops"))
+    # PostgreSQL's batch statement refuses the pair given twice; SQLite's ignores it.
+    assert redone == ([2] if isinstance(store, PostgresStore) else [])
 
 
 async def test_creates_keep_their_overlap_policy(store: Store, small_batches: int) -> None:

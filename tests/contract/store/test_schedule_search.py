@@ -79,7 +79,9 @@ async def test_labels_written_in_a_batch_are_searchable(store: Store) -> None:
 
 async def test_a_batch_writes_the_labels_single_creates_write(store: Store) -> None:
     """A batch's label rows are read from the specs it writes (the driver's
-    ``schedules_insert``), a single create's from the definition: the same search answers."""
+    ``schedules_insert``), a single create's from the definition: the same search answers.
+    A pair given twice is kept once (PostgreSQL's batch statement refuses it, and the
+    batch is written row by row); the definition keeps both."""
     odd = (("team", "ops"), ("team", "ops"), ("k\\ey", 'va"l'), ("名前", "値 ü"), ("empty", ""))
     labels = [odd, (("team", "ops"),), (), odd[2:]]
     batch = [
