@@ -12,5 +12,7 @@
 -- version's definition, written from it in the transaction that writes that version, and
 -- the delete runs after schedule_update has locked the schedule row, so no other change
 -- of it can come between. tests/contract/store/test_label_rows_by_key.py holds it.
+-- A clockd of schema 0014 still running during the upgrade deletes by schedule id, which
+-- stays correct (a scan of the table) until it is replaced.
 -- Dropping an index moves no row.
 DROP INDEX IF EXISTS schedule_labels_schedule;
