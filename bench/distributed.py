@@ -839,9 +839,8 @@ def scale(srv: Servers, n: int, sample: int, run_for: float) -> list[Row]:
                 expr, zone = _mix(rng)
                 definitions.append(ScheduleDef(name=f"apply-{i:06d}", kind=ScheduleKind.CRON, expr=expr, tz=zone,
                                                target=NoopTarget()))  # fmt: skip
-            timing = bulk.create_via_apply(dsn, definitions, "default", now)
-            log(f"{label}: clockctl apply path, {sample:,} schedules: plan {timing.plan_seconds:.2f}s, "
-                f"write {timing.write_seconds:.2f}s")  # fmt: skip
+            apply_rate = sample / bulk.create_via_apply(dsn, definitions, "default", now)
+            log(f"{label}: clockctl apply path (Ops.apply), {sample:,} schedules: {apply_rate:,.0f}/s")
             bare_rate = _bare_create_rate(dsn, min(sample, 20_000))
             # 2. the rest with COPY, created two hours ago: schedules that already exist when
             # the processes start, as in production (the leader's reconciler reads them).
@@ -856,10 +855,8 @@ def scale(srv: Servers, n: int, sample: int, run_for: float) -> list[Row]:
             log(f"{label}: {active:,} active schedules ({n - sample:,} COPYed at {copy_rate:,.0f}/s)")
             rows_out = [
                 row(f"{label}: active schedules", int(active), "", f"= {n:,}", int(active) == n),
-                row(f"{label}: create via clockctl apply path", timing.rate, "/s", "≥ 20,000/s",
-                    timing.rate >= 20_000, timing.rate / bare_rate),
-                row(f"{label}: create, apply_schedules only", timing.write_rate, "/s", "", None,
-                    timing.write_rate / bare_rate),
+                row(f"{label}: create via clockctl apply path", apply_rate, "/s", "≥ 20,000/s",
+                    apply_rate >= 20_000, apply_rate / bare_rate),
                 row(f"{label}: create, bare set-based SQL", bare_rate, "/s"),
                 row(f"{label}: create, COPY (bulk load)", copy_rate, "/s"),
             ]  # fmt: skip
