@@ -599,10 +599,9 @@ class SqlStore:
         (``_within_quota``), then the driver's ``schedules_insert`` (PostgreSQL: one
         statement for the schedules, their versions and labels). When it hits a taken name
         or id (or a name twice in the batch, or in PostgreSQL a label pair twice in one
-        definition; nothing of the batch is written), or the batch
-        would pass a tenant's limit, the batch is redone row by row, which raises the same
-        ``Conflict`` / ``QuotaExceeded`` a row-by-row apply would, naming the first
-        schedule at fault."""
+        definition; nothing of the batch is written), or the batch would pass a tenant's
+        limit, the batch is redone row by row, which raises the same ``Conflict`` /
+        ``QuotaExceeded`` a row-by-row apply would, naming the first schedule at fault."""
         if len(batch) == 1 or not (yield from self._within_quota(batch)):
             return (yield from self._insert_one_by_one(batch, stamp))
         d = self.driver
