@@ -26,7 +26,9 @@ import pytest
 from clockd.store import Store
 from clockd.store.codec import to_us
 from clockd.store.postgres import PostgresStore
+from clockd.store.postgres.store import Q as PG_Q
 from clockd.store.sqlite import SqliteStore
+from clockd.store.sqlite.store import Q as SQLITE_Q
 
 from .support import Backend
 
@@ -55,6 +57,13 @@ class SqliteBackend(Backend):
         finally:
             conn.close()
 
+    async def query_plan(self, name: str, params: dict[str, Any]) -> str:
+        conn = sqlite3.connect(self.path)
+        try:
+            return "\n".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + SQLITE_Q[name], params))
+        finally:
+            conn.close()
+
 
 def _sqlite_value(value: object) -> object:
     return to_us(value) if isinstance(value, datetime) else value
@@ -76,6 +85,12 @@ class PostgresBackend(Backend):
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             cur = await conn.execute(statement.replace("?", "%s"), params)
             return await cur.fetchall() if cur.description else []
+
+    async def query_plan(self, name: str, params: dict[str, Any]) -> str:
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            await conn.execute("SET enable_seqscan = off")
+            cur = await conn.execute("EXPLAIN " + PG_Q[name], params)
+            return "\n".join(str(row[0]) for row in await cur.fetchall())
 
 
 async def _make_sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> Backend:

@@ -62,6 +62,22 @@ class Backend:
         as ``datetime`` (what a test checks about storage, or an older clockd wrote)."""
         raise NotImplementedError
 
+    async def query_plan(self, name: str, params: dict[str, Any]) -> str:
+        """The plan of the dialect's named query ``name`` with ``params`` (SQLite's
+        ``EXPLAIN QUERY PLAN``; PostgreSQL's ``EXPLAIN`` with sequential scans off: a test's
+        few rows would make a scan win on size alone), one line per step."""
+        raise NotImplementedError
+
+    async def index_names(self, table: str) -> set[str]:
+        """The names of ``table``'s indexes."""
+        rows = await self.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
+            if self.kind == "sqlite"
+            else "SELECT indexname FROM pg_indexes WHERE tablename = ?",
+            table,
+        )
+        return {str(row[0]) for row in rows}
+
     async def aclose(self) -> None:
         for store in reversed(self._stores):
             await store.close()

@@ -6,17 +6,11 @@ live schedules, through every kind of change, on both stores and after the upgra
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
-
-import psycopg
 
 from clockd.core.ids import new_schedule_id
 from clockd.core.model import Schedule, ScheduleDef, ScheduleState
 from clockd.store import NewSchedule, ScheduleChange, Store
 from clockd.store.postgres import PostgresStore
-from clockd.store.postgres.store import Q as PG_Q
-from clockd.store.sqlite import SqliteStore
-from clockd.store.sqlite.store import Q as SQLITE_Q
 
 from .support import MIN, T0, Backend, add_schedule, definition
 
@@ -35,22 +29,13 @@ def _rows_of(live: dict[str, ScheduleDef]) -> set[Row]:
     return {(d.tenant, key, value, d.name, sid) for sid, d in live.items() for key, value in d.labels}
 
 
-async def _index_names(backend: Backend) -> set[str]:
-    rows = await backend.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'schedule_labels'"
-        if backend.kind == "sqlite"
-        else "SELECT indexname FROM pg_indexes WHERE tablename = 'schedule_labels'"
-    )
-    return {str(row[0]) for row in rows}
-
-
 async def _change(store: Store, s: Schedule, new: ScheduleDef, state: ScheduleState) -> Schedule:
     changed = await store.change_schedule(s.id, s.version, new, state, None, T0, state.value)
     return changed.schedule
 
 
 async def test_a_change_replaces_exactly_its_own_label_rows(store: Store, backend: Backend) -> None:
-    assert "schedule_labels_schedule" not in await _index_names(backend)
+    assert "schedule_labels_schedule" not in await backend.index_names("schedule_labels")
     shared = (("team", "x"),)
     a = await add_schedule(store, "a", labels=(("team", "x"), ("team", "x"), ("env", "prod")))
     b = await add_schedule(store, "b", labels=shared)
@@ -94,7 +79,7 @@ async def test_the_upgrade_to_0015_keeps_the_label_rows_following_changes(store:
     if isinstance(new, PostgresStore):
         assert await new.migrate() == ["0015_label_rows_by_key"]
     await new.open()  # SQLite migrates here
-    assert "schedule_labels_schedule" not in await _index_names(backend)
+    assert "schedule_labels_schedule" not in await backend.index_names("schedule_labels")
     assert await _label_rows(backend) == _rows_of({a.id: a.definition, b.id: b.definition})
     moved = dataclasses.replace(a.definition, labels=(("team", "y"),))
     await new.change_schedule(a.id, 1, moved, ScheduleState.ACTIVE, T0, T0, "updated")
@@ -107,22 +92,10 @@ async def test_a_change_finds_its_label_rows_by_the_key(store: Store, backend: B
     for i in range(50):
         await add_schedule(store, f"job-{i}", labels=(("team", "x"),))
     a = await add_schedule(store, "a", labels=(("team", "x"),))
-    params = {"schedule_id": a.id, "version": 2}
-    if isinstance(store, SqliteStore):
-        conn = sqlite3.connect(getattr(backend, "path"))  # noqa: B009  the sqlite backend's file
-        try:
-            rows = conn.execute("EXPLAIN QUERY PLAN " + SQLITE_Q["schedule_labels_delete"], params)
-            plan = "\n".join(str(row[-1]) for row in rows)
-        finally:
-            conn.close()
+    plan = await backend.query_plan("schedule_labels_delete", {"schedule_id": a.id, "version": 2})
+    if backend.kind == "sqlite":
         assert "SEARCH schedule_labels USING PRIMARY KEY" in plan, plan
         assert "SCAN schedule_labels" not in plan, plan
     else:
-        assert isinstance(store, PostgresStore)
-        dsn = getattr(backend, "dsn")  # noqa: B009  the postgres backend's database
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as pg:
-            await pg.execute("SET enable_seqscan = off")  # 51 rows: a seq scan would win on size alone
-            cur = await pg.execute("EXPLAIN " + PG_Q["schedule_labels_delete"], params)
-            plan = "\n".join(row[0] for row in await cur.fetchall())
         assert "Index Scan using schedule_labels_pkey on schedule_labels" in plan, plan
         assert "Seq Scan on schedule_labels" not in plan, plan

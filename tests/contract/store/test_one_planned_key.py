@@ -18,17 +18,8 @@ UNDO_0011 = {  # the index as schema 0001 made it in each dialect
 }
 
 
-async def _index_names(backend: Backend) -> set[str]:
-    rows = await backend.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'occurrences'"
-        if backend.kind == "sqlite"
-        else "SELECT indexname FROM pg_indexes WHERE tablename = 'occurrences'"
-    )
-    return {str(row[0]) for row in rows}
-
-
 async def test_an_instant_planned_twice_is_written_once_by_its_key(store: Store, backend: Backend) -> None:
-    assert "occurrences_planned" not in await _index_names(backend)
+    assert "occurrences_planned" not in await backend.index_names("occurrences")
     a = await add_schedule(store, "a", next_run_at=T0)
     a, oid = await materialize_next(store, a)
     assert oid == occurrence_id(a.id, a.version, T0)  # the key is the instant
@@ -49,7 +40,7 @@ async def test_the_upgrade_to_0011_keeps_every_occurrence(store: Store, backend:
     if isinstance(new, PostgresStore):
         assert await new.migrate() == ["0011_one_planned_key"]
     await new.open()  # SQLite migrates here
-    assert "occurrences_planned" not in await _index_names(backend)
+    assert "occurrences_planned" not in await backend.index_names("occurrences")
     assert [o.id for o in await new.list_occurrences(a.id)] == [second, first]
     again = await new.materialize(FENCE, [planned(a, T0)], [CursorAdvance(a.id, 1, T0 + 2 * MIN, T0 + 3 * MIN)], T0)
     assert again.inserted == 0

@@ -7,19 +7,13 @@ every schedule write); the upgrade from 0008 fills ``schedule_labels``."""
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from typing import Any
-
-import psycopg
 
 from clockd.core.ids import new_schedule_id
 from clockd.core.model import ScheduleState
 from clockd.store import NewSchedule, SchedulePage, Store
 from clockd.store.api_rows import ABOVE_EVERY_NAME, prefix_range, schedule_page_params
 from clockd.store.postgres import PostgresStore
-from clockd.store.postgres.store import Q as PG_Q
-from clockd.store.sqlite import SqliteStore
-from clockd.store.sqlite.store import Q as SQLITE_Q
 
 from .support import MIN, T0, Backend, add_schedule, definition
 
@@ -157,22 +151,12 @@ async def test_each_search_walks_an_index_in_name_order_without_sorting(store: S
         await add_schedule(store, f"job-{i}", tenant=TENANT, labels=(("team", "x"),))
     for name, query, index in PLANS:
         params = schedule_page_params(TENANT, dataclasses.replace(query, limit=51))
-        if isinstance(store, SqliteStore):
-            conn = sqlite3.connect(getattr(backend, "path"))  # noqa: B009  the sqlite backend's file
-            try:
-                plan = "\n".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + SQLITE_Q[name], params))
-            finally:
-                conn.close()
+        plan = await backend.query_plan(name, params)
+        if backend.kind == "sqlite":
             assert f"USING INDEX {index}" in plan or "USING PRIMARY KEY" in plan, f"{name}:\n{plan}"
             assert "TEMP B-TREE" not in plan, f"{name}:\n{plan}"
             assert "SCAN" not in plan, f"{name}:\n{plan}"
         else:
-            assert isinstance(store, PostgresStore)
-            dsn = getattr(backend, "dsn")  # noqa: B009  the postgres backend's database
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as pg:
-                await pg.execute("SET enable_seqscan = off")  # 50 rows: a seq scan would win on size alone
-                cur = await pg.execute("EXPLAIN " + PG_Q[name], params)
-                plan = "\n".join(row[0] for row in await cur.fetchall())
             assert index in plan, f"{name}:\n{plan}"
             assert "Sort" not in plan, f"{name}:\n{plan}"
     # A state none has answers from the index alone.
