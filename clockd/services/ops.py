@@ -33,11 +33,11 @@ import functools
 import gc
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from clockd.core.clock import Clock
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id, shard_of
@@ -623,18 +623,14 @@ class Ops:
             planner.plan_all()
             plan = planner.plan()
             return plan, None if plan.problems or not plan.changes else await self.apply_plan(plan)
-        ahead = asyncio.create_task(planner.plan_ahead())
         try:
-            written = await self.store.apply_schedules(
-                _PendingCreates(planner), [_change_of(item) for item in planner.changes], planner.now
-            )
+            async with _running_beside(planner.plan_ahead()):
+                written = await self.store.apply_schedules(
+                    _PendingCreates(planner), [_change_of(item) for item in planner.changes], planner.now
+                )
         except _PlanHasProblems:
             planner.plan_all()
             return planner.plan(), None
-        finally:
-            ahead.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ahead
         return planner.plan(), _result(written, planner.changes)
 
     async def _planner(
@@ -660,14 +656,9 @@ class Ops:
             raise InvalidInput(f"the plan has {len(plan.problems)} problem(s); nothing was applied")
         creates = _EncodedCreates([i for i in plan.items if i.action is PlanAction.CREATE and i.desired is not None])
         changed = [item for item in plan.items if item.action in (PlanAction.UPDATE, PlanAction.DELETE)]
-        ahead = asyncio.create_task(creates.encode_ahead())
-        try:
+        async with _running_beside(creates.encode_ahead()):
             with _cyclic_gc_paused(len(plan.items)):
                 written = await self.store.apply_schedules(creates, [_change_of(item) for item in changed], plan.now)
-        finally:
-            ahead.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ahead
         return _result(written, changed)
 
     async def _change(
@@ -927,6 +918,19 @@ class _ApplyPlanner:
         items = [item for _, item in sorted(self.items.items())] + self.deletes
         problems = sorted(self.problems, key=lambda p: p.index)
         return ApplyPlan(self.tenant, self.now, items, problems, self.not_listed)
+
+
+@contextlib.asynccontextmanager
+async def _running_beside(work: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """Run ``work`` as a task beside the block (the planning or encoding done ahead while
+    the store's transaction waits for the database); stopped when the block ends."""
+    task = asyncio.create_task(work)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _read_to(index: int | slice, length: int) -> int:
