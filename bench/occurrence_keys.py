@@ -1,10 +1,13 @@
 """The occurrence table's keys, measured: the database time of the materializer's insert
 of occurrences (``materialize_insert_enqueued``, the statement ``direct_dispatch`` runs;
-it also writes the queue rows, so each side has its own ``dispatch``) into today's
-``occurrences`` (schema 0012) against copies of the table as schemas 0011 and 0010 had
-it: 0011 with the foreign key to ``schedules`` (each row's check locks its schedule row),
-0010 with that key and ``occurrences_planned`` too (the unique (schedule, version,
-instant) index the primary key made redundant). One durable PostgreSQL with
+it also writes the queue rows, so each side has its own ``dispatch``) into copies of the
+tables as schemas 0011 and 0010 had them: 0011 with the foreign key to ``schedules`` (each
+row's check locks its schedule row), 0010 with that key and ``occurrences_planned`` too
+(the unique (schedule, version, instant) index the primary key made redundant); and into
+today's tables twice, with the uuid5 ids of the releases before schema 0016 (the copy
+``s0012u``) and with today's time-ordered ids (``clockd.core.ids``: the instant's Unix
+milliseconds lead, so inserts land at the right edge of ``occurrences_pkey`` and
+``dispatch``'s occurrence key instead of at random leaves). One durable PostgreSQL with
 ``pg_stat_statements``, interleaved batch by batch, the order rotating. Each batch plans
 one instant of 1,000 schedules drawn from 50,000 (the sustained scenario's shape: many
 schedules, one occurrence each per batch); the schedules exist, so every key check passes.
@@ -12,16 +15,12 @@ The copies carry the table's storage options (``occurrences`` has fillfactor 50 
 schema 0004; ``LIKE … INCLUDING ALL`` does not copy it, and until 2026-12-03 the copies
 were fuller, cheaper tables than the one they were compared with).
 
-A fourth side asks what the *order* of the keys costs: today's tables, the ids of each
-instant with the instant's Unix milliseconds in their first 12 hex digits instead of
-uuid5's first bits (a deterministic id like a UUIDv7), so inserts land at the right edge
-of ``occurrences_pkey`` and ``dispatch``'s occurrence key instead of at random leaves.
 Every side also runs, 20 batches later, what the claim and the finish do by id: an
 update of the batch's occurrences (``WHERE id = ANY``) and the delete of its queue rows
 (``WHERE occurrence_id = ANY``).
 
-Figures: database µs per occurrence of each, the ratio to the schema before (to today's
-for the time-ordered side), and the load average beside them.
+Figures: database µs per occurrence of each, the ratio to the schema before (today's
+time-ordered ids to the same tables with uuid5 ids), and the load average beside them.
 """
 
 from __future__ import annotations
@@ -40,14 +39,14 @@ from bench.cluster import row
 from bench.servers import STATS_SETTINGS, log, url_dsn
 from bench.servers import load_average as _load
 from bench.staging import statement_stats
-from clockd.core.ids import occurrence_id
+from clockd.core.ids import legacy_occurrence_id, occurrence_id
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
 from clockd.store.postgres.store import PostgresStore, Q
 from tests.harness.postgres import PostgresServer
 
 BATCH = 1000
 SCHEDULES = 50_000
-SIDES = ("public", "s0010", "s0011", "s0012t")  # today (schema 0012), the copies, time-ordered ids
+SIDES = ("public", "s0010", "s0011", "s0012u")  # today (time-ordered ids), the copies with uuid5 ids
 LATER = 20  # the lookups by id touch the batch this many batches back
 
 
@@ -72,25 +71,21 @@ def _copy_of_today(schema: str, *, schedule_key: bool = True) -> tuple[str, ...]
 
 
 # The tables as schemas 0011 and 0010 had them: 0010 also had the index 0011 dropped;
-# and today's, for the time-ordered ids.
+# and today's, written with the uuid5 ids of the releases before schema 0016.
 OTHER_SCHEMAS = (
     *_copy_of_today("s0011"),
     *_copy_of_today("s0010"),
     "CREATE UNIQUE INDEX occurrences_planned ON s0010.occurrences "
     "(schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
-    *_copy_of_today("s0012t", schedule_key=False),
+    *_copy_of_today("s0012u", schedule_key=False),
 )
 
 
-def _time_ordered(at: datetime, ident: str) -> str:
-    """``ident`` (a uuid5) with its first 12 hex digits replaced by ``at``'s Unix ms."""
-    ms = f"{int(at.timestamp() * 1000):012x}"
-    return f"{ms[:8]}-{ms[8:]}{ident[13:]}"
-
-
 def _ids(schema: str, schedules: list[str], at: datetime) -> list[str]:
-    ids = [occurrence_id(s, 1, at) for s in schedules]
-    return [_time_ordered(at, i) for i in ids] if schema == "s0012t" else ids
+    """Today's time-ordered ids for today's tables; the copies are written as the releases
+    of their schemas wrote them, with uuid5 ids."""
+    key = occurrence_id if schema == "public" else legacy_occurrence_id
+    return [key(s, 1, at) for s in schedules]
 
 
 def _params(schema: str, schedules: list[str], at: datetime) -> dict[str, Any]:
@@ -156,18 +151,19 @@ def run(quick: bool) -> list[dict[str, object]]:
                 per_row[schema] = ms / max(rows, 1) * 1000
                 ms, rows = statement_stats(conn, f"/* {schema} by id */")
                 by_id[schema] = ms / max(rows // 2, 1) * 1000  # two statements per occurrence
-        s10, s11, s12, t12 = per_row["s0010"], per_row["s0011"], per_row["public"], per_row["s0012t"]
+        s10, s11, s12, t16 = per_row["s0010"], per_row["s0011"], per_row["s0012u"], per_row["public"]
         return [
             row("occurrence insert db time, schema 0010", s10, "µs", "per occurrence"),
             row("occurrence insert db time, schema 0011 (no occurrences_planned)", s11, "µs", "per occurrence",
                 None, s11 / s10 if s10 else None),
             row("occurrence insert db time, schema 0012 (no schedules key check)", s12, "µs", "per occurrence",
                 None, s12 / s11 if s11 else None),
-            row("occurrence insert db time, schema 0012, time-ordered ids", t12, "µs", "per occurrence",
-                None, t12 / s12 if s12 else None),
-            row("update + queue delete by id, schema 0012", by_id["public"], "µs", "per occurrence"),
-            row("update + queue delete by id, schema 0012, time-ordered ids", by_id["s0012t"], "µs",
-                "per occurrence", None, by_id["s0012t"] / by_id["public"] if by_id["public"] else None),
+            row("occurrence insert db time, schema 0016 (time-ordered ids)", t16, "µs", "per occurrence",
+                None, t16 / s12 if s12 else None),
+            row("update + queue delete by id, uuid5 ids (before schema 0016)", by_id["s0012u"], "µs",
+                "per occurrence"),
+            row("update + queue delete by id, schema 0016 (time-ordered ids)", by_id["public"], "µs",
+                "per occurrence", None, by_id["public"] / by_id["s0012u"] if by_id["s0012u"] else None),
             row("machine load after the occurrence-key figures", _load(), ""),
         ]  # fmt: skip
     finally:

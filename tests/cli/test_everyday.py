@@ -84,6 +84,16 @@ def test_pause_resume_rm_and_name_reuse(ctl: Any) -> None:
     assert ctl("add", "0 * * * *", "--name", "job", "--", "/bin/true").returncode == 0
 
 
+def test_show_prints_whole_occurrence_ids_so_each_names_its_run(ctl: Any) -> None:
+    """Ids lead with their instant (schema 0016), so two runs a moment apart share their
+    first 12 characters, which is all ``show`` printed of an id."""
+    ctl("add", "0 0 1 1 *", "--name", "twice", "--", "/bin/true")
+    ids = [json.loads(ctl("run-now", "twice", "-o", "json").stdout)["id"] for _ in range(2)]
+    shown = ctl("show", "twice")
+    assert shown.returncode == 0, shown.stderr
+    assert all(ident in shown.stdout for ident in ids), shown.stdout
+
+
 def test_run_now_creates_its_own_occurrence(ctl: Any) -> None:
     ctl("add", "0 0 1 1 *", "--name", "yearly", "--", "/bin/true")
     doc = json.loads(ctl("run-now", "yearly", "-o", "json").stdout)

@@ -614,7 +614,7 @@ def register(app: typer.Typer) -> None:
                 table.add_column(col)
             for o, occ in zip(recent, occurrences, strict=True):
                 table.add_row(
-                    o["id"][:12],
+                    o["id"],
                     stamp(occ.scheduled_for),
                     str(o["version"]),
                     o["state"],
