@@ -157,9 +157,11 @@ def _history(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
 
 def _size_mib(conn: psycopg.Connection[tuple[Any, ...]]) -> float:
     """pg_total_relation_size of the four tables an occurrence lives in (logged per table)."""
+    query = (  # a partitioned table's size is its partitions' (schema 0017)
+        "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%(t)s::regclass)"
+    )
     sizes = {
-        table: int(_one(conn, "SELECT pg_total_relation_size(%(t)s::regclass)", {"t": table})[0])
-        for table in ("occurrences", "attempts", "dispatch", "outbox")
+        table: int(_one(conn, query, {"t": table})[0]) for table in ("occurrences", "attempts", "dispatch", "outbox")
     }
     log("table sizes (MiB, indexes included): " + ", ".join(f"{t} {v / 2**20:,.0f}" for t, v in sizes.items()))
     return sum(sizes.values()) / 2**20
@@ -470,10 +472,13 @@ _BEHIND_SQL = (
 # The queue's and the occurrences' state at the window's edges: dead row versions and
 # sizes of the tables the claim reads (dispatch grows between vacuums: the leader's every
 # queue_vacuum_every, autovacuum's at most once per autovacuum_naptime, a minute).
+# occurrences is partitioned (schema 0017): its figures are its partitions' sums.
 _TABLES_SQL = (
-    "SELECT /* bench */ s.relname, s.n_live_tup, s.n_dead_tup, s.autovacuum_count, "
-    "pg_relation_size(s.relid) / 1048576.0, pg_indexes_size(s.relid) / 1048576.0 "
-    "FROM pg_stat_user_tables AS s WHERE s.relname IN ('dispatch', 'occurrences') ORDER BY s.relname"
+    "SELECT /* bench */ t.name, sum(s.n_live_tup)::bigint, sum(s.n_dead_tup)::bigint, "
+    "sum(s.autovacuum_count)::bigint, sum(pg_relation_size(s.relid)) / 1048576.0, "
+    "sum(pg_indexes_size(s.relid)) / 1048576.0 "
+    "FROM unnest(ARRAY['dispatch', 'occurrences']) AS t(name), pg_partition_tree(t.name::regclass) AS p "
+    "JOIN pg_stat_user_tables AS s ON s.relid = p.relid GROUP BY t.name ORDER BY t.name"
 )
 
 

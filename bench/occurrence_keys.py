@@ -7,7 +7,9 @@ row's check locks its schedule row), 0010 with that key and ``occurrences_planne
 today's tables twice, with the uuid5 ids of the releases before schema 0016 (the copy
 ``s0012u``) and with today's time-ordered ids (``clockd.core.ids``: the instant's Unix
 milliseconds lead, so inserts land at the right edge of ``occurrences_pkey`` and
-``dispatch``'s occurrence key instead of at random leaves). One durable PostgreSQL with
+``dispatch``'s occurrence key instead of at random leaves; since schema 0017 today's
+``occurrences`` is partitioned by week on that id, so its side also carries what the
+partitions cost an insert, while the copies are flat tables). One durable PostgreSQL with
 ``pg_stat_statements``, interleaved batch by batch, the order rotating. Each batch plans
 one instant of 1,000 schedules drawn from 50,000 (the sustained scenario's shape: many
 schedules, one occurrence each per batch); the schedules exist, so every key check passes.
@@ -50,6 +52,12 @@ SIDES = ("public", "s0010", "s0011", "s0012u")  # today (time-ordered ids), the 
 LATER = 20  # the lookups by id touch the batch this many batches back
 
 
+def _storage_of(table: str) -> str:
+    """Where ``table``'s storage options are: occurrences is partitioned since schema 0017
+    (a partitioned table has none; each partition has fillfactor 50, as its DEFAULT)."""
+    return "public.occurrences_default" if table == "occurrences" else f"public.{table}"
+
+
 def _copy_of_today(schema: str, *, schedule_key: bool = True) -> tuple[str, ...]:
     """Today's two tables in ``schema`` with their storage options (LIKE copies neither
     those nor a foreign key), with the foreign key to ``schedules`` that schema 0012
@@ -60,7 +68,7 @@ def _copy_of_today(schema: str, *, schedule_key: bool = True) -> tuple[str, ...]
         statements.append(f"CREATE TABLE {schema}.{table} (LIKE public.{table} INCLUDING ALL)")
         statements.append(
             f"DO $$ BEGIN EXECUTE coalesce((SELECT format('ALTER TABLE {schema}.{table} SET (%s)', "
-            f"array_to_string(reloptions, ', ')) FROM pg_class WHERE oid = 'public.{table}'::regclass "
+            f"array_to_string(reloptions, ', ')) FROM pg_class WHERE oid = '{_storage_of(table)}'::regclass "
             f"AND reloptions IS NOT NULL), 'SELECT 1'); END $$"
         )
     if schedule_key:

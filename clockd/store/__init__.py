@@ -551,7 +551,13 @@ class Store(Protocol):
         """Delete terminal occurrences both due and finished before ``before`` (and their
         attempts), at most ``limit``. Both: a run canceled ahead of its instant stays until
         that instant is as old, and the PostgreSQL store finds them by due time (no index
-        there may name finished_at: the finish's update stays HOT, schema 0006)."""
+        there may name finished_at: the finish's update stays HOT, schema 0006).
+
+        The PostgreSQL store keeps history in weekly partitions (schema 0017): first it
+        makes the partitions of the weeks around ``now`` that are missing, then drops whole
+        the weeks that ended before ``before`` whose every occurrence is terminal and
+        finished before it (however many: a week is a few catalog changes), then deletes
+        up to ``limit`` rows as above. The number returned counts both."""
         ...
 
     async def sweep_misfires(self, fence: Fence, limit: int, now: datetime) -> int:

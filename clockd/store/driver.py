@@ -191,6 +191,24 @@ class Driver(Protocol):
         whose occurrence is ``running``, their ``dispatch`` rows deleted."""
         ...
 
+    # History in partitions (PostgreSQL schema 0017; a dialect without them returns 0, [],
+    # False and keeps the row delete alone). Each runs in a transaction of its own.
+
+    def history_extend(self, params: dict[str, Any]) -> Body[int]:
+        """Make the weekly partitions from the week holding ``since`` to the one holding
+        ``upto`` that do not exist; the number made."""
+        ...
+
+    def history_census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
+        """(week, occurrences, live) of each weekly partition whose week ended by ``before``;
+        live: those not both terminal and finished before ``before``."""
+        ...
+
+    def history_drop(self, params: dict[str, Any]) -> Body[bool]:
+        """Drop the partitions of ``week`` unless one of its occurrences is queued; true if
+        dropped."""
+        ...
+
 
 def _advance(body: Body[Any], value: Any, error: BaseException | None) -> tuple[bool, Any]:
     """Resume ``body`` with a step's result (or throw its ``Integrity`` in): (True, the

@@ -124,6 +124,12 @@ _APPLY_BATCH: Final = 5000
 _CREATE_COLUMNS: Final = (
     "ids", "tenants", "names", "kinds", "exprs", "tzs", "queues", "next_run_at", "shards", "specs", "definitions",
 )  # fmt: skip
+# The weeks of history partitions (PostgreSQL schema 0017) each prune makes sure exist:
+# from the week a week back (a catch-up plans past instants) to the one two weeks ahead
+# (the leader prunes hourly by default: a week's partition exists long before its first
+# instant is planned, and a planning horizon is minutes).
+HISTORY_BEHIND: Final = timedelta(days=7)
+HISTORY_AHEAD: Final = timedelta(days=14)
 # Leader's misfire sweep: rows waiting less than this are not even looked at.
 _MISFIRE_FLOOR: Final = timedelta(seconds=1)
 _END_OF_TIME: Final = datetime.max.replace(tzinfo=UTC)
@@ -1234,7 +1240,21 @@ class SqlStore:
         return {"expected": states.sources(step)[0].value, "next": states.target(step).value, "reason": LEASE_LOST_DEAD}
 
     async def prune(self, fence: Fence, before: datetime, limit: int, now: datetime) -> int:
-        params = {"before": self.driver.instant(before), "limit": limit}
+        """See the port. The partitions' upkeep first, each step in a transaction of its
+        own (detaching locks the partitioned tables until it commits), then the row delete."""
+        d = self.driver
+        await self._write(d.history_extend({"since": d.instant(now - HISTORY_BEHIND),
+                                            "upto": d.instant(now + HISTORY_AHEAD)}))  # fmt: skip
+        retired = 0
+        weeks: list[tuple[datetime, int, int]] = await self._read(d.history_census({"before": d.instant(before)}))
+        for week, count, live in weeks:
+            # A deposed leader's drop is the same verdict as its successor's: no fence. A
+            # week with a live row stays whole; the row delete below takes its ended rows.
+            if not live and await self._write(d.history_drop({"week": week})):
+                retired += count
+                log.info("retired the history of the week of %s: %d occurrences", week.date(), count,
+                         extra={"action": "history_week_retired", "count": count})  # fmt: skip
+        params = {"before": d.instant(before), "limit": limit}
 
         def body() -> Body[int]:
             yield from self._advance_fence(fence)
@@ -1242,7 +1262,7 @@ class SqlStore:
             return int(count)
 
         result: int = await self._write(body())
-        return result
+        return retired + result
 
     async def sweep_misfires(self, fence: Fence, limit: int, now: datetime) -> int:
         """See the port."""

@@ -17,3 +17,14 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO clockd_operator, clockd
 -- for readonly logins.
 GRANT INSERT ON audit_log TO clockd_operator;
 REVOKE SELECT ON api_tokens FROM clockd_readonly;
+-- Schema 0017: the leader keeps history in weekly partitions through these functions,
+-- which run as the tables' owner and do only that. (Checked first: a store migrated only
+-- part of the way, as an upgrade test makes one, has no such functions yet.)
+DO $$
+BEGIN
+    IF to_regprocedure('clockd_history_drop(timestamptz)') IS NOT NULL THEN
+        GRANT EXECUTE ON FUNCTION clockd_history_extend(timestamptz, timestamptz),
+            clockd_history_census(timestamptz), clockd_history_drop(timestamptz) TO clockd_daemon;
+    END IF;
+END
+$$;

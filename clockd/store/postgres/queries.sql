@@ -721,6 +721,22 @@ SET state = %(next)s::text, finished_at = %(now)s,
                      max_attempts::text)
 WHERE id = ANY(%(ids)b::text[]) AND state = %(expected)s::text;
 
+-- name: history_extend
+-- The weekly partitions of history (schema 0017) from the week holding :since to the one
+-- holding :upto that do not exist yet; the number made. The function runs as the tables'
+-- owner and does only that (the migration says why).
+SELECT clockd_history_extend(%(since)s, %(upto)s);
+
+-- name: history_census
+-- The weekly partitions whose week ended by :before: (week, occurrences, live), live being
+-- those not both terminal and finished before :before (a scan of each such partition).
+SELECT week, occurrences, live FROM clockd_history_census(%(before)s);
+
+-- name: history_drop
+-- Detach and drop the week's partitions of occurrences and attempts unless one of its
+-- occurrences is queued; true if dropped. Commit at once: detaching locks the parents.
+SELECT clockd_history_drop(%(week)s);
+
 -- name: prune
 -- Terminal occurrences both due and finished before :before, oldest due first: a walk
 -- of occurrences_recent (schema 0006: no index names finished_at, so the finish's update

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,6 +82,9 @@ DRIVER_QUERIES: Final = frozenset(
         "materialize_insert_enqueued",
         "overlap_release",
         "leases_end",
+        "history_extend",
+        "history_census",
+        "history_drop",
     }
 )
 _CONSTRAINTS: Final = {
@@ -421,6 +425,18 @@ class PostgresDriver:
         rows: list[Sequence[Any]] = yield Run("leases_end", params)
         return rows
 
+    def history_extend(self, params: dict[str, Any]) -> Body[int]:
+        made = yield Run("history_extend", params, "one")
+        return int(made[0]) if made else 0
+
+    def history_census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
+        rows: list[Sequence[Any]] = yield Run("history_census", params)
+        return [(week, int(count), int(live)) for week, count, live in rows]
+
+    def history_drop(self, params: dict[str, Any]) -> Body[bool]:
+        dropped = yield Run("history_drop", params, "one")
+        return bool(dropped and dropped[0])
+
 
 class PostgresStore(SqlStore):
     """The ``Store`` port on a PostgreSQL database: the engine over ``PostgresDriver``."""
@@ -458,8 +474,17 @@ def _integrity(exc: Exception) -> Integrity | None:
     if isinstance(exc, pg_errors.ForeignKeyViolation):
         return Integrity("foreign_key", exc)
     if isinstance(exc, psycopg.IntegrityError):
-        return Integrity(_CONSTRAINTS.get(exc.diag.constraint_name or "", "other"), exc)
+        return Integrity(_CONSTRAINTS.get(_partitioned(exc.diag.constraint_name or ""), "other"), exc)
     return None
+
+
+_PARTITION_KEY: Final = re.compile(r"^occurrences_(?:default|w[0-9]{8})_pkey$")
+
+
+def _partitioned(constraint: str) -> str:
+    """A partition's key (schema 0017: an insert names the partition's index, such as
+    occurrences_w20261130_pkey) as the partitioned table's."""
+    return "occurrences_pkey" if _PARTITION_KEY.match(constraint) else constraint
 
 
 def _utc(instant: datetime) -> datetime:

@@ -571,6 +571,20 @@ class SqliteDriver:
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
         return (Run("overlap_unpark", params, "none"), Run("overlap_release", params, "none"))
 
+    # SQLite has no partitions: an embedded store's history goes by the row delete (prune)
+    # alone (PostgreSQL's 0017 says why that is enough here).
+    def history_extend(self, params: dict[str, Any]) -> Body[int]:
+        return 0
+        yield  # a step, as every driver step is a generator
+
+    def history_census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
+        return []
+        yield
+
+    def history_drop(self, params: dict[str, Any]) -> Body[bool]:
+        return False
+        yield
+
     def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         # No row locks to save here (one writer): read, then delete what ends. Not one
         # DELETE … RETURNING as in PostgreSQL: SQLite evaluates a RETURNING subquery

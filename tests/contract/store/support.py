@@ -69,11 +69,12 @@ class Backend:
         raise NotImplementedError
 
     async def index_names(self, table: str) -> set[str]:
-        """The names of ``table``'s indexes."""
+        """The names of ``table``'s indexes (PostgreSQL: with its partitions')."""
         rows = await self.execute(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
             if self.kind == "sqlite"
-            else "SELECT indexname FROM pg_indexes WHERE tablename = ?",
+            else "SELECT indexname FROM pg_indexes "
+            "WHERE tablename IN (SELECT relid::text FROM pg_partition_tree(?::regclass))",
             table,
         )
         return {str(row[0]) for row in rows}

@@ -11,8 +11,10 @@ from clockd.store.postgres import PostgresStore
 from .support import FENCE, MIN, T0, Backend, add_schedule, materialize_next, planned
 
 UNDO_0011 = {  # the index as schema 0001 made it in each dialect
+    # On the DEFAULT partition, which holds what was written before schema 0017: a unique
+    # index of the partitioned table would have to hold its partition key.
     "postgres": "CREATE UNIQUE INDEX occurrences_planned "
-    "ON occurrences (schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
+    "ON occurrences_default (schedule_id, schedule_version, scheduled_for) WHERE NOT manual",
     "sqlite": "CREATE UNIQUE INDEX occurrences_planned "
     "ON occurrences (schedule_id, schedule_version, scheduled_for) WHERE manual = 0",
 }

@@ -1,0 +1,218 @@
+"""Schema 0017 (PostgreSQL): history in weekly partitions on the occurrence id, retired
+whole. What the leader's ``prune`` promises: a week is dropped only when every occurrence
+of it is terminal and finished before the cutoff, with its attempts; a week still holding
+a live run stays (its ended rows go by the row delete) until a later prune finds it done;
+nothing queued is dropped; a new week takes over the rows of its range an older store left
+in the DEFAULT partition; an upgraded store keeps every row; and the daemon's role, which
+owns no table, does all of it through the functions the migration made."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from clockd.core.ids import legacy_occurrence_id
+from clockd.core.model import AttemptOutcome, OccurrenceState
+from clockd.store import Completion, CursorAdvance, Fence
+from clockd.store.postgres.store import MIGRATIONS, PostgresStore
+from tests.harness import PostgresServer
+
+from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, planned
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+
+LEADER = Fence("leader", 1)
+WEEK = "20260223"  # T0 (Sunday 2026-03-01) falls in the week from Monday 2026-02-23
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    made = PostgresStore(pg_dsn, max_size=4)
+    await made.open()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        row = await (await conn.execute(query, params)).fetchone()
+        return None if row is None else row[0]
+
+
+async def week_exists(dsn: str, week: str = WEEK) -> bool:
+    made = (await scalar(dsn, "SELECT to_regclass(%s)", (f"occurrences_w{week}",)),
+            await scalar(dsn, "SELECT to_regclass(%s)", (f"attempts_w{week}",)))  # fmt: skip
+    assert (made[0] is None) == (made[1] is None), made  # the two go together
+    return made[0] is not None
+
+
+async def claimed(store: PostgresStore, count: int, at: datetime = T0) -> list[Any]:
+    """``count`` occurrences of one schedule from ``at``, a second apart, claimed."""
+    schedule = await add_schedule(store, f"s-{uuid.uuid4().hex[:6]}", next_run_at=at)
+    occurrences = [planned(schedule, at + i * SEC) for i in range(count)]
+    cursor = CursorAdvance(schedule.id, 1, at, at + count * SEC)
+    assert (await store.materialize(FENCE, occurrences, [cursor], at - MIN)).inserted == count
+    assert await store.relay(at + MIN, count, at) == count
+    claims = await store.claim(["default"], "w", count, LEASE, at + MIN)
+    assert len(claims) == count
+    return claims
+
+
+async def dead(store: PostgresStore, claims: list[Any], at: datetime) -> None:
+    """Finish ``claims`` DEAD (a failure writes its attempt row)."""
+    done = [Completion(c.lease_token, AttemptOutcome.FAILED, OccurrenceState.DEAD, error="boom") for c in claims]
+    assert await store.finish(done, at) == {c.lease_token for c in claims}
+
+
+async def test_the_leader_makes_the_weeks_around_now(store: PostgresStore, pg_dsn: str) -> None:
+    assert not await week_exists(pg_dsn)
+    assert await store.prune(LEADER, T0 - 365 * DAY, 100, T0) == 0
+    for week in ("20260216", WEEK, "20260302", "20260309"):  # a week back to two ahead
+        assert await week_exists(pg_dsn, week), week
+    assert not await week_exists(pg_dsn, "20260316")
+    # Its indexes are named as their parents'; planned rows land in it.
+    names = await scalar(pg_dsn, "SELECT array_agg(indexname ORDER BY indexname) FROM pg_indexes WHERE tablename = %s",
+                         (f"occurrences_w{WEEK}",))  # fmt: skip
+    assert names == [f"occurrences_w{WEEK}_{n}" for n in ("by_schedule", "dead", "not_run", "pkey", "recent")]
+    claims = await claimed(store, 3)
+    where = await scalar(pg_dsn, "SELECT array_agg(DISTINCT tableoid::regclass::text) FROM occurrences")
+    assert where == [f"occurrences_w{WEEK}"] and len(claims) == 3
+
+
+async def test_a_finished_week_is_retired_whole_with_its_attempts(store: PostgresStore, pg_dsn: str) -> None:
+    await store.prune(LEADER, T0 - 365 * DAY, 100, T0)
+    claims = await claimed(store, 5)
+    await dead(store, claims, T0 + 2 * MIN)
+    assert len(await store.list_attempts(claims[0].occurrence_id)) == 1
+    # A limit of 0: the row delete takes nothing, so what goes is the week's drop.
+    assert await store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 5
+    assert not await week_exists(pg_dsn)
+    assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences") == 0
+    assert await scalar(pg_dsn, "SELECT count(*) FROM attempts") == 0
+    assert await store.get_occurrence(claims[0].occurrence_id) is None
+    # The empty weeks that ended went too; the week the cutoff falls in stays.
+    assert not await week_exists(pg_dsn, "20260302")
+    assert await week_exists(pg_dsn, "20260330")
+    assert await store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 0
+
+
+async def test_a_week_holding_a_live_run_stays_until_it_ends(store: PostgresStore, pg_dsn: str) -> None:
+    await store.prune(LEADER, T0 - 365 * DAY, 100, T0)
+    claims = await claimed(store, 3)
+    await dead(store, claims[:2], T0 + 2 * MIN)  # the third is still running
+    # The week stays whole; the row delete takes its two ended runs.
+    assert await store.prune(LEADER, T0 + 30 * DAY, 100, T0 + 30 * DAY) == 2
+    assert await week_exists(pg_dsn)
+    live = await store.get_occurrence(claims[2].occurrence_id)
+    assert live is not None and live.state is OccurrenceState.RUNNING
+    # A run that finished after the cutoff keeps its week too.
+    await dead(store, claims[2:], T0 + 31 * DAY)
+    assert await store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 0
+    assert await week_exists(pg_dsn)
+    assert await store.prune(LEADER, T0 + 32 * DAY, 0, T0 + 32 * DAY) == 1
+    assert not await week_exists(pg_dsn)
+
+
+async def test_a_week_with_a_queued_run_is_not_dropped(store: PostgresStore, pg_dsn: str) -> None:
+    """The census reads without a lock; a run queued since (a dead letter replayed) has a
+    queue row, which the drop looks for under the lock its detach takes."""
+    await store.prune(LEADER, T0 - 365 * DAY, 100, T0)
+    await claimed(store, 1)  # RUNNING: its dispatch row holds the lease
+    monday = datetime.fromisoformat("2026-02-23T00:00:00+00:00")
+    assert await scalar(pg_dsn, "SELECT clockd_history_drop(%s)", (monday,)) is False
+    assert await week_exists(pg_dsn)
+    assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences") == 1
+
+
+async def test_a_new_week_takes_over_the_rows_of_its_range_from_the_default(store: PostgresStore, pg_dsn: str) -> None:
+    """Rows of a week nobody made a partition for yet (and the uuid5 ids an older store
+    wrote, spread over every range) are in the DEFAULT; making the week moves them."""
+    later = T0 + 60 * DAY  # week of Monday 2026-04-27
+    claims = await claimed(store, 2, later)
+    await dead(store, claims[:1], later + 2 * MIN)
+    where = "SELECT array_agg(DISTINCT tableoid::regclass::text) FROM {} WHERE occurrence_id = ANY(%s)"
+    ids = [c.occurrence_id for c in claims]
+    assert await scalar(pg_dsn, where.format("attempts"), (ids,)) == ["attempts_default"]
+    await store.prune(LEADER, T0 - 365 * DAY, 100, later)
+    assert await scalar(pg_dsn, where.format("attempts"), (ids,)) == ["attempts_w20260427"]
+    moved = "SELECT array_agg(DISTINCT tableoid::regclass::text) FROM occurrences WHERE id = ANY(%s)"
+    assert await scalar(pg_dsn, moved, (ids,)) == ["occurrences_w20260427"]
+    running = await store.get_occurrence(claims[1].occurrence_id)
+    assert running is not None and running.state is OccurrenceState.RUNNING
+    ended = await store.get_occurrence(claims[0].occurrence_id)
+    assert ended is not None and ended.state is OccurrenceState.DEAD  # generated columns recomputed
+    assert [o.id for o in await store.list_dead()] == [claims[0].occurrence_id]
+
+
+async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) -> None:
+    name = f"u_{uuid.uuid4().hex[:12]}"
+    dsn = pg_server.create_database(name)
+    try:
+        old = PostgresStore(dsn, max_size=2)
+        old.driver.migrations = MIGRATIONS[:16]  # a store of schema 0016, flat history
+        await old.migrate()
+        await old.open()
+        claims = await claimed(old, 3)
+        await dead(old, claims[:1], T0 + 2 * MIN)
+        schedule = await add_schedule(old, "legacy", next_run_at=T0)
+        uuid5 = legacy_occurrence_id(schedule.id, 1, T0)  # as a release before 0016 wrote it
+        legacy = planned(schedule, T0)._replace(id=uuid5)
+        cursor = CursorAdvance(schedule.id, 1, T0, T0 + MIN)
+        assert (await old.materialize(FENCE, [legacy], [cursor], T0 - MIN)).inserted == 1
+        await old.close()
+        new = PostgresStore(dsn, max_size=2)
+        assert await new.migrate() == ["0017_partitioned_history"]
+        await new.open()
+        try:
+            for c in claims:
+                assert await new.get_occurrence(c.occurrence_id) is not None
+            assert await new.get_occurrence(uuid5) is not None
+            assert len(await new.list_attempts(claims[0].occurrence_id)) == 1
+            assert await scalar(dsn, "SELECT count(*) FROM ONLY occurrences_default") == 4
+            assert await scalar(dsn, "SELECT relkind FROM pg_class WHERE relname = 'occurrences'") == "p"
+            # The rest of the run goes on: the two running ones finish.
+            await dead(new, claims[1:], T0 + 3 * MIN)
+            assert len(await new.list_dead()) == 3
+        finally:
+            await new.close()
+    finally:
+        pg_server.drop_database(name)
+
+
+async def test_the_daemons_role_keeps_the_weeks_without_owning_a_table(store: PostgresStore, pg_dsn: str) -> None:
+    """clockd_daemon of roles.sql owns nothing; the migration's functions run as their
+    owner and do only the partitions' upkeep. (A login role of its own in the group.)"""
+    await store.create_roles()
+    role = f"node_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE clockd_daemon")
+    daemon = PostgresStore(psycopg.conninfo.make_conninfo(pg_dsn, user=role), max_size=2)
+    try:
+        await daemon.open()
+        await daemon.prune(LEADER, T0 - 365 * DAY, 100, T0)
+        assert await week_exists(pg_dsn)
+        owner = await scalar(pg_dsn, "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = %s",
+                             (f"occurrences_w{WEEK}",))  # fmt: skip
+        assert owner == await scalar(
+            pg_dsn, "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'schedules'"
+        )
+        claims = await claimed(daemon, 2)
+        await dead(daemon, claims, T0 + 2 * MIN)
+        assert await daemon.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 2
+        assert not await week_exists(pg_dsn)
+        # What the functions do not give: DDL of its own.
+        async with await psycopg.AsyncConnection.connect(psycopg.conninfo.make_conninfo(pg_dsn, user=role)) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                await conn.execute("ALTER TABLE occurrences DETACH PARTITION occurrences_default")
+    finally:
+        await daemon.close()
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute(f"DROP ROLE {role}")
