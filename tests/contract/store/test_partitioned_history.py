@@ -216,3 +216,26 @@ async def test_the_daemons_role_keeps_the_weeks_without_owning_a_table(store: Po
         await daemon.close()
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
             await conn.execute(f"DROP ROLE {role}")
+
+
+async def test_a_role_with_table_rights_only_still_prunes_row_by_row(store: PostgresStore, pg_dsn: str) -> None:
+    """A role given the tables but not clockd_daemon's functions (its own grants, as before
+    schema 0017 worked): prune says once that it keeps no partitions and deletes as before."""
+    role = f"dml_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        await conn.execute(f"CREATE ROLE {role} LOGIN")
+        await conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    plain = PostgresStore(psycopg.conninfo.make_conninfo(pg_dsn, user=role), max_size=2)
+    try:
+        await plain.open()
+        claims = await claimed(store, 2)  # no week made around T0: the DEFAULT holds them
+        await dead(store, claims, T0 + 2 * MIN)
+        assert await plain.prune(LEADER, T0 + 30 * DAY, 100, T0 + 30 * DAY) == 2
+        assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences") == 0
+        assert not await week_exists(pg_dsn, "20260330")
+        assert await plain.prune(LEADER, T0 + 30 * DAY, 100, T0 + 30 * DAY) == 0  # and again, quietly
+    finally:
+        await plain.close()
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute(f"DROP OWNED BY {role}")
+            await conn.execute(f"DROP ROLE {role}")
