@@ -157,8 +157,10 @@ def _history(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
 
 def _size_mib(conn: psycopg.Connection[tuple[Any, ...]]) -> float:
     """pg_total_relation_size of the four tables an occurrence lives in (logged per table)."""
-    query = (  # a partitioned table's size is its partitions' (schema 0017)
-        "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%(t)s::regclass)"
+    query = (  # a partitioned table's size is its partitions' (schema 0017); pg_partition_tree
+        # of a plain table is empty
+        "SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size(%(t)s::regclass)) "
+        "FROM pg_partition_tree(%(t)s::regclass)"
     )
     sizes = {
         table: int(_one(conn, query, {"t": table})[0]) for table in ("occurrences", "attempts", "dispatch", "outbox")
@@ -477,8 +479,9 @@ _TABLES_SQL = (
     "SELECT /* bench */ t.name, sum(s.n_live_tup)::bigint, sum(s.n_dead_tup)::bigint, "
     "sum(s.autovacuum_count)::bigint, sum(pg_relation_size(s.relid)) / 1048576.0, "
     "sum(pg_indexes_size(s.relid)) / 1048576.0 "
-    "FROM unnest(ARRAY['dispatch', 'occurrences']) AS t(name), pg_partition_tree(t.name::regclass) AS p "
-    "JOIN pg_stat_user_tables AS s ON s.relid = p.relid GROUP BY t.name ORDER BY t.name"
+    "FROM unnest(ARRAY['dispatch', 'occurrences']) AS t(name) "
+    "JOIN pg_stat_user_tables AS s ON s.relid = t.name::regclass "
+    "OR s.relid IN (SELECT relid FROM pg_partition_tree(t.name::regclass)) GROUP BY t.name ORDER BY t.name"
 )
 
 

@@ -73,9 +73,9 @@ class Backend:
         rows = await self.execute(
             "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?"
             if self.kind == "sqlite"
-            else "SELECT indexname FROM pg_indexes "
-            "WHERE tablename IN (SELECT relid::text FROM pg_partition_tree(?::regclass))",
-            table,
+            else "SELECT indexname FROM pg_indexes WHERE tablename = ? "
+            "OR tablename IN (SELECT relid::text FROM pg_partition_tree(?::regclass))",
+            *((table,) if self.kind == "sqlite" else (table, table)),
         )
         return {str(row[0]) for row in rows}
 
