@@ -107,19 +107,12 @@ async def _schedule(dsn: str) -> str:
 
 
 # The id ``clockd.core.ids.occurrence_id`` gives, built in SQL: the instant's Unix
-# milliseconds in 12 hex digits, the version digit 8, then hashed digits (md5 here).
+# milliseconds in 12 hex digits (the schema's ``clockd_id_bound``, schema 0017), the version
+# digit 8, then hashed digits (md5 here).
 _ID_SQL = (
-    "(SELECT substr(m, 1, 8) || '-' || substr(m, 9, 4) || '-8' || substr(h, 1, 3) || '-a' || substr(h, 4, 3) "
-    "|| '-' || substr(h, 7, 12) FROM (SELECT lpad(to_hex(floor(extract(epoch FROM {at}) * 1000)::bigint), 12, '0') "
-    "AS m, md5({key}) AS h) AS parts)"
+    "(SELECT clockd_id_bound({at}) || '-8' || substr(h, 1, 3) || '-a' || substr(h, 4, 3) || '-' || substr(h, 7, 12) "
+    "FROM md5({key}) AS h)"
 )
-
-
-def _id_bound(at: datetime) -> str:
-    """The text every id of an instant at or after ``at`` sorts at or after (bytewise, as
-    the id column's COLLATE "C" compares): the 12 hex digits of its Unix milliseconds."""
-    ms = f"{(at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1):012x}"
-    return f"{ms[:8]}-{ms[8:]}"
 
 
 def _load(conn: psycopg.Connection[tuple[Any, ...]], schedule_id: str, n: int) -> None:
@@ -169,7 +162,8 @@ def _prototype(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
             # fillfactor as the flat table's (schema 0004): room for HOT updates.
             conn.execute(
                 f"CREATE TABLE {table}_{day:02d} PARTITION OF {table} "
-                f"FOR VALUES FROM ('{_id_bound(lo)}') TO ('{_id_bound(hi)}') {_storage(table)}"
+                f"FOR VALUES FROM (clockd_id_bound('{lo.isoformat()}')) TO (clockd_id_bound('{hi.isoformat()}')) "
+                f"{_storage(table)}"
             )
     for table in ("p_occurrences", "p_attempts"):
         conn.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT {_storage(table)}")

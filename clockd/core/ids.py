@@ -24,7 +24,8 @@ def occurrence_id(schedule_id: str, version: int, scheduled_for: datetime) -> st
     if scheduled_for.tzinfo is None:
         raise ValueError("occurrence_id needs an aware datetime")
     stamp = scheduled_for if scheduled_for.tzinfo is UTC else scheduled_for.astimezone(UTC)
-    return _time_ordered(_unix_ms_hex(stamp), f"{schedule_id}|{version}|{_utc_text(stamp)}")
+    text, unix_ms_hex = _instant_key(stamp)
+    return _time_ordered(unix_ms_hex, f"{schedule_id}|{version}|{text}")
 
 
 def legacy_occurrence_id(schedule_id: str, version: int, scheduled_for: datetime) -> str:
@@ -33,16 +34,7 @@ def legacy_occurrence_id(schedule_id: str, version: int, scheduled_for: datetime
     if scheduled_for.tzinfo is None:
         raise ValueError("legacy_occurrence_id needs an aware datetime")
     stamp = scheduled_for.astimezone(UTC)
-    return str(uuid.uuid5(OCCURRENCE_NAMESPACE, f"{schedule_id}|{version}|{_utc_text(stamp)}"))
-
-
-@lru_cache(maxsize=8192)
-def _utc_text(instant: datetime) -> str:
-    """``instant`` (UTC) to the microsecond, as the id's key spells it. Cached: formatting
-    was half of an id's cost (~2 µs on this VM), and the schedules a materializer pass
-    plans share their instants (a minute's cron fires, a burst at the top of the hour);
-    a hit costs a dict lookup. Keys are UTC only, so equal keys format alike."""
-    return instant.isoformat(timespec="microseconds")
+    return str(uuid.uuid5(OCCURRENCE_NAMESPACE, f"{schedule_id}|{version}|{_instant_key(stamp)[0]}"))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -51,12 +43,16 @@ _MS_MAX = (1 << 48) - 1
 
 
 @lru_cache(maxsize=8192)
-def _unix_ms_hex(instant: datetime) -> str:
-    """The instant's Unix milliseconds (floored, exact: integer arithmetic on the
-    timedelta) as the 12 hex digits an id leads with; clamped to 48 bits, which reach the
-    year 10889 (an instant before 1970 leads with zeros). Cached like :func:`_utc_text`."""
+def _instant_key(instant: datetime) -> tuple[str, str]:
+    """What an id takes of ``instant`` (UTC): its text to the microsecond, as the id's
+    name spells it, and its Unix milliseconds (floored, exact: integer arithmetic on the
+    timedelta) as the 12 hex digits the id leads with, clamped to 48 bits, which reach the
+    year 10889 (an instant before 1970 leads with zeros). Cached: formatting was half of an
+    id's cost (~2 µs on this VM), and the schedules a materializer pass plans share their
+    instants (a minute's cron fires, a burst at the top of the hour); a hit costs a dict
+    lookup. Keys are UTC only, so equal keys format alike."""
     ms = min(max((instant - _EPOCH) // _MS, 0), _MS_MAX)
-    return f"{ms:012x}"
+    return instant.isoformat(timespec="microseconds"), f"{ms:012x}"
 
 
 _NAMESPACE_BYTES = OCCURRENCE_NAMESPACE.bytes
@@ -84,7 +80,7 @@ def manual_occurrence_id(schedule_id: str, requested_at: datetime, nonce: str) -
     name differs), time-ordered by the instant it was asked for."""
     stamp = requested_at.astimezone(UTC)
     key = f"manual|{schedule_id}|{requested_at.isoformat(timespec='microseconds')}|{nonce}"
-    return _time_ordered(_unix_ms_hex(stamp), key)
+    return _time_ordered(_instant_key(stamp)[1], key)
 
 
 def new_schedule_id() -> str:

@@ -223,6 +223,14 @@ async def running(store: Store, name: str = "backup", **changes: Unpack[Changes]
     return schedule, await claim_one(store)
 
 
+async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
+    """The one value of a PostgreSQL query (psycopg placeholders) run on its own connection."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        row = await (await conn.execute(query, params)).fetchone()
+        assert row is not None
+        return row[0]
+
+
 async def foreign_keys(dsn: str, where: str) -> list[str]:
     """Names of the PostgreSQL foreign keys matching ``where`` (a condition on
     ``pg_constraint``, ours), sorted: what a schema test expects to be gone."""

@@ -9,7 +9,6 @@ owns no table, does all of it through the functions the migration made."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,29 +21,13 @@ from clockd.store import Completion, CursorAdvance, Fence
 from clockd.store.postgres.store import MIGRATIONS, PostgresStore
 from tests.harness import PostgresServer
 
-from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, planned
+from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, planned, scalar
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
 LEADER = Fence("leader", 1)
 WEEK = "20260223"  # T0 (Sunday 2026-03-01) falls in the week from Monday 2026-02-23
 DAY = timedelta(days=1)
-
-
-@pytest.fixture
-async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
-    made = PostgresStore(pg_dsn, max_size=4)
-    await made.open()
-    try:
-        yield made
-    finally:
-        await made.close()
-
-
-async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        row = await (await conn.execute(query, params)).fetchone()
-        return None if row is None else row[0]
 
 
 async def week_exists(dsn: str, week: str = WEEK) -> bool:
@@ -72,9 +55,9 @@ async def dead(store: PostgresStore, claims: list[Any], at: datetime) -> None:
     assert await store.finish(done, at) == {c.lease_token for c in claims}
 
 
-async def test_the_leader_makes_the_weeks_around_now(store: PostgresStore, pg_dsn: str) -> None:
+async def test_the_leader_makes_the_weeks_around_now(pg_store: PostgresStore, pg_dsn: str) -> None:
     assert not await week_exists(pg_dsn)
-    assert await store.prune(LEADER, T0 - 365 * DAY, 100, T0) == 0
+    assert await pg_store.prune(LEADER, T0 - 365 * DAY, 100, T0) == 0
     for week in ("20260216", WEEK, "20260302", "20260309"):  # a week back to two ahead
         assert await week_exists(pg_dsn, week), week
     assert not await week_exists(pg_dsn, "20260316")
@@ -82,74 +65,76 @@ async def test_the_leader_makes_the_weeks_around_now(store: PostgresStore, pg_ds
     names = await scalar(pg_dsn, "SELECT array_agg(indexname ORDER BY indexname) FROM pg_indexes WHERE tablename = %s",
                          (f"occurrences_w{WEEK}",))  # fmt: skip
     assert names == [f"occurrences_w{WEEK}_{n}" for n in ("by_schedule", "dead", "not_run", "pkey", "recent")]
-    claims = await claimed(store, 3)
+    claims = await claimed(pg_store, 3)
     where = await scalar(pg_dsn, "SELECT array_agg(DISTINCT tableoid::regclass::text) FROM occurrences")
     assert where == [f"occurrences_w{WEEK}"] and len(claims) == 3
 
 
-async def test_a_finished_week_is_retired_whole_with_its_attempts(store: PostgresStore, pg_dsn: str) -> None:
-    await store.prune(LEADER, T0 - 365 * DAY, 100, T0)
-    claims = await claimed(store, 5)
-    await dead(store, claims, T0 + 2 * MIN)
-    assert len(await store.list_attempts(claims[0].occurrence_id)) == 1
+async def test_a_finished_week_is_retired_whole_with_its_attempts(pg_store: PostgresStore, pg_dsn: str) -> None:
+    await pg_store.prune(LEADER, T0 - 365 * DAY, 100, T0)
+    claims = await claimed(pg_store, 5)
+    await dead(pg_store, claims, T0 + 2 * MIN)
+    assert len(await pg_store.list_attempts(claims[0].occurrence_id)) == 1
     # A limit of 0: the row delete takes nothing, so what goes is the week's drop.
-    assert await store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 5
+    assert await pg_store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 5
     assert not await week_exists(pg_dsn)
     assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences") == 0
     assert await scalar(pg_dsn, "SELECT count(*) FROM attempts") == 0
-    assert await store.get_occurrence(claims[0].occurrence_id) is None
+    assert await pg_store.get_occurrence(claims[0].occurrence_id) is None
     # The empty weeks that ended went too; the week the cutoff falls in stays.
     assert not await week_exists(pg_dsn, "20260302")
     assert await week_exists(pg_dsn, "20260330")
-    assert await store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 0
+    assert await pg_store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 0
 
 
-async def test_a_week_holding_a_live_run_stays_until_it_ends(store: PostgresStore, pg_dsn: str) -> None:
-    await store.prune(LEADER, T0 - 365 * DAY, 100, T0)
-    claims = await claimed(store, 3)
-    await dead(store, claims[:2], T0 + 2 * MIN)  # the third is still running
+async def test_a_week_holding_a_live_run_stays_until_it_ends(pg_store: PostgresStore, pg_dsn: str) -> None:
+    await pg_store.prune(LEADER, T0 - 365 * DAY, 100, T0)
+    claims = await claimed(pg_store, 3)
+    await dead(pg_store, claims[:2], T0 + 2 * MIN)  # the third is still running
     # The week stays whole; the row delete takes its two ended runs.
-    assert await store.prune(LEADER, T0 + 30 * DAY, 100, T0 + 30 * DAY) == 2
+    assert await pg_store.prune(LEADER, T0 + 30 * DAY, 100, T0 + 30 * DAY) == 2
     assert await week_exists(pg_dsn)
-    live = await store.get_occurrence(claims[2].occurrence_id)
+    live = await pg_store.get_occurrence(claims[2].occurrence_id)
     assert live is not None and live.state is OccurrenceState.RUNNING
     # A run that finished after the cutoff keeps its week too.
-    await dead(store, claims[2:], T0 + 31 * DAY)
-    assert await store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 0
+    await dead(pg_store, claims[2:], T0 + 31 * DAY)
+    assert await pg_store.prune(LEADER, T0 + 30 * DAY, 0, T0 + 30 * DAY) == 0
     assert await week_exists(pg_dsn)
-    assert await store.prune(LEADER, T0 + 32 * DAY, 0, T0 + 32 * DAY) == 1
+    assert await pg_store.prune(LEADER, T0 + 32 * DAY, 0, T0 + 32 * DAY) == 1
     assert not await week_exists(pg_dsn)
 
 
-async def test_a_week_with_a_queued_run_is_not_dropped(store: PostgresStore, pg_dsn: str) -> None:
+async def test_a_week_with_a_queued_run_is_not_dropped(pg_store: PostgresStore, pg_dsn: str) -> None:
     """The census reads without a lock; a run queued since (a dead letter replayed) has a
     queue row, which the drop looks for under the lock its detach takes."""
-    await store.prune(LEADER, T0 - 365 * DAY, 100, T0)
-    await claimed(store, 1)  # RUNNING: its dispatch row holds the lease
+    await pg_store.prune(LEADER, T0 - 365 * DAY, 100, T0)
+    await claimed(pg_store, 1)  # RUNNING: its dispatch row holds the lease
     monday = datetime.fromisoformat("2026-02-23T00:00:00+00:00")
     assert await scalar(pg_dsn, "SELECT clockd_history_drop(%s)", (monday,)) is False
     assert await week_exists(pg_dsn)
     assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences") == 1
 
 
-async def test_a_new_week_takes_over_the_rows_of_its_range_from_the_default(store: PostgresStore, pg_dsn: str) -> None:
+async def test_a_new_week_takes_over_the_rows_of_its_range_from_the_default(
+    pg_store: PostgresStore, pg_dsn: str
+) -> None:
     """Rows of a week nobody made a partition for yet (and the uuid5 ids an older store
     wrote, spread over every range) are in the DEFAULT; making the week moves them."""
     later = T0 + 60 * DAY  # week of Monday 2026-04-27
-    claims = await claimed(store, 2, later)
-    await dead(store, claims[:1], later + 2 * MIN)
+    claims = await claimed(pg_store, 2, later)
+    await dead(pg_store, claims[:1], later + 2 * MIN)
     where = "SELECT array_agg(DISTINCT tableoid::regclass::text) FROM {} WHERE occurrence_id = ANY(%s)"
     ids = [c.occurrence_id for c in claims]
     assert await scalar(pg_dsn, where.format("attempts"), (ids,)) == ["attempts_default"]
-    await store.prune(LEADER, T0 - 365 * DAY, 100, later)
+    await pg_store.prune(LEADER, T0 - 365 * DAY, 100, later)
     assert await scalar(pg_dsn, where.format("attempts"), (ids,)) == ["attempts_w20260427"]
     moved = "SELECT array_agg(DISTINCT tableoid::regclass::text) FROM occurrences WHERE id = ANY(%s)"
     assert await scalar(pg_dsn, moved, (ids,)) == ["occurrences_w20260427"]
-    running = await store.get_occurrence(claims[1].occurrence_id)
+    running = await pg_store.get_occurrence(claims[1].occurrence_id)
     assert running is not None and running.state is OccurrenceState.RUNNING
-    ended = await store.get_occurrence(claims[0].occurrence_id)
+    ended = await pg_store.get_occurrence(claims[0].occurrence_id)
     assert ended is not None and ended.state is OccurrenceState.DEAD  # generated columns recomputed
-    assert [o.id for o in await store.list_dead()] == [claims[0].occurrence_id]
+    assert [o.id for o in await pg_store.list_dead()] == [claims[0].occurrence_id]
 
 
 async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) -> None:
@@ -187,10 +172,10 @@ async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) ->
         pg_server.drop_database(name)
 
 
-async def test_the_daemons_role_keeps_the_weeks_without_owning_a_table(store: PostgresStore, pg_dsn: str) -> None:
+async def test_the_daemons_role_keeps_the_weeks_without_owning_a_table(pg_store: PostgresStore, pg_dsn: str) -> None:
     """clockd_daemon of roles.sql owns nothing; the migration's functions run as their
     owner and do only the partitions' upkeep. (A login role of its own in the group.)"""
-    await store.create_roles()
+    await pg_store.create_roles()
     role = f"node_{uuid.uuid4().hex[:8]}"
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await conn.execute(f"CREATE ROLE {role} LOGIN IN ROLE clockd_daemon")
@@ -218,7 +203,7 @@ async def test_the_daemons_role_keeps_the_weeks_without_owning_a_table(store: Po
             await conn.execute(f"DROP ROLE {role}")
 
 
-async def test_a_role_with_table_rights_only_still_prunes_row_by_row(store: PostgresStore, pg_dsn: str) -> None:
+async def test_a_role_with_table_rights_only_still_prunes_row_by_row(pg_store: PostgresStore, pg_dsn: str) -> None:
     """A role given the tables but not clockd_daemon's functions (its own grants, as before
     schema 0017 worked): prune says once that it keeps no partitions and deletes as before."""
     role = f"dml_{uuid.uuid4().hex[:8]}"
@@ -228,8 +213,8 @@ async def test_a_role_with_table_rights_only_still_prunes_row_by_row(store: Post
     plain = PostgresStore(psycopg.conninfo.make_conninfo(pg_dsn, user=role), max_size=2)
     try:
         await plain.open()
-        claims = await claimed(store, 2)  # no week made around T0: the DEFAULT holds them
-        await dead(store, claims, T0 + 2 * MIN)
+        claims = await claimed(pg_store, 2)  # no week made around T0: the DEFAULT holds them
+        await dead(pg_store, claims, T0 + 2 * MIN)
         assert await plain.prune(LEADER, T0 + 30 * DAY, 100, T0 + 30 * DAY) == 2
         assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences") == 0
         assert not await week_exists(pg_dsn, "20260330")

@@ -25,7 +25,7 @@ from clockd.store.postgres import PostgresStore
 from clockd.store.postgres.store import KNOWN_VERSION, MIGRATIONS, PG, Q
 from tests.harness import PostgresServer, free_port
 
-from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, planned, running
+from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, planned, running, scalar
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -100,13 +100,6 @@ async def waiting_on_a_lock(dsn: str, count: int, *, statement: str = "") -> Non
             return
         assert time.monotonic() < deadline, f"{waiting} of {count} sessions waiting on a lock"
         await asyncio.sleep(0.01)
-
-
-async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        row = await (await conn.execute(query, params)).fetchone()
-        assert row is not None
-        return row[0]
 
 
 # -- several processes on one database -------------------------------------------------------
