@@ -245,11 +245,7 @@ def _create(dsn: str, rows: list[bulk.Row], now: datetime, sample: int) -> tuple
         bulk.create_via_store(dsn, rest, now)
         how = "apply_schedules"
     else:
-        bulk.copy_schedules(dsn, rest)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            # What autovacuum would do after a bulk load (the store itself never ANALYZEs).
-            conn.execute("ANALYZE schedules")
-            conn.execute("ANALYZE schedule_versions")
+        bulk.copy_schedules(dsn, rest)  # and ANALYZEs, as autovacuum would after a bulk load
         how = f"{sample // 1000}k apply_schedules + COPY"
     return rate, how, time.monotonic() - began
 
@@ -857,8 +853,6 @@ def scale(srv: Servers, n: int, sample: int, run_for: float) -> list[Row]:
             copy_rate = len(rows) / copied if rows else float("nan")
             del rows
             with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute("ANALYZE schedules")
-                conn.execute("ANALYZE schedule_versions")
                 (active,) = _one(conn, "SELECT count(*) FROM schedules WHERE state = 'active'")
             log(f"{label}: {active:,} active schedules ({n - sample:,} COPYed at {copy_rate:,.0f}/s)")
             rows_out = [
