@@ -332,6 +332,7 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
                 ).fetchall()
                 (succeeded,) = _one(conn, "SELECT count(*) FROM occurrences WHERE state = 'SUCCEEDED'")
                 size = _size_mib(conn)
+                log(f"{label}: {_tables(conn)}")
             rss = cluster.peak_rss_mb()
         mat_rate, mat_first, mat_full = progress.rate(1, n)
         _, _, staged_full = progress.rate(3, n)
@@ -474,7 +475,7 @@ _BEHIND_SQL = (
 _TABLES_SQL = (
     "SELECT /* bench */ t.name, sum(s.n_live_tup)::bigint, sum(s.n_dead_tup)::bigint, "
     "sum(s.autovacuum_count)::bigint, sum(pg_relation_size(s.relid)) / 1048576.0, "
-    "sum(pg_indexes_size(s.relid)) / 1048576.0 "
+    "sum(pg_indexes_size(s.relid)) / 1048576.0, sum(s.n_tup_upd)::bigint, sum(s.n_tup_hot_upd)::bigint "
     "FROM unnest(ARRAY['dispatch', 'occurrences']) AS t(name) "
     "JOIN pg_stat_user_tables AS s ON s.relid = t.name::regclass "
     "OR s.relid IN (SELECT relid FROM pg_partition_tree(t.name::regclass)) GROUP BY t.name ORDER BY t.name"
@@ -483,8 +484,9 @@ _TABLES_SQL = (
 
 def _tables(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
     return "; ".join(
-        f"{name} live {live:,} dead {dead:,} autovacuums {vacuums} heap {heap:.0f} MiB indexes {idx:.0f} MiB"
-        for name, live, dead, vacuums, heap, idx in conn.execute(_TABLES_SQL).fetchall()
+        f"{name} live {live:,} dead {dead:,} autovacuums {vacuums} heap {heap:.0f} MiB indexes {idx:.0f} MiB "
+        f"updates {updates:,} ({hot / updates if updates else 0:.0%} HOT)"
+        for name, live, dead, vacuums, heap, idx, updates, hot in conn.execute(_TABLES_SQL).fetchall()
     )
 
 
