@@ -11,10 +11,9 @@ Connections: a ``psycopg_pool.AsyncConnectionPool`` (``min_size``..``max_size``)
 by ``open()`` and closed by ``close()``. Every connection starts with
 ``plan_cache_mode = force_custom_plan`` (a statement prepared while the queue was
 empty kept a generic plan after a bulk load: 240 ms instead of 8 ms per claim),
-``jit = off`` (compiling costs more than these short statements), ``TimeZone = UTC``
-(psycopg then hands back ``datetime.UTC`` instants) and, unless the DSN's ``options``
-say otherwise, ``random_page_cost = 1.1`` (``PLANNER_DEFAULTS``), sent as startup
-``options`` so they cost no round trip. Connections run in autocommit: a read is one statement, a
+``jit = off`` (compiling costs more than these short statements) and ``TimeZone = UTC``
+(psycopg then hands back ``datetime.UTC`` instants), sent as startup ``options`` so
+they cost no round trip. Connections run in autocommit: a read is one statement, a
 write is one explicit transaction (``conn.transaction()``) that commits or rolls back
 entirely.
 
@@ -72,14 +71,6 @@ KNOWN_VERSION: Final = MIGRATIONS[-1].version if MIGRATIONS else 0
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 # Every connection of the store, set at connection start (no round trip).
 SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c TimeZone=UTC"
-# Planner costs for a store whose hot rows are cached (the queue, the due schedules, the
-# recent history): PostgreSQL's default random_page_cost of 4 prices a page reached by
-# an index as four read sequentially, a disk that seeks. With it the materializer's cursor
-# move of a 1,000-schedule batch hashed a scan of all 20,000 schedules (10-15 ms a batch,
-# half of the pass) instead of probing the key. 1.1 is the usual setting for SSDs and
-# cached data. Sent before the DSN's own options, so `options=-c random_page_cost=...` in
-# the DSN overrides it.
-PLANNER_DEFAULTS: Final = "-c random_page_cost=1.1"
 
 # The queries this driver's own steps run (the engine's are in clockd.store.engine).
 DRIVER_QUERIES: Final = frozenset(
@@ -118,13 +109,10 @@ class PostgresDriver:
         self.migrations = MIGRATIONS  # what migrate() applies (an upgrade test stops short)
 
     def _connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of every connection: the DSN's own ``options`` between the
-        planner defaults (which they may override) and the session settings (which they
-        may not)."""
+        """Keyword arguments of every connection: the session settings are appended to
+        whatever ``options`` the DSN already carries."""
         given = conninfo_to_dict(self.dsn)
-        options = " ".join(
-            part for part in (PLANNER_DEFAULTS, str(given.get("options") or ""), SESSION_OPTIONS) if part
-        )
+        options = f"{given['options']} {SESSION_OPTIONS}" if given.get("options") else SESSION_OPTIONS
         kwargs: dict[str, Any] = {"autocommit": True, "options": options}
         if "connect_timeout" not in given:
             kwargs["connect_timeout"] = max(1, round(self.connect_timeout))
