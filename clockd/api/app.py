@@ -39,10 +39,23 @@ log = logging.getLogger(__name__)
 
 
 def _wrap(ep: Endpoint) -> Any:
+    # The query parameters the endpoint declares (its OpenAPI parameters), and `tenant`,
+    # which every endpoint takes (a cluster-admin naming the tenant it acts in:
+    # clockd.api.auth.tenant_of). Any other is a typo the client would otherwise never
+    # hear of (`?limt=5` listed 100): 422.
+    accepted = frozenset(p.name for p in ep.params if p.where == "query") | {"tenant"}
+    takes = ", ".join(sorted(accepted))
+
     async def run(request: Request) -> Response:
         try:
             who = await authenticate(request)
             require(who, ep.role)
+            unknown = sorted(set(request.query_params) - accepted)
+            if unknown:
+                raise Problem(
+                    "invalid-input",
+                    f"{unknown[0]}: not a query parameter of {ep.method} {ep.path} (it takes {takes})",
+                )
             return await ep.handler(request, who)
         except Problem as problem:
             return problem.response(request.url.path)
@@ -59,8 +72,22 @@ def _wrap(ep: Endpoint) -> Any:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 405:
-        return Problem("method-not-allowed", f"{request.method} is not allowed on {request.url.path}").response()
+        # RFC 9110 §15.5.6: a 405 names the methods the resource has. Each endpoint is a
+        # route of its own method, and Starlette's exception lists only the first route
+        # whose path matched, so the methods are gathered from every route here.
+        allow = ", ".join(_methods_at(request.app.routes, request.url.path))
+        detail = f"{request.method} is not allowed on {request.url.path} (allowed: {allow})"
+        return Problem("method-not-allowed", detail, headers={"Allow": allow}).response()
     return Problem("not-found", f"no route {request.url.path} (GET /v1/openapi.json lists them)").response()
+
+
+def _methods_at(routes: Sequence[BaseRoute], path: str) -> list[str]:
+    """The methods the routes answer at ``path`` (HEAD with GET, as Starlette serves it)."""
+    methods: set[str] = set()
+    for route in routes:
+        if isinstance(route, Route) and route.methods and route.path_regex.match(path):
+            methods |= route.methods
+    return sorted(methods)
 
 
 Direct = Callable[[Request], Awaitable[Response]]

@@ -233,9 +233,14 @@ def test_bad_input_gets_the_right_4xx_and_writes_nothing(api: ApiServer) -> None
         problem(http.post("/v1/schedules", json=[1, 2]), 422, "invalid-input")
         problem(http.get("/v1/schedules", params={"limit": "0"}), 422, "invalid-input")
         problem(http.get("/v1/schedules", params={"cursor": "!!"}), 422, "invalid-input")
+        typo = problem(http.get("/v1/schedules", params={"limt": "5"}), 422, "invalid-input")
+        assert typo["detail"].startswith("limt: not a query parameter of GET /v1/schedules (it takes cursor, label,")
+        problem(http.post("/v1/schedules", json=job(), params={"dry": "1"}), 422, "invalid-input")
         problem(http.get("/v1/occurrences", params={"since": "yesterday-ish"}), 422, "invalid-input")
         problem(http.post("/v1/schedules/none/pause", json={"why": 1}), 422, "invalid-input")
-        problem(http.delete("/v1/schedules"), 405, "method-not-allowed")
+        not_allowed = http.delete("/v1/schedules")  # RFC 9110: a 405 says what is allowed
+        assert "allowed: GET, HEAD, POST" in problem(not_allowed, 405, "method-not-allowed")["detail"]
+        assert not_allowed.headers["allow"] == "GET, HEAD, POST"
         problem(http.get("/v1/nothing-here"), 404, "not-found")
         bad_apply = http.post("/v1/apply", json={"jobs": [job("a"), job("b", tz="Mars/Base")]})
         assert problem(bad_apply, 422, "invalid-input")["errors"][0]["pointer"] == "/jobs/1/tz"
