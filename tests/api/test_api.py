@@ -166,7 +166,8 @@ def test_another_tenants_token_gets_404_on_every_route_and_changes_nothing(api: 
                 continue
             path = _fill(ep.path, "email", occurrence)
             body = job() if ep.body in ("Job",) else {}
-            response = http.request(ep.method, path, json=body, params={"at": "now"})
+            params = {"at": "now"} if any(p.name == "at" for p in ep.params) else {}  # explain's
+            response = http.request(ep.method, path, json=body, params=params)
             problem(response, 404, "not-found")
             checked += 1
         # Lists and tenant-wide reads show nothing of acme.
