@@ -82,11 +82,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def _methods_at(routes: Sequence[BaseRoute], path: str) -> list[str]:
-    """The methods the routes answer at ``path`` (HEAD with GET, as Starlette serves it)."""
+    """The methods the routes answer at ``path`` (HEAD with GET, as Starlette serves it),
+    the dashboard's under its mount included."""
     methods: set[str] = set()
     for route in routes:
         if isinstance(route, Route) and route.methods and route.path_regex.match(path):
             methods |= route.methods
+        elif isinstance(route, Mount) and path.startswith(route.path + "/"):
+            methods.update(_methods_at(route.routes, path[len(route.path) :]))
     return sorted(methods)
 
 

@@ -242,6 +242,7 @@ def test_bad_input_gets_the_right_4xx_and_writes_nothing(api: ApiServer) -> None
         not_allowed = http.delete("/v1/schedules")  # RFC 9110: a 405 says what is allowed
         assert "allowed: GET, HEAD, POST" in problem(not_allowed, 405, "method-not-allowed")["detail"]
         assert not_allowed.headers["allow"] == "GET, HEAD, POST"
+        assert http.post("/ui/schedules").headers["allow"] == "GET, HEAD"  # the dashboard's pages too
         problem(http.get("/v1/nothing-here"), 404, "not-found")
         bad_apply = http.post("/v1/apply", json={"jobs": [job("a"), job("b", tz="Mars/Base")]})
         assert problem(bad_apply, 422, "invalid-input")["errors"][0]["pointer"] == "/jobs/1/tz"
