@@ -5,7 +5,9 @@ over the limit (413), a body that grows past it while streaming (413), one not r
 within ``body_timeout`` (408: slow clients hold no worker for long), a content type that
 is not JSON (415), nesting deeper than ``max_depth`` (422,
 measured iteratively after parsing; the parser's own recursion limit is far beyond),
-and anything ``json`` refuses (400).
+a key given twice in one object (422: ``json`` keeps the last silently, so
+``{"schedule": "0 9 * * *", …, "schedule": "0 21 * * *"}`` ran at 21:00; schedule files
+refuse duplicate keys as well) and anything ``json`` refuses (400).
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ async def read_json(request: Request, limits: Limits, *, optional: bool = False)
     text = _decode(raw)
     deep = Problem("too-deep", f"the JSON is nested more than {limits.max_depth} levels deep; flatten it")
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except RecursionError:  # the C scanner's own limit: far deeper than ours anyway
         raise deep from None
+    except _DuplicateKey as exc:
+        raise Problem("invalid-input", f"{exc.key}: given twice in one JSON object; send each key once") from None
     except ValueError as exc:
         raise Problem("malformed-json", f"the body is not valid JSON: {exc}") from None
     if _too_deep(data, limits.max_depth):
@@ -146,3 +150,20 @@ def _too_deep(data: Any, limit: int) -> bool:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key}: duplicate key")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return found

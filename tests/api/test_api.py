@@ -225,6 +225,9 @@ def test_bad_input_gets_the_right_4xx_and_writes_nothing(api: ApiServer) -> None
         problem(http.post("/v1/schedules", content=huge, headers=raw), 413, "body-too-large")
         deep = '{"name": "x", "labels": ' + "[" * 40 + "]" * 40 + "}"
         problem(http.post("/v1/schedules", content=deep, headers=raw), 422, "too-deep")
+        twice = '{"name": "x", "schedule": "0 9 * * *", "command": ["/bin/true"], "schedule": "0 21 * * *"}'
+        dup = problem(http.post("/v1/schedules", content=twice, headers=raw), 422, "invalid-input")
+        assert dup["detail"].startswith("schedule: given twice")
         unknown = problem(http.post("/v1/schedules", json=job(colour="blue")), 422, "invalid-input")
         assert [e["pointer"] for e in unknown["errors"]] == ["/colour"]
         cron = problem(http.post("/v1/schedules", json=job(schedule="0 25 * * *")), 422, "invalid-input")
