@@ -94,10 +94,33 @@ class ClaimRequest:
     rules: dict[str, Any]  # policy parameters (default overlap, reason templates, states)
 
 
+class HistoryPartitions(Protocol):
+    """A dialect's upkeep of history kept in partitions, for ``SqlStore.prune`` (which
+    decides what to drop). Each step runs in a transaction of its own."""
+
+    def extend(self, params: dict[str, Any]) -> Body[int]:
+        """Make the weekly partitions from the week holding ``since`` to the one holding
+        ``upto`` that do not exist; the number made."""
+        ...
+
+    def census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
+        """(week, occurrences, live) of each weekly partition whose week ended by ``before``;
+        live: those not both terminal and finished before ``before``."""
+        ...
+
+    def drop(self, params: dict[str, Any]) -> Body[bool]:
+        """Drop the partitions of ``week`` unless one of its occurrences is queued; true if
+        dropped."""
+        ...
+
+
 class Driver(Protocol):
     """What a dialect gives the engine. See the module docstring."""
 
     display: str  # where the store is, for messages
+    # History kept in partitions (PostgreSQL schema 0017); None: the dialect has none, and
+    # history goes by the row delete alone (prune runs no partition step at all).
+    history: HistoryPartitions | None
 
     async def open(self) -> None: ...
 
@@ -189,24 +212,6 @@ class Driver(Protocol):
     def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         """finish's claims that end: ``leases_held``'s rows (same columns) for ``tokens``
         whose occurrence is ``running``, their ``dispatch`` rows deleted."""
-        ...
-
-    # History in partitions (PostgreSQL schema 0017; a dialect without them returns 0, [],
-    # False and keeps the row delete alone). Each runs in a transaction of its own.
-
-    def history_extend(self, params: dict[str, Any]) -> Body[int]:
-        """Make the weekly partitions from the week holding ``since`` to the one holding
-        ``upto`` that do not exist; the number made."""
-        ...
-
-    def history_census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
-        """(week, occurrences, live) of each weekly partition whose week ended by ``before``;
-        live: those not both terminal and finished before ``before``."""
-        ...
-
-    def history_drop(self, params: dict[str, Any]) -> Body[bool]:
-        """Drop the partitions of ``week`` unless one of its occurrences is queued; true if
-        dropped."""
         ...
 
 

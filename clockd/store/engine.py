@@ -1268,18 +1268,20 @@ class SqlStore:
 
     async def _retire_weeks(self, before: datetime, now: datetime) -> int:
         """``prune``'s partition upkeep: the weeks around ``now`` made, then every ended week
-        with no live row dropped; the occurrences dropped. A driver without partitions
-        answers each step with nothing."""
-        d = self.driver
-        await self._write(d.history_extend({"since": d.instant(now - HISTORY_BEHIND),
-                                            "upto": d.instant(now + HISTORY_AHEAD)}))  # fmt: skip
+        with no live row dropped; the occurrences dropped. Nothing for a driver without
+        partitions (``Driver.history`` None)."""
+        d, history = self.driver, self.driver.history
+        if history is None:
+            return 0
+        await self._write(history.extend({"since": d.instant(now - HISTORY_BEHIND),
+                                          "upto": d.instant(now + HISTORY_AHEAD)}))  # fmt: skip
         retired = 0
-        weeks: list[tuple[datetime, int, int]] = await self._read(d.history_census({"before": d.instant(before)}))
+        weeks: list[tuple[datetime, int, int]] = await self._read(history.census({"before": d.instant(before)}))
         for week, count, live in weeks:
             # A deposed leader's drop is the same verdict as its successor's: no fence. A
             # week with a live row stays whole (and is counted again at the next prune);
             # the row delete takes its ended rows.
-            if not live and await self._write(d.history_drop({"week": week})):
+            if not live and await self._write(history.drop({"week": week})):
                 retired += count
                 log.info("retired the history of the week of %s: %d occurrences", week.date(), count,
                          extra={"action": "history_week_retired", "count": count})  # fmt: skip

@@ -52,7 +52,18 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from clockd.config import redact_dsn
 from clockd.errors import SchemaMismatch, StoreLocked, StorePermissionDenied, StoreUnavailable
 from clockd.store import LagStats
-from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Script, Step, drive_async
+from clockd.store.driver import (
+    Body,
+    ClaimRequest,
+    HistoryPartitions,
+    Integrity,
+    Mode,
+    Pipeline,
+    Run,
+    Script,
+    Step,
+    drive_async,
+)
 from clockd.store.engine import SqlStore
 from clockd.store.sql import apply_migration, check_schema, load_migrations, load_queries, log_applied, trusted_sql
 
@@ -107,6 +118,7 @@ class PostgresDriver:
         self._where, self._password = _describe(dsn)
         self._pool: Pool | None = None
         self.migrations = MIGRATIONS  # what migrate() applies (an upgrade test stops short)
+        self.history: HistoryPartitions | None = _WeeklyPartitions()
 
     def _connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every connection: the session settings are appended to
@@ -425,15 +437,20 @@ class PostgresDriver:
         rows: list[Sequence[Any]] = yield Run("leases_end", params)
         return rows
 
-    def history_extend(self, params: dict[str, Any]) -> Body[int]:
+
+class _WeeklyPartitions:
+    """History in weekly partitions (schema 0017): each step one call of the migration's
+    SECURITY DEFINER functions."""
+
+    def extend(self, params: dict[str, Any]) -> Body[int]:
         made = yield Run("history_extend", params, "one")
         return int(made[0]) if made else 0
 
-    def history_census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
+    def census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
         rows: list[Sequence[Any]] = yield Run("history_census", params)
         return [(week, int(count), int(live)) for week, count, live in rows]
 
-    def history_drop(self, params: dict[str, Any]) -> Body[bool]:
+    def drop(self, params: dict[str, Any]) -> Body[bool]:
         dropped = yield Run("history_drop", params, "one")
         return bool(dropped and dropped[0])
 

@@ -45,7 +45,18 @@ from typing import Any, Final, LiteralString, TypeVar
 from clockd.core.model import OverlapPolicy
 from clockd.errors import StoreLocked, StoreUnavailable
 from clockd.store.codec import dumps, duration_to_us, from_us, neighbour_lag_stats, opt_from_us, opt_to_us, to_us
-from clockd.store.driver import Body, ClaimRequest, Integrity, Mode, Pipeline, Run, Script, Step, drive_sync
+from clockd.store.driver import (
+    Body,
+    ClaimRequest,
+    HistoryPartitions,
+    Integrity,
+    Mode,
+    Pipeline,
+    Run,
+    Script,
+    Step,
+    drive_sync,
+)
 from clockd.store.engine import SqlStore
 from clockd.store.sql import apply_migration, check_schema, load_migrations, load_queries, log_applied, trusted_sql
 from clockd.store.sqlite import files
@@ -117,6 +128,9 @@ class SqliteDriver:
 
     def __init__(self, path: Path, readonly: bool, busy_timeout: float, create: bool, owner_only: bool) -> None:
         self.path = path
+        # No partitions: an embedded store's history goes by the row delete alone
+        # (PostgreSQL's migration 0017 says why that is enough here).
+        self.history: HistoryPartitions | None = None
         self.readonly = readonly
         # clockd.store.sqlite.files: may a missing store be created; the daemon's owner rule.
         self.create = create and not readonly
@@ -570,20 +584,6 @@ class SqliteDriver:
 
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
         return (Run("overlap_unpark", params, "none"), Run("overlap_release", params, "none"))
-
-    # SQLite has no partitions: an embedded store's history goes by the row delete (prune)
-    # alone (PostgreSQL's 0017 says why that is enough here).
-    def history_extend(self, params: dict[str, Any]) -> Body[int]:
-        return 0
-        yield  # a step, as every driver step is a generator
-
-    def history_census(self, params: dict[str, Any]) -> Body[list[tuple[datetime, int, int]]]:
-        return []
-        yield
-
-    def history_drop(self, params: dict[str, Any]) -> Body[bool]:
-        return False
-        yield
 
     def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         # No row locks to save here (one writer): read, then delete what ends. Not one
