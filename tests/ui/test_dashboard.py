@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -222,6 +223,7 @@ def test_pause_with_reason_then_the_store_says_paused(browser: Any, served: Serv
     page.get_by_role("link", name="nightly-report").click()
     page.get_by_role("link", name="Resume…").click()
     page.get_by_role("button", name="Resume").click()
+    assert "Resumed." in page.get_by_role("status").inner_text()  # the answer is in: the store is written
     assert served.call(served.store.get_schedule("team-a", "nightly-report")).state.value == "active"
 
 
@@ -263,6 +265,8 @@ def test_other_tenants_runs_and_schedules_are_not_reachable_by_url(browser: Any,
 def test_read_only_token_sees_no_buttons(browser: Any, served: Served) -> None:
     page = _sign_in(browser, served, "tok-a-reader")
     page.get_by_role("link", name="nightly-report").click()
+    # count() does not wait: on the list page still loading it would find no buttons either.
+    page.wait_for_url("**/ui/schedules/nightly-report")
     assert page.get_by_role("link", name="Pause…").count() == 0
     assert page.get_by_role("link", name="Run now…").count() == 0
     page.goto(served.url + "/ui/dlq")
@@ -272,6 +276,7 @@ def test_read_only_token_sees_no_buttons(browser: Any, served: Served) -> None:
 def test_health_page_draws_the_lag_plot(browser: Any, served: Served) -> None:
     page = _sign_in(browser, served, "tok-cluster-admin")
     page.get_by_role("link", name="Health").click()
+    page.wait_for_url("**/ui/health")  # loaded: count() does not wait for the plot to arrive
     plot = page.get_by_role("img", name="Start lag p50, p95 and p99 over the last hour, per 5 minutes")
     assert plot.count() == 1
     assert "Embedded store" in page.inner_text("main")
@@ -331,6 +336,7 @@ def test_the_cluster_health_page_is_a_cluster_admins(browser: Any, served: Serve
         page.close()
     admin = _sign_in(browser, served, "tok-cluster-admin")
     admin.get_by_role("link", name="Health").click()
+    admin.wait_for_url("**/ui/health")  # else "main" may still be the list's
     assert "Members, their modes" in admin.inner_text("main")
 
 
@@ -524,8 +530,10 @@ def test_a_schedule_name_with_a_slash_has_its_page_and_actions(browser: Any, ser
     served.call(served.ops.add(_job("team/mail", "0 9 * * *", "UTC", "team-a")))
     page = _sign_in(browser, served, "tok-a-operator")
     page.get_by_role("link", name="team/mail").click()
+    page.wait_for_url(re.compile(r"/ui/schedules/team(/|%2F)mail$"))  # the list has an h1 too
     assert page.get_by_role("heading", level=1).inner_text().strip().endswith("team/mail")
     page.get_by_role("link", name="Pause…").click()
     page.get_by_label("Reason").fill("mail server moves")
     page.get_by_role("button", name="Pause").click()
+    assert "Paused." in page.get_by_role("status").inner_text()  # the answer is in: the store is written
     assert served.call(served.store.get_schedule("team-a", "team/mail")).state.value == "paused"
