@@ -19,14 +19,13 @@ Test hooks (fault injection for the failure drills) are read in one place only,
 :meth:`Faults.from_environ`, called by the daemon's entry point; they are off (zero)
 unless a drill sets them, and no setting, flag or config key exposes them:
 
-* ``CLOCKD_FAULT_HOLD_BEFORE_COMMIT`` (seconds): the materializer holds each batch this
-  long between its lease check and its commit, as a GC pause or a VM migration would,
-  so a drill can show the fence turning the zombie's transaction away
-  (``tests/e2e/test_drills.py``).
 * ``CLOCKD_FAULT_HOLD_WHILE`` (a path): the materializer holds each batch, and the
   leader each tick, between its lease check and its write for as long as the file
-  exists, so a partition drill can make a cut-off node attempt its write after its
-  lease deadline (``tests/e2e/test_partitions.py``).
+  exists, as a GC pause, a VM migration or a partition would, so a drill can make a
+  node attempt its write after its lease deadline and show the fence turning it away
+  (``tests/e2e/test_drills.py``, ``tests/e2e/test_partitions.py``). The drill ends the
+  pause by removing the file: a pause of a fixed length raced the drill's own steps
+  on a loaded machine.
 """
 
 from __future__ import annotations
@@ -187,7 +186,6 @@ def egress_policy(settings: Settings) -> EgressPolicy:
 
 # -- test hooks -------------------------------------------------------------------------------
 
-HOLD_BEFORE_COMMIT: Final = "CLOCKD_FAULT_HOLD_BEFORE_COMMIT"
 HOLD_WHILE: Final = "CLOCKD_FAULT_HOLD_WHILE"
 
 
@@ -195,18 +193,13 @@ HOLD_WHILE: Final = "CLOCKD_FAULT_HOLD_WHILE"
 class Faults:
     """Fault injection for the failure drills; all zero (off) in production."""
 
-    hold_before_commit: float = 0.0  # seconds the materializer holds a batch before commit
     hold_while: str | None = None  # the materializer (a batch) and leader (a tick) hold while it exists
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Faults:
         """The only reader of the ``CLOCKD_FAULT_*`` variables (see the module docstring)."""
         env = os.environ if environ is None else environ
-        try:
-            hold = float(env.get(HOLD_BEFORE_COMMIT, "0") or 0)
-        except ValueError:
-            raise InvalidInput(f"{HOLD_BEFORE_COMMIT}: expected seconds, e.g. 1.5") from None
-        return cls(hold_before_commit=hold, hold_while=env.get(HOLD_WHILE) or None)
+        return cls(hold_while=env.get(HOLD_WHILE) or None)
 
 
 # -- modes ------------------------------------------------------------------------------------
@@ -250,7 +243,6 @@ def _materializer(parts: Parts) -> Service:
     settings = MaterializerSettings(
         horizon=parts.settings.horizon,
         direct=parts.settings.direct_dispatch,
-        hold_before_commit=parts.faults.hold_before_commit,
         hold_while=parts.faults.hold_while,
     )
     return Materializer(parts.store, parts.coord, parts.clock, settings, parts.clock_watch, parts.notifier)

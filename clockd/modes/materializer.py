@@ -63,12 +63,10 @@ class MaterializerSettings:
     # direct_dispatch: write the dispatch rows in the materializer's own transaction
     # (Store.materialize(direct=True)) instead of outbox rows for the relay.
     direct: bool = True
-    # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_BEFORE_COMMIT, read only by
-    # clockd.wiring.Faults): hold each batch this long between the lease check and the
-    # commit, as a GC pause or a VM migration would. Zero in production.
-    hold_before_commit: float = 0.0
-    # CLOCKD_FAULT_HOLD_WHILE: hold each batch there for as long as this file exists (a
-    # pause of the drill's choosing, e.g. across a partition). None in production.
+    # Fault injection for the failure drills (CLOCKD_FAULT_HOLD_WHILE, read only by
+    # clockd.wiring.Faults): hold each batch between the lease check and the commit for as
+    # long as this file exists, as a GC pause, a VM migration or a partition would; the
+    # drill decides when the pause ends. None in production.
     hold_while: str | None = None
     # Seconds between reads of what the live workers honour (clockd.core.capabilities).
     capabilities_every: float = 2.0
@@ -218,13 +216,6 @@ class Materializer:
             return
         if self.clock_watch is not None and not self.clock_watch.ok:
             return
-        if self.settings.hold_before_commit > 0:
-            log.warning(
-                "fault injection: holding a batch for %.1fs before commit",
-                self.settings.hold_before_commit,
-                extra={"action": "fault_hold", "shard": lease.shard},
-            )
-            await asyncio.sleep(self.settings.hold_before_commit)
         await fault_hold_while(self.settings.hold_while, "a batch", shard=lease.shard)
         try:
             result = await self.store.materialize(

@@ -50,8 +50,9 @@ def standby_reason(c: Cluster, node: str) -> str | None:
 def step_down_and_back(c: Cluster, skewed: Proc, other: Proc, clock: FakeClock, offset: float) -> None:
     downs, ups = len(skewed.actions("clock_skew_step_down")), len(skewed.actions("clock_skew_recovered"))
     clock.jump(offset)
-    # On its next check (a tick, ≤ 0.5 s), not at the next 10 s measurement.
-    wait_for("the skewed node to step down", lambda: len(skewed.actions("clock_skew_step_down")) > downs, 3)
+    # On its next check (a tick, ≤ 0.5 s), not at the next 10 s measurement (6 s: room for a
+    # loaded machine, still short of that measurement).
+    wait_for("the skewed node to step down", lambda: len(skewed.actions("clock_skew_step_down")) > downs, 6)
     line = skewed.actions("clock_skew_step_down")[-1]
     assert f"{offset:+.0f}" in line["msg"] or "jumped" in line["msg"], line
     wait_for("the other node to lead and own every shard", lambda: _leading(other) and owned(other) == 64, TTL + 10)

@@ -96,14 +96,16 @@ def test_drill_1_sigkill_leader_standby_takes_over(cluster: Cluster) -> None:
     reconcile_exit_0(cluster, start_at)
 
 
-def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
+def test_drill_2_paused_materializer_is_fenced(cluster: Cluster, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
     cluster.start("n1", "leader,relay,worker")
-    zombie = cluster.start("m1", "materializer", env={"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": "1.5"})
+    zombie = cluster.start("m1", "materializer", env={"CLOCKD_FAULT_HOLD_WHILE": str(hold)})
     add_load(cluster)
     start_at = now() + timedelta(seconds=1)
-    # Freeze the materializer inside its commit window (after its lease check): a hold that
-    # starts from now on (one that began while the load was being added may be over already).
+    # Freeze the materializer inside its commit window (after its lease check). It holds
+    # there while the file exists: a pause of a fixed length could end before the freeze.
     held = len(zombie.actions("fault_hold"))
+    hold.touch()
     wait_for("m1 to hold a batch", lambda: len(zombie.actions("fault_hold")) > held, 20)
     freeze_process(zombie.pid)
     cursor_before = cluster.rows("SELECT id, next_run_at FROM schedules")
@@ -113,6 +115,7 @@ def test_drill_2_paused_materializer_is_fenced(cluster: Cluster) -> None:
     # m2 has not reached the zombie's shard yet would let the zombie's (still valid) write win.
     moved_from = dict(cursor_before)
     wait_for("m2 to materialize every due schedule", lambda: cluster.materialized_past(moved_from), 20)
+    hold.unlink()  # the pause ends when the process runs again: it commits with its old token
     os.kill(zombie.pid, signal.SIGCONT)
     fenced = wait_for("the zombie's write to bounce off the fence", lambda: zombie.actions("fenced_out"), 15)
     assert fenced

@@ -193,6 +193,7 @@ def test_sign_in_list_and_dst_marked_next_runs(browser: Any, served: Served) -> 
 
     page.get_by_label("Name starts with").fill("hourly")
     page.get_by_role("button", name="Filter").click()
+    page.wait_for_url(re.compile(r"[?&]q=hourly"))  # the unfiltered page has the same table
     text = page.get_by_role("table", name="Schedules of tenant team-a").inner_text()
     assert "hourly-sync" in text and "nightly-report" not in text
 
@@ -206,6 +207,7 @@ def test_pause_with_reason_then_the_store_says_paused(browser: Any, served: Serv
     )
     _shot(page, "schedule")
     page.get_by_role("link", name="Pause…").click()
+    page.wait_for_url("**/confirm/pause")
     _shot(page, "confirm-pause")
     page.get_by_label("Reason (required, shown to everyone)").fill("maintenance window")
     page.get_by_role("button", name="Pause").click()
@@ -242,6 +244,7 @@ def test_replay_a_dead_letter_and_load_all_output(browser: Any, served: Served) 
     assert "Load all" in page.inner_text("main")
     shown = page.locator("pre.output").first.inner_text()
     page.get_by_role("link", name="Load all").click()
+    page.wait_for_url(re.compile(r"[?&]full=1$"))  # the truncated page has a pre.output too
     assert len(page.locator("pre.output").first.inner_text()) > len(shown)
     _shot(page, "run")
 

@@ -49,22 +49,20 @@ async def test_a_daemon_runs_the_modes_it_was_asked_for(
 
 async def test_the_fault_hook_reaches_the_materializer_and_is_off_by_default(tmp_path: Path) -> None:
     settings = Settings(store=f"sqlite:///{tmp_path}/clockd.db", modes=("materializer",))
-    for faults, held in ((None, 0.0), (Faults(hold_before_commit=1.5), 1.5)):
+    for faults, held in ((None, None), (Faults(hold_while=str(tmp_path / "hold")), str(tmp_path / "hold"))):
         daemon = build_daemon(settings, faults=faults)
         try:
             materializer = daemon.supervisor.services["materializer"]
             assert isinstance(materializer, Materializer)
-            assert materializer.settings.hold_before_commit == held
+            assert materializer.settings.hold_while == held
         finally:
             await daemon.runner.aclose()
 
 
 def test_faults_are_read_from_the_environment_in_one_place() -> None:
     assert Faults.from_environ({}) == Faults()
-    assert Faults.from_environ({"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": "1.5"}).hold_before_commit == 1.5
-    assert Faults.from_environ({"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": ""}) == Faults()
-    with pytest.raises(InvalidInput, match="CLOCKD_FAULT_HOLD_BEFORE_COMMIT: expected seconds"):
-        Faults.from_environ({"CLOCKD_FAULT_HOLD_BEFORE_COMMIT": "soon"})
+    assert Faults.from_environ({"CLOCKD_FAULT_HOLD_WHILE": "/run/hold"}).hold_while == "/run/hold"
+    assert Faults.from_environ({"CLOCKD_FAULT_HOLD_WHILE": ""}) == Faults()
 
 
 def test_a_postgresql_store_without_etcd_is_refused_before_anything_starts() -> None:

@@ -703,5 +703,5 @@ async def test_vacuum_queue_never_waits_to_shrink_the_table(stores: list[Postgre
         began = time.monotonic()
         assert await store.vacuum_queue() is True
         took = time.monotonic() - began
-    assert took < 2.0, f"vacuum_queue took {took:.1f} s: it waited for the table's exclusive lock"
+    assert took < 4.0, f"vacuum_queue took {took:.1f} s: it waited for the table's exclusive lock"
     assert _queue_state(pg_dsn)[:2] == (0, 0)
