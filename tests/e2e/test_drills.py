@@ -128,13 +128,16 @@ def test_drill_2_paused_materializer_is_fenced(cluster: Cluster, tmp_path: Path)
     reconcile_exit_0(cluster, start_at)
 
 
-def _job_script(marks: Path, first_sleep: int) -> list[str]:
+def _job_script(marks: Path, release: Path) -> list[str]:
+    """A job that marks each attempt with its pid; attempt 1 runs until ``release`` exists
+    (the drill's choice of when, not a sleep the drill's own steps could outlast), later
+    attempts end at once."""
     script = (
-        "import os,sys,time; d=sys.argv[1]; n=os.environ['CLOCKD_ATTEMPT']; "
-        "open(os.path.join(d, n), 'w').write(str(os.getpid())); "
-        f"time.sleep({first_sleep} if n == '1' else 0)"
+        "import os,sys,time; d, r = sys.argv[1:3]; n=os.environ['CLOCKD_ATTEMPT']; "
+        "open(os.path.join(d, n), 'w').write(str(os.getpid()))\n"
+        "while n == '1' and not os.path.exists(r): time.sleep(0.05)"
     )
-    return [PY, "-c", script, str(marks)]
+    return [PY, "-c", script, str(marks), str(release)]
 
 
 def _worker_of_attempt(cluster: Cluster, attempt: int) -> str:
@@ -156,7 +159,7 @@ def test_drill_3_sigkill_worker_mid_job_redelivers(cluster: Cluster, tmp_path: P
     cluster.start("w2", "worker")
     marks = tmp_path / "marks"
     marks.mkdir()
-    cluster.ctl("add", "--at", "now+2s", "--name", "job", "--", *_job_script(marks, 300))
+    cluster.ctl("add", "--at", "now+2s", "--name", "job", "--", *_job_script(marks, tmp_path / "never"))
     wait_for("attempt 1", lambda: (marks / "1").exists(), 20)
     first_pid = int(wait_for("pid", lambda: (marks / "1").read_text()))
     owner = wait_for("attempt 1's worker", lambda: _worker_of_attempt(cluster, 1))
@@ -185,11 +188,13 @@ def test_drill_4_stale_worker_completion_is_rejected(cluster: Cluster, tmp_path:
     cluster.start("w2", "worker")
     marks = tmp_path / "marks"
     marks.mkdir()
-    cluster.ctl("add", "--at", "now+2s", "--name", "job", "--", *_job_script(marks, 2))
+    release = tmp_path / "release"
+    cluster.ctl("add", "--at", "now+2s", "--name", "job", "--", *_job_script(marks, release))
     wait_for("attempt 1", lambda: (marks / "1").exists(), 20)
     owner = wait_for("attempt 1's worker", lambda: _worker_of_attempt(cluster, 1))
     stale = cluster.procs[owner.split(":")[0]]
     freeze_process(stale.pid)
+    release.touch()  # attempt 1 ends while its worker is frozen: a completion it reports late
     try:
         wait_for(
             "attempt 2 to succeed elsewhere",

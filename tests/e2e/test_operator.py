@@ -73,9 +73,12 @@ def _alive(pid: int) -> bool:
 def test_sighup_applies_schedules_dir_while_a_running_job_keeps_running(clockd: Clockd, tmp_path: Path) -> None:
     schedules = tmp_path / "schedules.d"
     schedules.mkdir()
-    started, done = tmp_path / "started", tmp_path / "done"
+    started, done, release = tmp_path / "started", tmp_path / "done", tmp_path / "release"
+    # The job runs until the test releases it (a fixed sleep could end before the reload
+    # checks on a loaded machine).
     script = (
-        "import os,sys,time; open(sys.argv[1],'w').write(str(os.getpid())); time.sleep(6); "
+        "import os,sys,time; open(sys.argv[1],'w').write(str(os.getpid()))\n"
+        "while not os.path.exists(sys.argv[3]): time.sleep(0.05)\n"
         "open(sys.argv[2],'w').write('done')"
     )
     # Far enough ahead that it is still in the future when clockd applies the directory:
@@ -85,7 +88,7 @@ def test_sighup_applies_schedules_dir_while_a_running_job_keeps_running(clockd: 
     long_job = {
         "name": "long",
         "at": at.isoformat().replace("+00:00", "Z"),
-        "command": [PY, "-c", script, str(started), str(done)],
+        "command": [PY, "-c", script, str(started), str(done), str(release)],
         "retries": 0,
     }
     _jobs(schedules / "jobs.yaml", [long_job])
@@ -114,6 +117,7 @@ def test_sighup_applies_schedules_dir_while_a_running_job_keeps_running(clockd: 
     # The running job was not touched: same process, still RUNNING, then done once.
     assert _alive(pid) and not done.exists()
     assert [r["state"] for r in clockd.runs("long")] == ["RUNNING"]
+    release.touch()
     run = wait_for("the long job to finish", lambda: [r for r in clockd.runs("long") if r["state"] == "SUCCEEDED"], 20)
     assert run[0]["attempts"] == 1 and done.read_text() == "done"
     assert clockd.proc is not None and clockd.proc.poll() is None

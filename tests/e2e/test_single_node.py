@@ -37,14 +37,16 @@ def _alive(pid: int) -> bool:
 
 def test_once_job_runs_on_time_and_its_output_is_logged(clockd: Clockd) -> None:
     clockd.start()
-    added = clockd.ctl_json("add", "--at", "now+2s", "--name", "hello", "--", "echo", "hi from clockd")
+    # 5 s ahead: "now" is read before clockctl writes, which can take a second or two on a
+    # loaded machine; a run due before it is written is not the on-time run this tests.
+    added = clockd.ctl_json("add", "--at", "now+5s", "--name", "hello", "--", "echo", "hi from clockd")
     due = parse(added["next_runs"][0])
 
     def succeeded() -> dict[str, object] | None:
         runs = clockd.runs("hello")
         return runs[0] if runs and runs[0]["state"] == "SUCCEEDED" else None
 
-    run = wait_for("the once job to succeed", succeeded, timeout=15)
+    run = wait_for("the once job to succeed", succeeded, timeout=20)
     started = parse(str(run["started_at"]))
     assert abs((started - due).total_seconds()) <= 1.0, (started, due)
     assert clockd.ctl("logs", str(run["id"])).stdout == "hi from clockd\n"
@@ -198,15 +200,16 @@ def test_second_clockd_on_the_same_store_exits_with_a_clear_message(clockd: Cloc
 
 
 def _runs_once_on_time(clockd: Clockd, name: str) -> None:
-    """Add a once job 2 s ahead; it succeeds, started within a second of its instant."""
-    added = clockd.ctl_json("add", "--at", "now+2s", "--name", name, "--", "echo", name)
+    """Add a once job 5 s ahead (room for a slow clockctl); it succeeds, started within a
+    second of its instant."""
+    added = clockd.ctl_json("add", "--at", "now+5s", "--name", name, "--", "echo", name)
     due = parse(added["next_runs"][0])
 
     def succeeded() -> dict[str, object] | None:
         runs = clockd.runs(name)
         return runs[0] if runs and runs[0]["state"] == "SUCCEEDED" else None
 
-    run = wait_for("the once job to succeed", succeeded, timeout=15)
+    run = wait_for("the once job to succeed", succeeded, timeout=20)
     started = parse(str(run["started_at"]))
     assert 0 <= (started - due).total_seconds() <= 1.0, (started, due)
     assert clockd.ctl("logs", str(run["id"])).stdout == f"{name}\n"

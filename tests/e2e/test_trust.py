@@ -381,9 +381,12 @@ def test_fork_bomb_as_a_throwaway_user_is_contained(tmp_path: Path, two_users: l
     daemon.home.mkdir()
     try:
         daemon.start("--kill-grace", "1s")
+        # The ticker first, ticking before the bomb is added: a slow second clockctl could
+        # otherwise start it after the bomb's few seconds were over.
+        daemon.ctl("add", "--every", "1s", "--name", "ticker", "--", "true")
+        wait_for("a tick", lambda: any(r["state"] == "SUCCEEDED" for r in daemon.runs("ticker")), 15)
         daemon.ctl("add", "--at", "now+1s", "--name", "bomb", "--user", t1.pw_name, "--nproc-limit", "30",
                    "--timeout", "3s", "--retries", "0", "--", SYSTEM_PY, "-c", bomb)  # fmt: skip
-        daemon.ctl("add", "--every", "1s", "--name", "ticker", "--", "true")
         run = final(daemon, "bomb")
         assert run["state"] == "DEAD"
         assert daemon.ctl_json("logs", run["id"])["outcome"] == "timed_out"

@@ -200,9 +200,10 @@ def frozen(art: Artefacts, tmp_path: Path) -> Iterator[Frozen]:
 
 def test_embedded_flow_runs_on_time_logs_and_drains_on_sigterm(frozen: Frozen) -> None:
     proc = frozen.start()
-    added = frozen.ctl("add", "--at", "now+2s", "--name", "hello", "--", "/bin/echo", "hi from the bundle")
+    # 5 s ahead: the one file's clockctl reads "now" before it writes, and can be slow to start.
+    added = frozen.ctl("add", "--at", "now+5s", "--name", "hello", "--", "/bin/echo", "hi from the bundle")
     due = _parse(added["next_runs"][0])
-    run = wait_for("the job to succeed", lambda: frozen.run_in("hello", "SUCCEEDED"), 20)
+    run = wait_for("the job to succeed", lambda: frozen.run_in("hello", "SUCCEEDED"), 25)
     assert abs((_parse(str(run["started_at"])) - due).total_seconds()) <= 1.0, (run, due)
     assert frozen.logs(str(run["id"])) == "hi from the bundle\n"
 
