@@ -22,7 +22,6 @@ import pytest
 
 from tests.e2e.cluster import Cluster
 from tests.e2e.conftest import BIN, Clockd, wait_for
-from tests.harness import procs
 
 
 @dataclass
@@ -87,9 +86,8 @@ def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     if request.param == "sqlite":
         daemon = Clockd(tmp_path / "home")
         daemon.home.mkdir(mode=0o700)
-        port = procs.free_port()
-        daemon.start("--api-addr", f"127.0.0.1:{port}")
-        url = f"http://127.0.0.1:{port}"
+        daemon.start("--api-addr", "127.0.0.1:0")  # the port it binds: from its log
+        url = daemon.api_url()
         _wait_listening(url)
         try:
             yield ApiServer([url], daemon.env, store=str(daemon.home / "clockd.db"))
@@ -104,11 +102,7 @@ def servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     cluster.migrate()
     try:
         cluster.start("core", "leader,materializer,relay,worker", "--api-addr", "off")
-        urls = []
-        for n in (1, 2):
-            port = procs.free_port()
-            cluster.start(f"api{n}", "api", "--api-addr", f"127.0.0.1:{port}")
-            urls.append(f"http://127.0.0.1:{port}")
+        urls = [cluster.start(f"api{n}", "api", "--api-addr", "127.0.0.1:0").api_url() for n in (1, 2)]
         for url in urls:
             _wait_listening(url)
         yield ApiServer(urls, cluster.env, store=dsn)

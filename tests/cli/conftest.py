@@ -49,15 +49,13 @@ def api_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     gets a token of its own new tenant, so each starts from an empty store as seen."""
     from tests.api.conftest import _wait_listening
     from tests.e2e.conftest import Clockd
-    from tests.harness.procs import free_port
 
     home = tmp_path_factory.mktemp("cli-api") / "home"
     home.mkdir(mode=0o700)
     daemon = Clockd(home)
-    port = free_port()
-    daemon.start("--api-addr", f"127.0.0.1:{port}")
-    url = f"http://127.0.0.1:{port}"
+    daemon.start("--api-addr", "127.0.0.1:0")  # the port it binds: from its log
     try:
+        url = daemon.api_url()
         _wait_listening(url)
         yield {"CLOCKD_HOME": str(home), "CLOCKD_SERVER": url}
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,14 @@ class Proc:
 
     def actions(self, action: str) -> list[dict[str, Any]]:
         return [d for d in self.log_lines() if d.get("action") == action]
+
+    def api_url(self, within: float = 30) -> str:
+        """The URL this process's API serves, from its last ``api_listening`` line: start it
+        with ``--api-addr 127.0.0.1:0`` (a port picked ahead can be taken meanwhile)."""
+        line = wait_for("the api to listen", lambda: self.actions("api_listening"), within)[-1]
+        found = re.search(r"(http://127\.0\.0\.1:\d+)", line["msg"])
+        assert found, line
+        return found.group(1)
 
     @property
     def pid(self) -> int:

@@ -64,6 +64,15 @@ class Clockd:
         assert found, f"clockd logged no loopback metrics address:\n{self.log()[-2000:]}"
         return int(found[-1])
 
+    def api_url(self, within: float = 30) -> str:
+        """The URL clockd's API serves, from its last ``api_listening`` line (waited for up
+        to ``within`` s). Tests give ``--api-addr 127.0.0.1:0`` (the default here) and read
+        it here, for the reason ``metrics_port`` gives."""
+        found = wait_for(
+            "the api to listen", lambda: re.findall(r"api listening on (http://127\.0\.0\.1:\d+)", self.log()), within
+        )
+        return str(found[-1])
+
     def start(self, *args: str) -> subprocess.Popen[bytes]:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.cluster import BIN, Cluster, Proc
+from tests.e2e.cluster import BIN, Cluster
 from tests.e2e.conftest import wait_for
 from tests.e2e.test_drills import cluster  # noqa: F401  # fixture
 from tests.harness.faketime import FakeClock
@@ -40,13 +40,6 @@ def status(c: Cluster, *extra: str) -> subprocess.CompletedProcess[str]:
 def clocks(c: Cluster) -> dict[str, dict[str, Any]]:
     doc = json.loads(status(c, "-o", "json").stdout)
     return {m["node"]: m["clock"] for m in doc["coordination"]["members"] if m.get("clock")}
-
-
-def api_url(proc: Proc) -> str:
-    line = wait_for("the api to listen", lambda: proc.actions("api_listening"), 30)[-1]
-    found = re.search(r"(http://127\.0\.0\.1:\d+)", line["msg"])
-    assert found, line
-    return found.group(1)
 
 
 def signed_in(url: str, token: str) -> httpx.Client:
@@ -87,7 +80,7 @@ def test_each_nodes_clock_offset_is_shown_and_the_one_beyond_its_limit_flagged(
     token = json.loads(cluster.ctl("token", "create", "--role", "cluster-admin", "-o", "json").stdout)[
         "token"
     ]  # the health page is the cluster's
-    client = signed_in(api_url(n1), token)
+    client = signed_in(n1.api_url(), token)
     try:
         page = client.get("/ui/health")
         assert page.status_code == 200, page.text

@@ -4,7 +4,6 @@ instant keeps that run, under the new version (``clockctl update`` and ``apply``
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -99,9 +98,8 @@ def test_apply_keeps_the_next_run_of_a_changed_job(clockd: Clockd, tmp_path: Pat
 def _api_env(clockd: Clockd) -> dict[str, str]:
     """CLOCKD_SERVER/CLOCKD_TOKEN for clockctl through this clockd's API (an operator
     token of the default tenant, made on the store as an admin would)."""
-    line = wait_for("the api to listen", lambda: re.search(r"api listening on (http://[\d.:]+)", clockd.log()), 30)
     token = json.loads(clockd.ctl("token", "create", "--tenant", "default", "--role", "operator", "-o", "json").stdout)
-    return {"CLOCKD_SERVER": line.group(1), "CLOCKD_TOKEN": token["token"]}
+    return {"CLOCKD_SERVER": clockd.api_url(), "CLOCKD_TOKEN": token["token"]}
 
 
 def test_update_over_the_api_says_what_it_replanned(clockd: Clockd) -> None:

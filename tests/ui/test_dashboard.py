@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from clockd.store import Completion, CursorAdvance, Fence, NewOccurrence
 from clockd.store.sqlite.store import SqliteStore
 from clockd.ui.pages import Dashboard, Viewer
 from tests.harness.browser import artifacts_dir, launch
-from tests.harness.procs import free_port, until
+from tests.harness.procs import until
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 
@@ -125,10 +126,14 @@ def served(tmp_path: Path) -> Iterator[Served]:
         box["other"] = await _dead_run(store, "team-b", "b-secret", NOW - timedelta(minutes=20))
         dash = Dashboard(store, ops, clock, authenticate, health)
         app = Starlette(routes=[Mount("/ui", routes=dash.routes())])
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+        # Bound here and handed over (a port picked first could be taken before uvicorn binds it).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         box.update(store=store, ops=ops, server=server, url=f"http://127.0.0.1:{port}", loop=asyncio.get_running_loop())
-        serving = asyncio.create_task(server.serve())
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
         await until(lambda: server.started, within=10, what="uvicorn to start")
         ready.set()
         await serving

@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import Clockd, wait_for
-from tests.harness import procs
 from tests.harness.browser import artifacts_dir, launch
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -40,9 +39,8 @@ class Running:
 def running(tmp_path: Path) -> Iterator[Running]:
     daemon = Clockd(tmp_path / "home")
     daemon.home.mkdir(mode=0o700)
-    port = procs.free_port()
-    daemon.start("--api-addr", f"127.0.0.1:{port}")
-    url = f"http://127.0.0.1:{port}"
+    daemon.start("--api-addr", "127.0.0.1:0")  # the port it binds: from its log
+    url = daemon.api_url()
 
     def up() -> bool:
         try:
