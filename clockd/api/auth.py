@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,7 +55,7 @@ async def principal_for(api: ApiContext, token: str) -> Principal | None:
     tid = tokens.token_id(token)
     if tid is None:
         return None
-    now_mono = time.monotonic()
+    now_mono = api.clock.monotonic()
     hit = api.token_cache.get(tokens.digest(token))
     if hit is not None and hit[1] > now_mono:
         return hit[0]

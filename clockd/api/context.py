@@ -6,7 +6,6 @@ tokens, the admission buckets): api processes are stateless, any number may run.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -48,9 +47,10 @@ class ApiContext:
 
     def admit_write(self, tenant: str) -> None:
         """Per-tenant admission of writes (a token bucket, ``writes_per_second`` with a
-        burst of one second's worth): 429 with ``Retry-After`` beyond it."""
+        burst of one second's worth): 429 with ``Retry-After`` beyond it. Refilled on the
+        context's monotonic clock (a wall-clock step neither empties nor fills it)."""
         rate = float(self.limits.writes_per_second)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         bucket = self.buckets.get(tenant)
         if bucket is None:
             bucket = self.buckets[tenant] = _Bucket(rate, now)
