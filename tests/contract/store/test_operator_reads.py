@@ -3,7 +3,6 @@ dead_count, not_run_counts, enqueue_lags) and ``clockctl status``'s document, on
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from clockd.core.model import AttemptOutcome, OccurrenceState, ScheduleState
 from clockd.store import Completion, CursorAdvance, Store
 from clockd.store.postgres import PostgresStore
 from tests.harness import EtcdServer
+from tests.harness.procs import until
 
 from .conftest import PostgresBackend, SqliteBackend
 from .support import FENCE, LEASE, MIN, SEC, T0, Backend, add_schedule, definition, materialize_next, planned
@@ -176,13 +176,15 @@ async def test_status_reads_leader_members_and_shards_from_etcd(
     store = PostgresStore(pg_dsn)
     await store.open()
     cluster = f"status-{tmp_path.name[-8:]}"
-    node = EtcdCoordinator(etcd_server.endpoints, cluster, "n1", shard_count=4, ttl=3)
+    # A TTL a loaded machine's event loop cannot outlast between two renewals.
+    node = EtcdCoordinator(etcd_server.endpoints, cluster, "n1", shard_count=4, ttl=10)
     await node.start(lead=True, materialize=True, modes=("leader", "materializer"))
     try:
-        for _ in range(100):
-            if node.leader_lease() is not None and len(node.shard_leases()) == 4:
-                break
-            await asyncio.sleep(0.05)
+        await until(
+            lambda: node.leader_lease() is not None and len(node.shard_leases()) == 4,
+            within=20,
+            what="n1 to lead and own the 4 shards",
+        )
         settings = Settings(etcd=tuple(etcd_server.endpoints), cluster=cluster, shard_count=4)
         doc = await gather(store, settings, StoreLocation("postgresql", pg_dsn))
     finally:
