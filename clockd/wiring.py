@@ -16,7 +16,7 @@ supervisor runs what the table built; the daemon's edge (signals, reload, health
 ``sd_notify``) does not change.
 
 Test hooks (fault injection for the failure drills) are read in one place only,
-:meth:`Faults.from_environ`, called by the daemon's entry point; they are off (zero)
+:meth:`Faults.from_environ`, called by the daemon's entry point; they are off (unset)
 unless a drill sets them, and no setting, flag or config key exposes them:
 
 * ``CLOCKD_FAULT_HOLD_WHILE`` (a path): the materializer holds each batch, and the
@@ -191,7 +191,7 @@ HOLD_WHILE: Final = "CLOCKD_FAULT_HOLD_WHILE"
 
 @dataclass(frozen=True, slots=True)
 class Faults:
-    """Fault injection for the failure drills; all zero (off) in production."""
+    """Fault injection for the failure drills; all off (None) in production."""
 
     hold_while: str | None = None  # the materializer (a batch) and leader (a tick) hold while it exists
 
