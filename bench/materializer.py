@@ -94,7 +94,7 @@ def _planning(now: datetime) -> dict[str, float]:
     instant). Best of 15 passes (garbage collection off): the pure-Python share of the
     figure above, steady enough to compare trees where the pass's figure is not.
 
-    The loop repeats ``Materializer._materialize_shard``'s planning and the head of
+    The loop repeats ``Materializer._plan_shard``'s planning and the head of
     ``SqlStore.materialize`` (same calls, same order) instead of calling a method: it
     must run on older trees too (``--against``), which have only these pieces."""
     import gc

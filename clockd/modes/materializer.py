@@ -10,6 +10,12 @@ occurrences are inserted if absent, and outbox rows are written. A zombie
 whose lease passed its deadline does not even try (``lease.valid``), and if it
 was paused between that check and the commit, the fence rejects it.
 
+Pipelined: while one shard's batch is being written, the next shard's due schedules
+are read (another connection) and planned (this process's CPU), so the database and
+the planner work at the same time instead of taking turns; one write is in flight at a
+time, in the order of the shards, and a failed write ends the tick as before. Each
+write still checks its own lease right before it starts, and is fenced.
+
 Cursor semantics: ``next_run_at`` is the earliest instant not yet materialized.
 Materializing never moves it backwards and never writes an instant twice
 (deterministic ids + ``UNIQUE(schedule_id, version, scheduled_for)``).
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from clockd.coord import Coordinator, Lease
@@ -70,6 +76,17 @@ class MaterializerSettings:
     hold_while: str | None = None
     # Seconds between reads of what the live workers honour (clockd.core.capabilities).
     capabilities_every: float = 2.0
+
+
+@dataclass(slots=True)
+class _ShardPlan:
+    """One shard's batch, planned and not yet written."""
+
+    lease: Lease
+    schedules: list[DueSchedule]
+    now: datetime
+    occurrences: list[NewOccurrence] = field(default_factory=list)
+    cursors: list[CursorAdvance] = field(default_factory=list)
 
 
 class Materializer:
@@ -119,14 +136,27 @@ class Materializer:
         await self._read_rates()
         await self._read_offered()
         more = False
-        for shard in shards:
-            lease = leases[shard]
-            if not lease.valid(self.clock.monotonic()):
-                continue  # lost meanwhile: its next owner materializes it
-            due = await self.store.due_schedules([shard], until, self.settings.batch)
-            if due:
-                await self._materialize_shard(lease, due)
-            more = more or len(due) >= self.settings.batch
+        writing: asyncio.Task[None] | None = None  # the previous shard's write, in flight
+        try:
+            for shard in shards:
+                lease = leases[shard]
+                if not lease.valid(self.clock.monotonic()):
+                    continue  # lost meanwhile: its next owner materializes it
+                due = await self.store.due_schedules([shard], until, self.settings.batch)
+                more = more or len(due) >= self.settings.batch
+                if not due:
+                    continue
+                plan = self._plan_shard(lease, due)
+                if writing is not None:
+                    await writing  # one write at a time, in shard order; its error ends the tick
+                writing = asyncio.create_task(self._write_shard(plan))
+            if writing is not None:
+                await writing
+        finally:
+            # A read that failed (or a stop) while a write was in flight: the write is one
+            # transaction, left to commit or fail on its own rather than cut in the middle.
+            if writing is not None and not writing.done():
+                await asyncio.gather(writing, return_exceptions=True)
         return more
 
     async def _read_rates(self) -> None:
@@ -185,11 +215,13 @@ class Materializer:
         self._catch_up_next[tenant] = slot + timedelta(minutes=1) / rate
         return slot
 
-    async def _materialize_shard(self, lease: Lease, schedules: list[DueSchedule]) -> None:
+    def _plan_shard(self, lease: Lease, schedules: list[DueSchedule]) -> _ShardPlan:
+        """The instants of a shard's due schedules up to ``now + horizon`` and their new
+        cursors (CPU only: the previous shard's write runs meanwhile)."""
         now = self.clock.now()
         until = now + self.settings.horizon
-        occurrences: list[NewOccurrence] = []
-        cursors: list[CursorAdvance] = []
+        batch = _ShardPlan(lease, schedules, now)
+        occurrences, cursors = batch.occurrences, batch.cursors
         for d in schedules:
             try:
                 spec = compile_spec(d.kind, d.expr, d.tz, d.created_at)
@@ -210,6 +242,12 @@ class Materializer:
                 paced = self._paced(d.tenant, p.available_at, now) if p.catch_up else None
                 occurrences.append(NewOccurrence.planned(d, p, paced))
             cursors.append(CursorAdvance(d.id, d.version, d.next_run_at, plan.next_run_at))
+        return batch
+
+    async def _write_shard(self, batch: _ShardPlan) -> None:
+        """``Store.materialize`` of one planned batch: the materializer's transaction
+        (fence, cursors, occurrences and queue rows, all or nothing)."""
+        lease, occurrences, cursors, now = batch.lease, batch.occurrences, batch.cursors, batch.now
         # The deadline check comes last, right before the write: planning took time (and
         # the wall clock may have jumped meanwhile: the plan would then be wrong).
         if not lease.valid(self.clock.monotonic()):
@@ -227,7 +265,7 @@ class Materializer:
             raise
         missed = sum(1 for o in occurrences if o.state is OccurrenceState.MISSED)
         if missed:
-            await self._report_missed(schedules, occurrences)
+            await self._report_missed(batch.schedules, occurrences)
         metrics.occurrences_materialized.labels(state="SCHEDULED").inc(result.inserted - min(missed, result.inserted))
         if missed:
             metrics.occurrences_materialized.labels(state="MISSED").inc(missed)
