@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from clockd.coord import Coordinator, Lease
@@ -78,15 +78,15 @@ class MaterializerSettings:
     capabilities_every: float = 2.0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _ShardPlan:
     """One shard's batch, planned and not yet written."""
 
     lease: Lease
     schedules: list[DueSchedule]
     now: datetime
-    occurrences: list[NewOccurrence] = field(default_factory=list)
-    cursors: list[CursorAdvance] = field(default_factory=list)
+    occurrences: list[NewOccurrence]
+    cursors: list[CursorAdvance]
 
 
 class Materializer:
@@ -220,8 +220,8 @@ class Materializer:
         cursors (CPU only: the previous shard's write runs meanwhile)."""
         now = self.clock.now()
         until = now + self.settings.horizon
-        batch = _ShardPlan(lease, schedules, now)
-        occurrences, cursors = batch.occurrences, batch.cursors
+        occurrences: list[NewOccurrence] = []
+        cursors: list[CursorAdvance] = []
         for d in schedules:
             try:
                 spec = compile_spec(d.kind, d.expr, d.tz, d.created_at)
@@ -242,7 +242,7 @@ class Materializer:
                 paced = self._paced(d.tenant, p.available_at, now) if p.catch_up else None
                 occurrences.append(NewOccurrence.planned(d, p, paced))
             cursors.append(CursorAdvance(d.id, d.version, d.next_run_at, plan.next_run_at))
-        return batch
+        return _ShardPlan(lease, schedules, now, occurrences, cursors)
 
     async def _write_shard(self, batch: _ShardPlan) -> None:
         """``Store.materialize`` of one planned batch: the materializer's transaction

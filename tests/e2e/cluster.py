@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import api_url_in, wait_for
 
 BIN = Path(sys.executable).parent
 
@@ -51,10 +50,7 @@ class Proc:
     def api_url(self, within: float = 30) -> str:
         """The URL this process's API serves, from its last ``api_listening`` line: start it
         with ``--api-addr 127.0.0.1:0`` (a port picked ahead can be taken meanwhile)."""
-        line = wait_for("the api to listen", lambda: self.actions("api_listening"), within)[-1]
-        found = re.search(r"(http://127\.0\.0\.1:\d+)", line["msg"])
-        assert found, line
-        return found.group(1)
+        return wait_for("the api to listen", lambda: api_url_in(self.log_path.read_text(errors="replace")), within)
 
     @property
     def pid(self) -> int:

@@ -34,6 +34,14 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def api_url_in(text: str) -> str | None:
+    """The loopback URL of the last ``api listening on …`` line in ``text`` (a log, or one
+    line's message), or None: how a test started with ``--api-addr 127.0.0.1:0`` learns
+    the port clockd bound."""
+    found = re.findall(r"api listening on (http://127\.0\.0\.1:\d+)", text)
+    return str(found[-1]) if found else None
+
+
 class Clockd:
     """One clockd process plus clockctl against the same CLOCKD_HOME."""
 
@@ -68,10 +76,7 @@ class Clockd:
         """The URL clockd's API serves, from its last ``api_listening`` line (waited for up
         to ``within`` s). Tests give ``--api-addr 127.0.0.1:0`` (the default here) and read
         it here, for the reason ``metrics_port`` gives."""
-        found = wait_for(
-            "the api to listen", lambda: re.findall(r"api listening on (http://127\.0\.0\.1:\d+)", self.log()), within
-        )
-        return str(found[-1])
+        return wait_for("the api to listen", lambda: api_url_in(self.log()), within)
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:
         log = self.log_path.open("ab")

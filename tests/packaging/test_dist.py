@@ -23,7 +23,7 @@ import pytest
 from clockd import __version__
 from clockd.core.zones import tzdata_version
 from tests.e2e.cluster import FAST
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import api_url_in, wait_for
 from tests.packaging.artefacts import Artefacts, built, clean_env
 
 # The first test may build the artefacts (packaging/deb.sh): minutes, not the default 300 s.
@@ -267,5 +267,5 @@ def test_the_api_is_served_by_the_bundled_httptools(frozen: Frozen) -> None:
         30,
     )
     assert listening["http"] == "httptools", listening
-    url = listening["msg"].split()[3]  # "api listening on http://127.0.0.1:PORT (httptools)"
-    assert httpx.get(f"{url}/v1/openapi.json", timeout=10).status_code == 200
+    url = api_url_in(listening["msg"])
+    assert url and httpx.get(f"{url}/v1/openapi.json", timeout=10).status_code == 200
