@@ -227,8 +227,9 @@ class Materializer:
         return slot
 
     def _plan_shard(self, lease: Lease, schedules: list[DueSchedule]) -> _ShardPlan:
-        """The instants of a shard's due schedules up to ``now + horizon`` and their new
-        cursors (CPU only: the previous shard's write runs meanwhile)."""
+        """The instants of a shard's due schedules up to the ends of their strides past
+        ``now + horizon``, and their new cursors (CPU only: the previous shard's write
+        runs meanwhile)."""
         now = self.clock.now()
         reach = now + self.settings.horizon
         stride = self.settings.horizon / 2 if self.settings.stride is None else self.settings.stride

@@ -1,17 +1,13 @@
 """The materializer plans in strides (clockd.core.planning.stride_end): a due schedule is
 planned past the horizon to the end of its stride, so its cursor moves once per stride
 instead of once per instant, while every instant within the horizon is always written.
-Over both stores, on a manual clock."""
+Over both stores, on a manual clock (the stride itself: tests/unit/test_planning_strides.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
-from hypothesis import given
-from hypothesis import strategies as st
+from datetime import datetime, timedelta
 
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
-from clockd.core.planning import stride_end
 from clockd.modes.materializer import Materializer, MaterializerSettings
 
 from .pipeline import Pipeline, cron, pipeline
@@ -61,33 +57,3 @@ async def test_stride_zero_plans_to_the_horizon_only(pipeline: Pipeline) -> None
     await pipeline.materializer.tick()
     cursor, last = await _cursor_and_last(pipeline, "minutely")
     assert last == pipeline.clock.now() + HORIZON and cursor == last + timedelta(minutes=1)
-
-
-@given(
-    st.text(min_size=1, max_size=40),
-    st.integers(min_value=0, max_value=10**12),
-    st.integers(min_value=1, max_value=3600),
-)
-def test_a_stride_ends_after_the_reach_within_one_stride_and_the_next_one_stride_later(
-    schedule_id: str, offset_ms: int, stride_s: int
-) -> None:
-    reach = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(milliseconds=offset_ms)
-    stride = timedelta(seconds=stride_s)
-    end = stride_end(schedule_id, reach, stride)
-    assert reach < end <= reach + stride
-    assert stride_end(schedule_id, reach, stride) == end  # the same on every node, every call
-    # Any later reach up to that end (the cursor passed it) gives the very next stride.
-    assert stride_end(schedule_id, end, stride) == end + stride
-    assert stride_end(schedule_id, end - timedelta(microseconds=1), stride) == end
-
-
-def test_the_strides_of_many_schedules_end_spread_over_the_stride() -> None:
-    """Schedules planned together (all of them, at a start) must not come due together
-    again: their stride ends fall evenly over the stride, not in a burst."""
-    reach = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
-    stride = timedelta(seconds=10)
-    ends = [stride_end(f"schedule-{i}", reach, stride) for i in range(10_000)]
-    per_second = [0] * 10
-    for end in ends:
-        per_second[min(9, int((end - reach) / SEC))] += 1
-    assert max(per_second) < 1_200 and min(per_second) > 800, per_second
