@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from clockd.core import capabilities
@@ -131,28 +131,6 @@ def available_at(occ_id: str, scheduled_for: datetime, window: timedelta) -> dat
         return scheduled_for
     offset = int(stable_fraction(occ_id) * window.total_seconds() * 1000)
     return scheduled_for + timedelta(milliseconds=offset)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
-
-
-def stride_end(schedule_id: str, reach: datetime, stride: timedelta) -> datetime:
-    """How far the materializer plans a due schedule: the end of the schedule's stride
-    that ``reach`` (``now + horizon``) falls in, strictly after ``reach``.
-
-    A schedule's strides are ``stride`` long and their phase is fixed by its id
-    (:func:`stable_fraction`), so one that is planned to the end of its stride moves its
-    cursor once per stride instead of once per instant, and the strides of many schedules
-    end at times spread evenly over a stride: planning one to ``reach + stride`` instead
-    would keep the schedules planned together (all of them, at a start) due together
-    again, a burst every stride. ``stride`` zero: ``reach`` itself."""
-    if stride <= _NO_WINDOW:
-        return reach
-    length = stride // _US
-    at = (reach - _EPOCH) // _US
-    phase = int(stable_fraction(schedule_id) * length)
-    return _EPOCH + (at + length - (at - phase) % length) * _US
 
 
 def plan_schedule(

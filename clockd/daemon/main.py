@@ -100,11 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="logical shards (default 64; fixed for a cluster)",
     )
-    run.add_argument(
-        "--horizon",
-        metavar="DURATION",
-        help="how far ahead the materializer plans, at least (default 2m; in strides of half that per schedule)",
-    )
+    run.add_argument("--horizon", metavar="DURATION", help="how far ahead the materializer plans (default 2m)")
     run.add_argument(
         "--visibility-timeout",
         metavar="DURATION",

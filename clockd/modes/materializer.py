@@ -16,14 +16,6 @@ the planner work at the same time instead of taking turns; one write is in fligh
 time, in the order of the shards, and a failed write ends the tick as before. Each
 write still checks its own lease right before it starts, and is fenced.
 
-Strides: a schedule is due when its cursor comes within ``now + horizon``, and it is then
-planned to the end of its stride (``clockd.core.planning.stride_end``: ``stride`` long,
-half the horizon by default, its phase fixed by the schedule's id). Its cursor moves once
-per stride instead of once per instant — each move is an update of the schedule's row
-and of all its indexes, and a read of it — and the strides of schedules planned together
-end spread over a stride, so they do not come due together again. Occurrences are written
-between one horizon and a horizon plus a stride ahead.
-
 Cursor semantics: ``next_run_at`` is the earliest instant not yet materialized.
 Materializing never moves it backwards and never writes an instant twice
 (deterministic ids + ``UNIQUE(schedule_id, version, scheduled_for)``).
@@ -55,7 +47,7 @@ from clockd.coord import Coordinator, Lease
 from clockd.core import capabilities
 from clockd.core.clock import Clock
 from clockd.core.model import OccurrenceState
-from clockd.core.planning import DueSchedule, plan_schedule, stride_end
+from clockd.core.planning import DueSchedule, plan_schedule
 from clockd.core.spec import compile_spec
 from clockd.errors import ClockdError, FencedOut, StoreError
 from clockd.modes.base import fault_hold_while, run_ticks
@@ -70,9 +62,6 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class MaterializerSettings:
     horizon: timedelta = timedelta(minutes=2)
-    # A due schedule is planned past the horizon to the end of its stride
-    # (clockd.core.planning.stride_end). None: half the horizon; zero: to the horizon.
-    stride: timedelta | None = None
     batch: int = 1000  # schedules per read
     instants_per_schedule: int = 500  # per schedule per tick; the cursor continues next tick
     interval: float = 0.5  # seconds between ticks when idle
@@ -227,12 +216,10 @@ class Materializer:
         return slot
 
     def _plan_shard(self, lease: Lease, schedules: list[DueSchedule]) -> _ShardPlan:
-        """The instants of a shard's due schedules up to the ends of their strides past
-        ``now + horizon``, and their new cursors (CPU only: the previous shard's write
-        runs meanwhile)."""
+        """The instants of a shard's due schedules up to ``now + horizon`` and their new
+        cursors (CPU only: the previous shard's write runs meanwhile)."""
         now = self.clock.now()
-        reach = now + self.settings.horizon
-        stride = self.settings.horizon / 2 if self.settings.stride is None else self.settings.stride
+        until = now + self.settings.horizon
         occurrences: list[NewOccurrence] = []
         cursors: list[CursorAdvance] = []
         for d in schedules:
@@ -250,7 +237,6 @@ class Materializer:
                 continue
             if self._waits_for_workers(d):
                 continue
-            until = stride_end(d.id, reach, stride)
             plan = plan_schedule(d, spec.next_after, until, now, self.settings.instants_per_schedule)
             for p in plan.occurrences:
                 paced = self._paced(d.tenant, p.available_at, now) if p.catch_up else None

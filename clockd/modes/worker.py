@@ -268,7 +268,7 @@ class Worker:
             except StoreError as exc:
                 metrics.store_errors.labels(mode="worker").inc()
                 # A claim is a write: /healthz says the store is degraded as soon as claims
-                # fail, not only once a materializer's batch (once per stride) fails too.
+                # fail, not only once a materializer batch (only when something is due) fails.
                 STORE_WRITES.failed(_CLAIMS, exc.message)
                 log.warning("claim failed: %s", exc.message, extra={"action": "claim_failed"})
                 if await wait_or_stop(stopping, backoff.failed()):

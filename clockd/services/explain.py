@@ -15,7 +15,7 @@ the time contract (``compile_spec``). The answers, in the order they are tried:
   once, at the first), or ``not_an_instant`` (with the nearest instants before/after);
 * no occurrence at one of its instants: ``before_creation``, ``paused`` or
   ``deleted`` at that time (version history), ``not_yet_due`` (beyond the cursor:
-  materialized one to one and a half horizons before it is due), ``not_materialized`` (an update or
+  materialized about one horizon before it is due), ``not_materialized`` (an update or
   pause took effect before the cursor reached it: the old version never planned it and
   the new one starts at the old cursor), or ``missing`` (should exist: a bug, a row
   deleted by hand, or pruned after the retention period).
@@ -260,7 +260,7 @@ def explain(
             Why.NOT_YET_DUE,
             f"not yet materialized: it is {due}; the schedule's cursor is at "
             f"{format_instant(history.next_run_at) if history.next_run_at else '-'} and the materializer "
-            "writes occurrences one to one and a half horizons before they are due",
+            "writes occurrences about one horizon before they are due",
             facts,
             version=version.version,
             before=before,
