@@ -75,10 +75,6 @@ from clockd.store import Claim, Completion, Store
 
 log = logging.getLogger(__name__)
 
-# The worker's claims in STORE_WRITES, apart from its records and heartbeats ("worker"):
-# a claim that succeeds says nothing about the outcomes still waiting to be written.
-_CLAIMS = "worker claims"
-
 
 # Labelled children bound once: ``.labels()`` on every job cost 5–9 % of a busy worker's CPU.
 _LAG_STARTED = metrics.schedule_lag.labels(step="started")
@@ -264,12 +260,8 @@ class Worker:
                     self.clock.now(),
                 )
                 backoff.ok()
-                STORE_WRITES.ok(_CLAIMS)
             except StoreError as exc:
                 metrics.store_errors.labels(mode="worker").inc()
-                # A claim is a write: /healthz says the store is degraded as soon as claims
-                # fail, not only once a materializer batch (only when something is due) fails.
-                STORE_WRITES.failed(_CLAIMS, exc.message)
                 log.warning("claim failed: %s", exc.message, extra={"action": "claim_failed"})
                 if await wait_or_stop(stopping, backoff.failed()):
                     return
