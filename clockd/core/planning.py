@@ -38,6 +38,7 @@ from clockd.core.model import (
     AttemptOutcome,
     MisfirePolicy,
     OccurrenceState,
+    OverlapPolicy,
     RetryPolicy,
     Schedule,
     ScheduleKind,
@@ -59,6 +60,8 @@ class DueSchedule(NamedTuple):
     for notifications (the materializer then looks the whole schedule up, only for the
     rare MISSED it reports). :meth:`of` derives it from a whole :class:`Schedule`; both
     paths give equal values for the same schedule (a contract test holds them to it).
+    ``overlap`` is not a planning input: the occurrence rows carry it (schema 0018), so
+    the claim need not read the schedule.
     A NamedTuple, as :class:`PlannedOccurrence`: one per schedule the materializer reads."""
 
     id: str
@@ -78,6 +81,7 @@ class DueSchedule(NamedTuple):
     max_attempts: int
     requires: frozenset[str]
     notify: bool
+    overlap: OverlapPolicy
 
     @classmethod
     def of(cls, schedule: Schedule) -> DueSchedule:
@@ -100,6 +104,7 @@ class DueSchedule(NamedTuple):
             max_attempts=d.retry.max_attempts,
             requires=capabilities.required(d),
             notify=bool(d.notify),
+            overlap=d.overlap,
         )
 
 

@@ -77,6 +77,7 @@ from clockd.core.model import (
     AttemptOutcome,
     Occurrence,
     OccurrenceState,
+    OverlapPolicy,
     Schedule,
     ScheduleDef,
     ScheduleState,
@@ -112,6 +113,9 @@ class NewOccurrence(NamedTuple):
     max_attempts: int
     state: OccurrenceState = OccurrenceState.SCHEDULED
     reason: str | None = None
+    # The planning version's overlap policy (schema 0018), which the claim reads; None
+    # leaves the claim to read the schedule's, as for rows written before.
+    overlap: OverlapPolicy | None = None
 
     @classmethod
     def planned(
@@ -131,6 +135,7 @@ class NewOccurrence(NamedTuple):
             max_attempts=schedule.max_attempts,
             state=planned.state,
             reason=planned.reason,
+            overlap=schedule.overlap,
         )
 
 

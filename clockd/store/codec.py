@@ -323,6 +323,7 @@ def schedule_from_row(
 # row (an unknown value still raises the enum's ValueError, as a whole decode would).
 _KINDS = {k.value: k for k in ScheduleKind}
 _MISFIRES = {m.value: m for m in MisfirePolicy}
+_OVERLAPS = {o.value: o for o in OverlapPolicy}
 
 
 def due_from_rows(
@@ -333,7 +334,7 @@ def due_from_rows(
     """``due_schedules`` rows (id, tenant, name, kind, expr, tz, queue, version,
     next_run_at, created_at, then from the spec: misfire, max_lateness_us, window_us,
     catch_up_limit, retry.retries, whether the target has a stdin, whether notify is a
-    non-empty list) as DueSchedules: the planning inputs alone, defaults filled in for
+    non-empty list, overlap) as DueSchedules: the planning inputs alone, defaults filled in for
     keys a document lacks exactly as ``definition_from_parts`` fills them. A spec number
     arrives as text from PostgreSQL (``->>``) and as an integer from SQLite; ``int``
     takes both."""
@@ -342,7 +343,7 @@ def due_from_rows(
     out: list[DueSchedule] = []
     append = out.append  # the materializer's hot loop: up to a batch of rows per read
     for (sid, tenant, name, kind, expr, tz, queue, version, next_run_at, created_at,
-         misfire, lateness_us, window_us, catch_up_limit, retries, stdin, notify) in rows:  # fmt: skip
+         misfire, lateness_us, window_us, catch_up_limit, retries, stdin, notify, overlap) in rows:  # fmt: skip
         append(
             DueSchedule(
                 id=sid,
@@ -362,6 +363,7 @@ def due_from_rows(
                 max_attempts=(_DEFAULT_RETRY.retries if retries is None else int(retries)) + 1,
                 requires=required_of(stdin=bool(stdin), notify=bool(notify)),
                 notify=bool(notify),
+                overlap=default.overlap if overlap is None else _OVERLAPS.get(overlap) or OverlapPolicy(overlap),
             )
         )
     return out

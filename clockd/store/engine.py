@@ -141,7 +141,8 @@ _PLANNED_STATES = states.targets("materialize")
 _RELEASED: Final = {"fresh": S.ENQUEUED.value, "again": S.RETRY_WAIT.value}
 _OUTCOMES: Final = {"attempt_running": AttemptOutcome.RUNNING.value, "attempt_lost": AttemptOutcome.LOST.value}
 _OCCURRENCE_COLUMNS: Final = ("ids", "schedule_ids", "versions", "tenants", "queues", "scheduled_for",
-                              "available_at", "states", "max_attempts", "reasons", "finished_at")  # fmt: skip
+                              "available_at", "states", "max_attempts", "reasons", "finished_at",
+                              "overlaps")  # fmt: skip
 
 # -- reasons users read (clockctl show / explain) -------------------------------------------
 
@@ -823,6 +824,7 @@ class SqlStore:
             "now": stamp,
             "max_attempts": max_attempts,
             "scheduled": S.SCHEDULED.value,
+            "overlap": schedule.definition.overlap.value,
         }
         at = d.read(stamp)
         added = Occurrence(
@@ -974,7 +976,7 @@ class SqlStore:
                 (
                     o.id, o.schedule_id, o.version, o.tenant, o.queue, instant(o.scheduled_for),
                     instant(o.available_at), o.state.value, o.max_attempts, o.reason,
-                    None if o.state is scheduled else stamp,
+                    None if o.state is scheduled else stamp, None if o.overlap is None else o.overlap.value,
                 ),
             )
             for o in occurrences

@@ -202,9 +202,10 @@ RETURNING id, scheduled_for, attempts;
 -- Only if the schedule row exists (no foreign key says so since schema 0012): no row
 -- written is the engine's NotFound.
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
-                         available_at, state, max_attempts, manual)
+                         available_at, state, max_attempts, manual, overlap)
 SELECT %(id)s::text, s.id, %(version)s::integer, %(tenant)s::text, %(queue)s::text,
-       %(now)s::timestamptz, %(now)s::timestamptz, %(scheduled)s::text, %(max_attempts)s::integer, true
+       %(now)s::timestamptz, %(now)s::timestamptz, %(scheduled)s::text, %(max_attempts)s::integer, true,
+       %(overlap)s::text
 FROM schedules AS s WHERE s.id = %(schedule_id)s;
 
 -- name: occurrence_get
@@ -267,7 +268,8 @@ SELECT s.id, s.tenant, s.name, s.kind, s.expr, s.tz, s.queue, s.version, s.next_
        s.created_at, s.spec->>'misfire', s.spec->>'max_lateness_us', s.spec->>'window_us',
        s.spec->>'catch_up_limit', s.spec#>>'{retry,retries}',
        s.spec#>>'{target,type}' = 'command' AND s.spec#>>'{target,stdin}' IS NOT NULL,
-       coalesce(jsonb_typeof(s.spec->'notify') = 'array' AND s.spec->'notify' <> '[]', false)
+       coalesce(jsonb_typeof(s.spec->'notify') = 'array' AND s.spec->'notify' <> '[]', false),
+       s.spec->>'overlap'
 FROM unnest(%(shards)b::integer[]) AS k(shard)
 CROSS JOIN LATERAL (
     SELECT * FROM schedules
@@ -303,12 +305,12 @@ RETURNING s.id, s.version;
 -- SQLite, which cannot chain an INSERT on another's RETURNING).
 WITH inserted AS (
     INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
-                             available_at, state, max_attempts, reason, finished_at)
+                             available_at, state, max_attempts, reason, finished_at, overlap)
     SELECT * FROM unnest(%(ids)b::text[], %(schedule_ids)b::text[], %(versions)b::integer[],
                          %(tenants)b::text[], %(queues)b::text[], %(scheduled_for)b::timestamptz[],
                          %(available_at)b::timestamptz[], %(states)b::text[],
                          %(max_attempts)b::integer[], %(reasons)b::text[],
-                         %(finished_at)b::timestamptz[])
+                         %(finished_at)b::timestamptz[], %(overlaps)b::text[])
     ON CONFLICT DO NOTHING
     RETURNING id, state, queue, tenant, available_at
 ), queued AS (
@@ -405,11 +407,13 @@ WITH RECURSIVE tenants (queue, tenant) AS (
         FOR UPDATE SKIP LOCKED
     ) AS g
 ), cand AS MATERIALIZED (
+    -- The overlap policy from the occurrence row (schema 0018); the schedule's spec is
+    -- read only for a row written without one (coalesce evaluates it only then).
     SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
-           coalesce(s.spec->>'overlap', %(default_overlap)s::text) AS overlap
+           coalesce(o.overlap, (SELECT s.spec->>'overlap' FROM schedules AS s WHERE s.id = o.schedule_id),
+                    %(default_overlap)s::text) AS overlap
     FROM dispatch AS d
     JOIN occurrences AS o ON o.id = d.occurrence_id
-    JOIN schedules AS s ON s.id = o.schedule_id
     WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND o.state = ANY(%(claimable)b::text[])
 ), limits AS MATERIALIZED (
     SELECT l.tenant,
@@ -1238,17 +1242,19 @@ UPDATE occurrences SET reason = %(reason)s WHERE id = ANY(%(ids)b::text[]);
 -- database time of both paths, relay included).
 WITH inserted AS (
     INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
-                             available_at, state, max_attempts, reason, finished_at, enqueued_at)
+                             available_at, state, max_attempts, reason, finished_at, enqueued_at,
+                             overlap)
     SELECT u.id, u.schedule_id, u.version, u.tenant, u.queue, u.scheduled_for, u.available_at,
            CASE WHEN u.state = %(scheduled)s::text THEN %(enqueued)s::text ELSE u.state END,
            u.max_attempts, u.reason, u.finished_at,
-           CASE WHEN u.state = %(scheduled)s::text THEN %(now)s::timestamptz END
+           CASE WHEN u.state = %(scheduled)s::text THEN %(now)s::timestamptz END, u.overlap
     FROM unnest(%(ids)b::text[], %(schedule_ids)b::text[], %(versions)b::integer[],
                 %(tenants)b::text[], %(queues)b::text[], %(scheduled_for)b::timestamptz[],
                 %(available_at)b::timestamptz[], %(states)b::text[],
-                %(max_attempts)b::integer[], %(reasons)b::text[], %(finished_at)b::timestamptz[])
+                %(max_attempts)b::integer[], %(reasons)b::text[], %(finished_at)b::timestamptz[],
+                %(overlaps)b::text[])
          AS u(id, schedule_id, version, tenant, queue, scheduled_for, available_at, state,
-              max_attempts, reason, finished_at)
+              max_attempts, reason, finished_at, overlap)
     ON CONFLICT DO NOTHING
     RETURNING id, state, queue, tenant, available_at
 ), queued AS (

@@ -158,8 +158,8 @@ RETURNING id, scheduled_for, attempts;
 -- Only if the schedule row exists (PostgreSQL has no foreign key to say so since schema
 -- 0012): no row written is the engine's NotFound.
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
-                         available_at, state, max_attempts, manual)
-SELECT :id, s.id, :version, :tenant, :queue, :now, :now, :scheduled, :max_attempts, 1
+                         available_at, state, max_attempts, manual, overlap)
+SELECT :id, s.id, :version, :tenant, :queue, :now, :now, :scheduled, :max_attempts, 1, :overlap
 FROM schedules AS s WHERE s.id = :schedule_id;
 
 -- name: occurrence_get
@@ -220,7 +220,8 @@ SELECT id, tenant, name, kind, expr, tz, queue, version, next_run_at, created_at
        json_extract(spec, '$.window_us'), json_extract(spec, '$.catch_up_limit'),
        json_extract(spec, '$.retry.retries'),
        json_extract(spec, '$.target.type') = 'command' AND json_extract(spec, '$.target.stdin') IS NOT NULL,
-       coalesce(json_type(spec, '$.notify') = 'array' AND json_array_length(spec, '$.notify') > 0, 0)
+       coalesce(json_type(spec, '$.notify') = 'array' AND json_array_length(spec, '$.notify') > 0, 0),
+       json_extract(spec, '$.overlap')
 FROM schedules
 WHERE state = 'active' AND shard IN (SELECT value FROM json_each(:shards))
   AND next_run_at <= :until
@@ -250,14 +251,15 @@ RETURNING id, version;
 
 -- name: materialize_insert
 -- :occurrences = [[id, schedule_id, version, tenant, queue, scheduled_for_us,
---                  available_at_us, state, max_attempts, reason, finished_at_us|null], ...]
+--                  available_at_us, state, max_attempts, reason, finished_at_us|null,
+--                  overlap|null], ...]
 -- ("WHERE true" keeps the parser from reading ON CONFLICT as a join constraint.)
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
-                         available_at, state, max_attempts, reason, finished_at)
+                         available_at, state, max_attempts, reason, finished_at, overlap)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
        json_extract(value, '$[6]'), json_extract(value, '$[7]'), json_extract(value, '$[8]'),
-       json_extract(value, '$[9]'), json_extract(value, '$[10]')
+       json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]')
 FROM json_each(:occurrences) WHERE true
 ON CONFLICT DO NOTHING
 RETURNING id, state;
@@ -588,13 +590,14 @@ JOIN dispatch AS d ON d.id IN (
 -- name: overlap_slots_ensure
 -- The overlap slot of every schedule among these dispatch rows whose policy is not
 -- `allow` (PostgreSQL writes it with the schedule: schedule_insert, schedule_update).
+-- The policy as claim_judge reads it: the occurrence's (schema 0018), else the schedule's.
 INSERT INTO overlap_slots (schedule_id)
 SELECT DISTINCT o.schedule_id
 FROM dispatch AS d
 JOIN occurrences AS o ON o.id = d.occurrence_id
 JOIN schedules AS s ON s.id = o.schedule_id
 WHERE d.id IN (SELECT value FROM json_each(:ids))
-  AND json_extract(s.spec, '$.overlap') IN ('skip', 'queue_one')
+  AND coalesce(o.overlap, json_extract(s.spec, '$.overlap')) IN ('skip', 'queue_one')
 ON CONFLICT (schedule_id) DO NOTHING;
 
 -- name: claim_judge
@@ -612,11 +615,14 @@ ON CONFLICT (schedule_id) DO NOTHING;
 -- A slot's holder counts while it has not ended (a RETRY_WAIT holder keeps the slot and
 -- may start again); a waiter while it is still queued.
 WITH cand AS (
+    -- The overlap policy from the occurrence row (schema 0018), else (a row written
+    -- before) from the schedule's spec, as PostgreSQL's claim_lease reads it.
     SELECT d.id, d.occurrence_id, d.tenant, d.visible_at, o.schedule_id, o.scheduled_for,
-           coalesce(json_extract(s.spec, '$.overlap'), :default_overlap) AS overlap
+           coalesce(o.overlap,
+                    (SELECT json_extract(s.spec, '$.overlap') FROM schedules AS s WHERE s.id = o.schedule_id),
+                    :default_overlap) AS overlap
     FROM dispatch AS d
     JOIN occurrences AS o ON o.id = d.occurrence_id
-    JOIN schedules AS s ON s.id = o.schedule_id
     WHERE d.id IN (SELECT value FROM json_each(:picked)) AND d.lease_token IS NULL
       AND o.state IN (SELECT value FROM json_each(:claimable))
 ), slot AS (
@@ -1035,13 +1041,13 @@ UPDATE occurrences SET reason = :reason WHERE id IN (SELECT value FROM json_each
 -- ENQUEUED (enqueued_at = :now) and get no outbox row; dispatch_insert_enqueued then
 -- queues those inserted.
 INSERT INTO occurrences (id, schedule_id, schedule_version, tenant, queue, scheduled_for,
-                         available_at, state, max_attempts, reason, finished_at, enqueued_at)
+                         available_at, state, max_attempts, reason, finished_at, enqueued_at, overlap)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), json_extract(value, '$[5]'),
        json_extract(value, '$[6]'),
        CASE WHEN json_extract(value, '$[7]') = :scheduled THEN :enqueued ELSE json_extract(value, '$[7]') END,
        json_extract(value, '$[8]'), json_extract(value, '$[9]'), json_extract(value, '$[10]'),
-       CASE WHEN json_extract(value, '$[7]') = :scheduled THEN :now END
+       CASE WHEN json_extract(value, '$[7]') = :scheduled THEN :now END, json_extract(value, '$[11]')
 FROM json_each(:occurrences) WHERE true
 ON CONFLICT DO NOTHING
 RETURNING id, state;

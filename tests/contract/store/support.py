@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, Unpack
 
 import psycopg
 
@@ -156,6 +156,7 @@ class OccurrenceChanges(TypedDict, total=False):
     max_attempts: int
     state: OccurrenceState
     reason: str | None
+    overlap: OverlapPolicy | None
 
 
 def planned(
@@ -166,7 +167,11 @@ def planned(
     max_attempts: int = 3,
     state: OccurrenceState = OccurrenceState.SCHEDULED,
     reason: str | None = None,
+    overlap: OverlapPolicy | Literal["schedule's"] | None = "schedule's",
 ) -> NewOccurrence:
+    """The occurrence the materializer would write at ``at``: its row carries the
+    schedule's overlap policy (schema 0018) unless ``overlap`` says otherwise (None: a row
+    written before 0018, which the claim judges by its schedule's spec)."""
     return NewOccurrence(
         id=occurrence_id(schedule.id, schedule.version, at),
         schedule_id=schedule.id,
@@ -178,6 +183,7 @@ def planned(
         max_attempts=max_attempts,
         state=state,
         reason=reason,
+        overlap=schedule.definition.overlap if overlap == "schedule's" else overlap,
     )
 
 

@@ -274,6 +274,28 @@ async def test_overlap_skip_a_retrying_holder_keeps_its_slot(store: Store) -> No
     assert (again.occurrence_id, again.attempt) == (held, 2)
 
 
+async def test_the_claim_judges_a_run_by_the_policy_its_row_carries(store: Store) -> None:
+    """Schema 0018: the policy of the version that planned the run, written on its row, is
+    the one the claim applies (not the schedule's spec, which it no longer reads)."""
+    schedule = await add_schedule(store, "job", next_run_at=T0, overlap=OverlapPolicy.SKIP)
+    rows = [planned(schedule, T0 + i * SEC, overlap=OverlapPolicy.ALLOW) for i in range(2)]
+    await store.materialize(FENCE, rows, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
+    assert await store.relay(T0 + MIN, 10, T0 - MIN) == 2
+    assert len(await store.claim([QUEUE], "w", 10, LEASE, T0 + 5 * SEC)) == 2
+
+
+async def test_a_row_written_before_0018_is_judged_by_its_schedules_policy(store: Store) -> None:
+    """A row without a policy (an older release planned it, or wrote it during an
+    upgrade) falls back to the schedule's spec, as every claim did before."""
+    schedule = await add_schedule(store, "job", next_run_at=T0, overlap=OverlapPolicy.SKIP)
+    rows = [planned(schedule, T0 + i * SEC, overlap=None) for i in range(2)]
+    await store.materialize(FENCE, rows, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
+    assert await store.relay(T0 + MIN, 10, T0 - MIN) == 2
+    [first] = await store.claim([QUEUE], "w", 10, LEASE, T0 + 5 * SEC)
+    assert first.occurrence_id == rows[0].id
+    assert await state_of(store, rows[1].id) is OccurrenceState.SKIPPED_OVERLAP
+
+
 async def test_allow_runs_occurrences_of_one_schedule_side_by_side(store: Store) -> None:
     await queued(store, "parallel", 3, step=MIN)
     assert len(await store.claim([QUEUE], "w", 10, LEASE, T0 + 5 * MIN)) == 3

@@ -1,0 +1,23 @@
+-- clockd PostgreSQL store, schema 0018: an occurrence carries the overlap policy of the
+-- version that planned it (issue 18, "the claim reads only what it needs"). The SQLite
+-- store takes the same change under the same number.
+--
+-- The claim needs each candidate's overlap policy (allow / skip / queue_one) to decide
+-- whether its schedule's slot is involved. It read the policy from the schedule's spec:
+-- one random probe of schedules_pkey and a jsonb lookup per claimed row, ~12 % of the
+-- claim's database time per row (bench, "The overlap policy on the occurrence"). The
+-- materializer, an update's re-plan and run-now now write the policy into the row they
+-- insert, as they already write max_attempts; the claim reads it there.
+--
+-- Which policy: the planning version's. A change of the schedule cancels its unclaimed
+-- older-version occurrences and re-plans them under the new version (engine._replan), so
+-- a queued planned occurrence is always of the current version; a queued run-now keeps
+-- the version it was asked under — whose target and retry policy it runs with too
+-- (before, only its overlap policy followed later versions).
+--
+-- NULL means "read the schedule's spec", as before: rows written before this schema, or
+-- by a clockd of schema 0017 still running beside this one during an upgrade. Adding a
+-- nullable column without a default rewrites no row, here or in any partition, and the
+-- partitions made from now on (LIKE occurrences) have it too. No index names it, so
+-- updates of the row stay HOT.
+ALTER TABLE occurrences ADD COLUMN overlap text;
