@@ -99,7 +99,7 @@ def _planning(now: datetime) -> dict[str, float]:
     must run on older trees too (``--against``), which have only these pieces."""
     import gc
 
-    from clockd.core.planning import plan_schedule
+    from clockd.core.planning import DueSchedule, plan_schedule
     from clockd.core.spec import compile_spec
     from clockd.store import CursorAdvance, NewOccurrence
     from clockd.store.codec import due_from_rows
@@ -109,6 +109,8 @@ def _planning(now: datetime) -> dict[str, float]:
     store = PostgresStore("postgresql:///unused")  # never opened: its planning helpers only
     d = PostgresDriver
     out: dict[str, float] = {}
+    # The spec's overlap, read since schema 0018 (a tree before it reads one column fewer).
+    overlap: tuple[None, ...] = (None,) if "overlap" in DueSchedule._fields else ()
     for shape in ("shared", "distinct"):
         rows = []
         for i in range(PLAN_ROWS):
@@ -120,7 +122,7 @@ def _planning(now: datetime) -> dict[str, float]:
                 anchor = now - timedelta(seconds=PERIOD) + timedelta(milliseconds=(i * 997) % 120_000)
                 expr, cursor, until = f"{PERIOD}s", anchor + timedelta(seconds=PERIOD), now + timedelta(minutes=2)
             rows.append((sid, "default", f"p-{i}", "every", expr, "UTC", "default", 1, cursor, anchor,
-                         None, None, None, None, 2, False, False))  # fmt: skip
+                         None, None, None, None, 2, False, False, *overlap))  # fmt: skip
         best, made = float("inf"), 0
         gc.disable()
         try:

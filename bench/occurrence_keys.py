@@ -102,6 +102,7 @@ def _params(schema: str, schedules: list[str], at: datetime) -> dict[str, Any]:
         "ids": _ids(schema, schedules, at), "schedule_ids": schedules, "versions": [1] * n,
         "tenants": ["default"] * n, "queues": ["default"] * n, "scheduled_for": [at] * n, "available_at": [at] * n,
         "states": ["SCHEDULED"] * n, "max_attempts": [1] * n, "reasons": [None] * n, "finished_at": [None] * n,
+        "overlaps": ["allow"] * n,
         "now": datetime.now(UTC), "scheduled": "SCHEDULED", "enqueued": "ENQUEUED",
     }  # fmt: skip
 

@@ -48,6 +48,7 @@ def _params(schedule_id: str, base: datetime, n: int, offset: int) -> dict[str, 
         "ids": [f"{uuid.uuid4().hex}" for _ in range(n)], "schedule_ids": [schedule_id] * n, "versions": [1] * n,
         "tenants": ["default"] * n, "queues": ["default"] * n, "scheduled_for": times, "available_at": times,
         "states": ["SCHEDULED"] * n, "max_attempts": [1] * n, "reasons": [None] * n, "finished_at": [None] * n,
+        "overlaps": ["allow"] * n,
         "now": datetime.now(UTC),
     }  # fmt: skip
 
