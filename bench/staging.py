@@ -42,6 +42,10 @@ from tests.harness.postgres import PostgresServer
 BATCH = 500
 
 
+# The states the inserts name besides the rows (the engine passes them from core).
+RULE: dict[str, Any] = {"scheduled": "SCHEDULED", "enqueued": "ENQUEUED"}
+
+
 def _params(schedule_id: str, base: datetime, n: int, offset: int) -> dict[str, Any]:
     times = [base + timedelta(microseconds=offset + i) for i in range(n)]
     return {
@@ -104,7 +108,7 @@ def run(quick: bool) -> list[dict[str, object]]:
             relay = {"until": datetime.now(UTC) + timedelta(days=1), "limit": BATCH,
                      "expected": "SCHEDULED", "next": "ENQUEUED"}  # fmt: skip
             began = time.perf_counter()
-            rule = {"scheduled": "SCHEDULED", "enqueued": "ENQUEUED"}
+            rule = RULE
             for i in range(rounds):  # interleaved: the two-step path, then direct as clockd runs it
                 conn.execute(Q["materialize_insert"], {**_params(schedule_id, past, BATCH, 2 * i * BATCH), **rule})
                 conn.execute(Q["relay_dispatch"], {**relay, "now": datetime.now(UTC)})

@@ -1,0 +1,35 @@
+"""The bench suites that run clockd's own statements with parameters they build themselves
+(``bench.staging``, ``bench.occurrence_keys``) supply every parameter those statements
+name. ``make test`` runs no bench code, so a schema change that adds a column to the
+occurrence insert (0018 did) used to surface only as ``make bench`` stopping at the
+staging suite, twenty minutes in."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from bench import occurrence_keys, staging
+from clockd.store.postgres.store import Q
+
+PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]")
+AT = datetime(2026, 12, 5, tzinfo=UTC)
+SCHEDULE = "0193a3c0-0000-7000-8000-000000000000"
+
+
+def named(statement: str) -> set[str]:
+    return set(PLACEHOLDER.findall(Q[statement]))
+
+
+@pytest.mark.parametrize("statement", ["materialize_insert", "materialize_insert_enqueued"])
+def test_the_staging_suite_supplies_every_parameter_of_the_inserts_it_runs(statement: str) -> None:
+    given = set(staging._params(SCHEDULE, AT, 2, 0)) | set(staging.RULE)
+    assert named(statement) <= given, f"bench.staging lacks {sorted(named(statement) - given)}"
+
+
+def test_the_occurrence_key_suite_supplies_every_parameter_of_its_insert() -> None:
+    given = set(occurrence_keys._params("public", [SCHEDULE], AT))
+    missing = named("materialize_insert_enqueued") - given
+    assert not missing, f"bench.occurrence_keys lacks {sorted(missing)}"
