@@ -248,6 +248,21 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
     metrics.watch_store(store)
 
     opened = False
+    probed: list[tuple[float, str | None]] = []  # the last write probe: when, its error
+
+    async def write_probe() -> str | None:
+        """The store's write probe, at most once a second (a scraper polling /healthz
+        must not queue writes behind the daemon's): None, or why it cannot write."""
+        now = clock.monotonic()
+        if probed and now - probed[-1][0] < 1.0:
+            return probed[-1][1]
+        try:
+            await store.probe_write()
+            error = None
+        except ClockdError as exc:
+            error = exc.message
+        probed[:] = [(now, error)]
+        return error
 
     async def health() -> tuple[bool, dict[str, Any]]:
         if not opened:
@@ -264,8 +279,11 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
             doc["store_reachable"] = True
         except ClockdError:
             doc["store_reachable"] = False
-        # Reads may work while every write fails (disk full): degraded, not healthy.
+        # Reads may work while every write fails (disk full): degraded, not healthy. The
+        # modes' own failures first; else a probe, since an idle daemon writes nothing.
         write_error = STORE_WRITES.failing()
+        if write_error is None and doc["store_reachable"]:
+            write_error = await write_probe()
         doc["store_writable"] = write_error is None
         if write_error is not None:
             doc["store_error"] = write_error

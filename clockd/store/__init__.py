@@ -640,6 +640,16 @@ class Store(Protocol):
         """The database server's clock (SQLite: the local clock), for clock-offset checks."""
         ...
 
+    async def probe_write(self) -> None:
+        """Raise ``StoreError`` if this store cannot write now; keep nothing. For
+        ``/healthz``: reads may work while every write fails (a disk turned read-only), and
+        an idle daemon writes nothing that could fail. SQLite writes its header's
+        ``user_version`` (0) again: a real page write and commit on the store's disk;
+        PostgreSQL only runs a write transaction's round trip — a server that cannot write
+        its WAL stops, which ``store_reachable`` shows, and a full data disk fails the
+        writes that do happen (``STORE_WRITES``)."""
+        ...
+
     async def vacuum_queue(self) -> bool:
         """Reclaim the queue's dead row versions now; the leader calls it every
         ``queue_vacuum_every``. PostgreSQL: ``VACUUM (SKIP_LOCKED, TRUNCATE false) dispatch``. Every

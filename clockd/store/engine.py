@@ -321,6 +321,15 @@ class SqlStore:
         """The database server's clock (``clock_timestamp()``; SQLite: the local clock)."""
         return await self.driver.server_time()
 
+    async def probe_write(self) -> None:
+        """See the port. A ``write`` transaction of one statement (each dialect's SQL says
+        what it writes), without the audit a pending ``audited`` block would attach."""
+
+        def body() -> Body[None]:
+            yield Run("write_probe", fetch="none")
+
+        await self.driver.transaction(body(), "write")
+
     async def vacuum_queue(self) -> bool:
         """See the port. A ``read``: PostgreSQL runs it as autocommit statements (VACUUM
         refuses to run in a transaction); each dialect's SQL says what the two steps are."""
@@ -1682,7 +1691,7 @@ ENGINE_QUERIES: Final = frozenset(
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram", "occurrences_started_after", "schedule_cursor_move",
         "schedules_page_state", "schedules_page_label", "schedule_labels_insert", "schedule_labels_delete",
-        "queue_vacuum_allowed", "queue_vacuum",
+        "queue_vacuum_allowed", "queue_vacuum", "write_probe",
     }
 )  # fmt: skip
 

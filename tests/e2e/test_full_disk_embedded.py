@@ -94,6 +94,11 @@ def degraded(port: int) -> tuple[int, dict[str, Any]] | None:
     return answer if answer[0] == 503 else None
 
 
+def healthy(port: int) -> tuple[int, dict[str, Any]] | None:
+    answer = health(port)
+    return answer if answer[0] == 200 else None
+
+
 def recorded(daemon: Clockd, name: str) -> dict[str, Any] | None:
     runs = daemon.runs(name)
     return runs[0] if runs and runs[0]["state"] in ("SUCCEEDED", "DEAD") else None
@@ -269,3 +274,28 @@ def test_a_disk_that_turns_read_only_under_clockd_degrades_it_and_clockctl_exits
     with mounted(tmp_path / "disk-checked", "-o", "loop", str(ext4_image)) as checked_disk:
         listed = Clockd(checked_disk / "home").ctl("list", "-o", "json")
         assert [s["name"] for s in json.loads(listed.stdout)] == ["tick"], listed.stdout
+
+
+def test_an_idle_clockd_on_a_disk_turned_read_only_says_so_on_healthz(ext4_image: Path, tmp_path: Path) -> None:
+    """Nothing scheduled, so no mode writes and none can see its writes fail: ``/healthz``
+    probes a write itself (before, it said ``store_writable: true`` on a read-only disk
+    until some mode next wrote — never, for an idle clockd)."""
+    mountpoint = tmp_path / "disk"
+    with mounted(mountpoint, "-o", "loop,errors=remount-ro", str(ext4_image)):
+        device = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], capture_output=True,
+                                     text=True, check=True).stdout.strip()).name  # fmt: skip
+        daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": "127.0.0.1:0"})
+        daemon.log_path = tmp_path / "clockd.log"  # not on the disk that turns read-only
+        daemon.start()
+        port = daemon.metrics_port
+        try:
+            _, doc = wait_for("healthz to answer healthy", lambda: healthy(port), 15)
+            assert doc["store_writable"] is True, doc
+            Path(f"/sys/fs/ext4/{device}/trigger_fs_error").write_text("clockd idle read-only disk drill")
+            _, doc = wait_for("healthz to report the store not writable", lambda: degraded(port), 15)
+            assert doc["store_writable"] is False and "Read-only file system" in doc["store_error"], doc
+            assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()[-2000:]
+            assert "Traceback" not in daemon.log()
+        finally:
+            if daemon.proc is not None and daemon.proc.poll() is None:
+                daemon.kill()

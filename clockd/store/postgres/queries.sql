@@ -766,6 +766,15 @@ WITH gone AS (
 )
 SELECT id FROM gone;
 
+-- ------------------------------------------------------------------ health
+
+-- name: write_probe
+-- /healthz's write (Store.probe_write): a write transaction's round trip, nothing written.
+-- A server that cannot write its WAL stops (store_reachable says so); a full data disk
+-- fails the writes the modes make (STORE_WRITES). A row rewritten here would leave a dead
+-- tuple per probe and need a privilege roles.sql does not give clockd_daemon.
+SELECT 1;
+
 -- ------------------------------------------------------------------ the queue's upkeep
 
 -- name: queue_vacuum_allowed

@@ -434,6 +434,16 @@ DELETE FROM occurrences WHERE id IN (
       AND state IN ('SUCCEEDED', 'DEAD', 'MISSED', 'SKIPPED_OVERLAP', 'CANCELED')
     ORDER BY finished_at LIMIT :limit);
 
+-- ------------------------------------------------------------------ health
+
+-- name: write_probe
+-- /healthz's write (Store.probe_write): the header's user_version (clockd keeps it 0 and
+-- reads it nowhere) set again. SQLite writes the header page for it every time — a WAL
+-- frame and a commit on the store's disk — which fails on a disk turned read-only as any
+-- write would. (A row set to its own value would not do: SQLite skips writing a cell
+-- that does not change, so such a probe succeeded on a read-only disk.)
+PRAGMA user_version = 0;
+
 -- ------------------------------------------------------------------ the queue's upkeep
 
 -- name: queue_vacuum_allowed

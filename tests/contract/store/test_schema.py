@@ -31,3 +31,13 @@ async def test_open_refuses_a_newer_schema(store: Store, backend: Backend) -> No
         await newer.open()
     with pytest.raises(SchemaMismatch):
         await store.migrate()
+
+
+async def test_the_write_probe_passes_on_a_writable_store_and_changes_nothing(store: Store) -> None:
+    """/healthz's probe (Store.probe_write; a disk turned read-only makes it fail:
+    tests/e2e/test_full_disk_embedded.py). Probed twice, the store lists what it did."""
+    schedule = await add_schedule(store, "kept", next_run_at=T0)
+    await store.probe_write()
+    await store.probe_write()
+    assert [s.id for s in await store.list_schedules()] == [schedule.id]
+    assert await store.migrate() == []  # the schema's bookkeeping is untouched
