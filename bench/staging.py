@@ -108,12 +108,11 @@ def run(quick: bool) -> list[dict[str, object]]:
             relay = {"until": datetime.now(UTC) + timedelta(days=1), "limit": BATCH,
                      "expected": "SCHEDULED", "next": "ENQUEUED"}  # fmt: skip
             began = time.perf_counter()
-            rule = RULE
             for i in range(rounds):  # interleaved: the two-step path, then direct as clockd runs it
-                conn.execute(Q["materialize_insert"], {**_params(schedule_id, past, BATCH, 2 * i * BATCH), **rule})
+                conn.execute(Q["materialize_insert"], {**_params(schedule_id, past, BATCH, 2 * i * BATCH), **RULE})
                 conn.execute(Q["relay_dispatch"], {**relay, "now": datetime.now(UTC)})
                 params = _params(schedule_id, past, BATCH, (2 * i + 1) * BATCH)
-                conn.execute(Q["materialize_insert_enqueued"], {**params, **rule})
+                conn.execute(Q["materialize_insert_enqueued"], {**params, **RULE})
             log(f"staging: {2 * rounds * BATCH:,} occurrences in {time.perf_counter() - began:.1f}s; {_load()}")
             mat_ms, mat_rows = statement_stats(conn, "INSERT INTO outbox")
             relay_ms, relay_rows = statement_stats(conn, "DELETE FROM outbox")
@@ -130,7 +129,7 @@ def run(quick: bool) -> list[dict[str, object]]:
             due_ms, due_rows = statement_stats(conn, "lease_until")
             ahead = datetime.now(UTC) + timedelta(seconds=10)
             for i in range(0, future, 5000):
-                conn.execute(Q["materialize_insert_enqueued"], {**_params(schedule_id, ahead, 5000, i), **rule})
+                conn.execute(Q["materialize_insert_enqueued"], {**_params(schedule_id, ahead, 5000, i), **RULE})
             conn.execute("VACUUM ANALYZE dispatch")
             conn.execute("SELECT pg_stat_statements_reset()")
         asyncio.run(_claims(dsn, half))

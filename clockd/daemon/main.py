@@ -248,21 +248,22 @@ async def _run(settings: Settings, read: Callable[[], Settings] | None = None) -
     metrics.watch_store(store)
 
     opened = False
-    probed: list[tuple[float, str | None]] = []  # the last write probe: when, its error
+    probed_at: float | None = None  # the last write probe (monotonic) and its error
+    probe_error: str | None = None
 
     async def write_probe() -> str | None:
         """The store's write probe, at most once a second (a scraper polling /healthz
         must not queue writes behind the daemon's): None, or why it cannot write."""
+        nonlocal probed_at, probe_error
         now = clock.monotonic()
-        if probed and now - probed[-1][0] < 1.0:
-            return probed[-1][1]
-        try:
-            await store.probe_write()
-            error = None
-        except ClockdError as exc:
-            error = exc.message
-        probed[:] = [(now, error)]
-        return error
+        if probed_at is None or now - probed_at >= 1.0:
+            try:
+                await store.probe_write()
+                probe_error = None
+            except ClockdError as exc:
+                probe_error = exc.message
+            probed_at = now
+        return probe_error
 
     async def health() -> tuple[bool, dict[str, Any]]:
         if not opened:

@@ -24,7 +24,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -220,6 +220,31 @@ def failed_claims(daemon: Clockd) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def clockd_on_ext4(image: Path, tmp_path: Path) -> Iterator[tuple[Clockd, Callable[[str], None]]]:
+    """``image`` mounted ``errors=remount-ro`` and a clockd (metrics on) whose home is on
+    it, its log beside, not on it; and the trigger of an ext4 error (with a message), which
+    turns that disk read-only under the clockd. The clockd is killed on the way out, not
+    stopped: a stopping worker that holds outcomes retries recording them for ~30 s (it
+    may, the disk may come back), longer than these drills."""
+    mountpoint = tmp_path / "disk"
+    with mounted(mountpoint, "-o", "loop,errors=remount-ro", str(image)):
+        device = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], capture_output=True,
+                                     text=True, check=True).stdout.strip()).name  # fmt: skip
+        daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": "127.0.0.1:0"})
+        daemon.log_path = tmp_path / "clockd.log"  # not on the disk that turns read-only
+        daemon.start()
+
+        def fs_error(message: str) -> None:
+            Path(f"/sys/fs/ext4/{device}/trigger_fs_error").write_text(message)
+
+        try:
+            yield daemon, fs_error
+        finally:
+            if daemon.proc is not None and daemon.proc.poll() is None:
+                daemon.kill()
+
+
 @pytest.fixture
 def ext4_image(tmp_path: Path) -> Path:
     """A 32 MiB ext4 file system in a file (mounted over a loop device by the drill)."""
@@ -239,33 +264,21 @@ def test_a_disk_that_turns_read_only_under_clockd_degrades_it_and_clockctl_exits
     read-only under the running clockd — for good, until it is unmounted and checked, so
     coming back is the other drill's (clockd stopped, the disk writable again)."""
     runs = tmp_path / "runs.log"
-    mountpoint = tmp_path / "disk"
-    with mounted(mountpoint, "-o", "loop,errors=remount-ro", str(ext4_image)):
-        device = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], capture_output=True,
-                                     text=True, check=True).stdout.strip()).name  # fmt: skip
-        daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": "127.0.0.1:0"})
-        daemon.log_path = tmp_path / "clockd.log"  # not on the disk that turns read-only
-        daemon.start()
+    with clockd_on_ext4(ext4_image, tmp_path) as (daemon, fs_error):
         port = daemon.metrics_port
-        try:
-            daemon.ctl("add", "--every", "1s", "--name", "tick", "--", *job_argv(runs))
-            wait_for("jobs to fire every second", lambda: len(executions(runs)) >= 2, 15)
-            Path(f"/sys/fs/ext4/{device}/trigger_fs_error").write_text("clockd read-only disk drill")
-            _, doc = wait_for("healthz to report the store not writable", lambda: degraded(port), 15)
-            assert doc["store_writable"] is False and "Read-only file system" in doc["store_error"], doc
-            wait_for("the worker to log and retry", lambda: len(failed_claims(daemon)) >= 2, 10)
-            added = daemon.ctl("add", "--every", "1m", "--name", "probe", "--noop", check=False)
-            assert added.returncode == 4, added.stderr
-            assert added.stderr.count("\n") == 1 and "Traceback" not in added.stderr, added.stderr
-            assert "read-only (Read-only file system)" in added.stderr, added.stderr
-            assert "tick" in daemon.ctl("list").stdout  # reading verbs keep working
-            assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()[-2000:]
-            assert "Traceback" not in daemon.log()
-        finally:
-            # Killed, not stopped: a stopping worker that holds outcomes retries recording
-            # them for ~30 s (it may, the disk may come back), longer than this drill.
-            if daemon.proc is not None and daemon.proc.poll() is None:
-                daemon.kill()
+        daemon.ctl("add", "--every", "1s", "--name", "tick", "--", *job_argv(runs))
+        wait_for("jobs to fire every second", lambda: len(executions(runs)) >= 2, 15)
+        fs_error("clockd read-only disk drill")
+        _, doc = wait_for("healthz to report the store not writable", lambda: degraded(port), 15)
+        assert doc["store_writable"] is False and "Read-only file system" in doc["store_error"], doc
+        wait_for("the worker to log and retry", lambda: len(failed_claims(daemon)) >= 2, 10)
+        added = daemon.ctl("add", "--every", "1m", "--name", "probe", "--noop", check=False)
+        assert added.returncode == 4, added.stderr
+        assert added.stderr.count("\n") == 1 and "Traceback" not in added.stderr, added.stderr
+        assert "read-only (Read-only file system)" in added.stderr, added.stderr
+        assert "tick" in daemon.ctl("list").stdout  # reading verbs keep working
+        assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()[-2000:]
+        assert "Traceback" not in daemon.log()
     # Checked (the journal replayed) and mounted again: every write clockd acknowledged
     # before the error is there (the store commits with synchronous = FULL; NORMAL lost
     # the `tick` schedule added two seconds before the error).
@@ -280,22 +293,12 @@ def test_an_idle_clockd_on_a_disk_turned_read_only_says_so_on_healthz(ext4_image
     """Nothing scheduled, so no mode writes and none can see its writes fail: ``/healthz``
     probes a write itself (before, it said ``store_writable: true`` on a read-only disk
     until some mode next wrote — never, for an idle clockd)."""
-    mountpoint = tmp_path / "disk"
-    with mounted(mountpoint, "-o", "loop,errors=remount-ro", str(ext4_image)):
-        device = Path(subprocess.run(["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], capture_output=True,
-                                     text=True, check=True).stdout.strip()).name  # fmt: skip
-        daemon = Clockd(mountpoint / "home", {"CLOCKD_METRICS_ADDR": "127.0.0.1:0"})
-        daemon.log_path = tmp_path / "clockd.log"  # not on the disk that turns read-only
-        daemon.start()
+    with clockd_on_ext4(ext4_image, tmp_path) as (daemon, fs_error):
         port = daemon.metrics_port
-        try:
-            _, doc = wait_for("healthz to answer healthy", lambda: healthy(port), 15)
-            assert doc["store_writable"] is True, doc
-            Path(f"/sys/fs/ext4/{device}/trigger_fs_error").write_text("clockd idle read-only disk drill")
-            _, doc = wait_for("healthz to report the store not writable", lambda: degraded(port), 15)
-            assert doc["store_writable"] is False and "Read-only file system" in doc["store_error"], doc
-            assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()[-2000:]
-            assert "Traceback" not in daemon.log()
-        finally:
-            if daemon.proc is not None and daemon.proc.poll() is None:
-                daemon.kill()
+        _, doc = wait_for("healthz to answer healthy", lambda: healthy(port), 15)
+        assert doc["store_writable"] is True, doc
+        fs_error("clockd idle read-only disk drill")
+        _, doc = wait_for("healthz to report the store not writable", lambda: degraded(port), 15)
+        assert doc["store_writable"] is False and "Read-only file system" in doc["store_error"], doc
+        assert daemon.proc is not None and daemon.proc.poll() is None, daemon.log()[-2000:]
+        assert "Traceback" not in daemon.log()
