@@ -1,5 +1,5 @@
-"""The claim's database time per claimed row, clockd's ``claim_lease`` against variants of
-it (issue 18: "where the time goes, to be measured rather than assumed").
+"""The claim's database time per claimed row, clockd's claim against variants of it
+(issue 18: "where the time goes, to be measured rather than assumed").
 
 ``python -m bench.claim_variants [--rounds R] [--schedules N] [--per K]``: on a durable
 PostgreSQL with ``pg_stat_statements`` (``bench.servers``), each round makes a fresh
@@ -7,21 +7,25 @@ database with N schedules and K due occurrences each in the queue (materialized 
 relayed by the store, untimed), then claims through the store 500 rows at a time — the
 variants taking turns, claim by claim, and every claimed batch finished as the worker
 finishes it — until the queue is empty. The figure is each variant's
-``total_exec_time / rows`` of its own statement (a comment names it, so each variant is
-its own ``pg_stat_statements`` entry), per round and the median over rounds; only the
-ratios within a round are evidence on a shared machine.
+``total_exec_time + total_plan_time`` over its rows (planning counts: every claim is
+planned afresh, see ``clockd.store.postgres.store``), from its own ``pg_stat_statements``
+entry (a comment names it), per round and the median over rounds; only the ratios within
+a round are evidence on a shared machine. The queue is one tenant's, every run allowing
+overlap: the case ``claim_plain`` (schema 0019) serves.
 
-Variants (rewrites of this release's statement, not product code):
+Variants (each runs in ``claim_plain``'s place; rewrites of this release's statements,
+not product code):
 
-* ``clockd``: ``claim_lease`` as it is (schema 0018: the overlap policy read from the
-  occurrence row).
-* ``schedule probe``: the claim before schema 0018, reading every candidate's policy
-  from its schedule's spec (a join to ``schedules``), as rows written before 0018 are
-  judged still.
-* ``no re-fetch``: the pick carries the queue rows' columns out instead of ``cand``
-  reading them again by id (a lateral probe of ``occurrences`` per row keeps the plan a
-  nested loop: as a plain join the planner, estimating the pick at a million rows, hashed
-  whole tables).
+* ``clockd``: ``claim_plain`` as it is (the claim with nothing to judge, schema 0019).
+* ``judged``: ``claim_lease``, the claim that judges fairness, caps and overlap, as every
+  claim was made before schema 0019 (and as clockd makes one that has anything to judge).
+* ``judged, schedule probe``: ``claim_lease`` before schema 0018, reading every
+  candidate's policy from its schedule's spec (a join to ``schedules``), as rows written
+  before 0018 are judged still.
+* ``judged, no re-fetch``: ``claim_lease`` with the pick carrying the queue rows' columns
+  out instead of ``cand`` reading them again by id (a lateral probe of ``occurrences`` per
+  row keeps the plan a nested loop: as a plain join the planner, estimating the pick at a
+  million rows, hashed whole tables).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from datetime import UTC, datetime, timedelta
 from typing import LiteralString
 
 BATCH = 500
-QUERY = "claim_lease"
+PLAIN = "claim_plain"
+JUDGED = "claim_lease"
 
 _PICK_FAIR = """    SELECT f.id FROM ready AS r
     CROSS JOIN LATERAL (
@@ -55,9 +60,9 @@ def _replaced(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def variants(claim: str) -> dict[str, str]:
-    """The variants of ``claim`` (this release's ``claim_lease``), each behind a comment
-    naming it."""
+def variants(plain: str, claim: str) -> dict[str, str]:
+    """The variants of this release's claim (``plain``: ``claim_plain``; ``claim``:
+    ``claim_lease``), each behind a comment naming it."""
     probe = _replaced(claim, _POLICY, "coalesce(s.spec->>'overlap', %(default_overlap)s::text) AS overlap")
     probe = _replaced(
         probe, "    JOIN occurrences AS o ON o.id = d.occurrence_id\n    WHERE d.id",
@@ -72,13 +77,15 @@ def variants(claim: str) -> dict[str, str]:
     CROSS JOIN LATERAL (SELECT o.schedule_id, o.scheduled_for, o.overlap FROM occurrences AS o
                         WHERE o.id = d.occurrence_id AND o.state = ANY(%(claimable)b::text[]) LIMIT 1) AS o""",
     )  # fmt: skip
-    found = {"clockd": claim, "schedule probe": probe, "no re-fetch": carried}
+    found = {"clockd": plain, "judged": claim, "judged, schedule probe": probe, "judged, no re-fetch": carried}
     return {name: f"/* claim variant: {name} */\n{text}" for name, text in found.items()}
 
 
 async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
     """One database: the queue filled, then emptied by the variants in turn. µs per row."""
     import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
 
     from clockd.core.ids import new_schedule_id, occurrence_id
     from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind
@@ -86,6 +93,11 @@ async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
     from clockd.store.postgres import PostgresStore
     from clockd.store.postgres.store import Q
 
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        # Planning time too, in the store's sessions (opened after this).
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        database = sql.Identifier(str(conninfo_to_dict(dsn)["dbname"]))
+        await conn.execute(sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track_planning = on").format(database))
     store = PostgresStore(dsn)
     await store.migrate()
     await store.open()
@@ -118,15 +130,15 @@ async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
         await conn.execute("VACUUM ANALYZE")
         await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         await conn.execute("SELECT pg_stat_statements_reset()")
-    texts = variants(Q[QUERY])
+    texts = variants(Q[PLAIN], Q[JUDGED])
     names = list(texts)
     queries = Q._queries  # the bench swaps one statement's text between claims (private: not a product path)
-    original = queries[QUERY]
+    original = queries[PLAIN]
     turn = 0
     try:
         while True:
             text: LiteralString = texts[names[turn % len(names)]]  # our own SQL, rewritten above
-            queries[QUERY] = text
+            queries[PLAIN] = text
             turn += 1
             claims = await store.claim(["default"], "bench", BATCH, timedelta(minutes=5), datetime.now(UTC))
             if not claims:
@@ -134,11 +146,11 @@ async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
             ended = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
             await store.finish(ended, datetime.now(UTC))
     finally:
-        queries[QUERY] = original
+        queries[PLAIN] = original
         await store.close()
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         cur = await conn.execute(
-            "SELECT query, sum(total_exec_time), sum(rows) FROM pg_stat_statements "
+            "SELECT query, sum(total_exec_time + total_plan_time), sum(rows) FROM pg_stat_statements "
             "WHERE query LIKE '/* claim variant: %%' GROUP BY query"
         )
         found = await cur.fetchall()
@@ -169,11 +181,11 @@ def main() -> None:
             for name, us in got.items():
                 results.setdefault(name, []).append(us)
     base = statistics.median(results.get("clockd", [float("nan")]))
-    print(f"{'variant':<16} {'µs per claimed row (rounds)':<36} {'median':>8} {'× clockd':>9}")
+    print(f"{'variant':<24} {'µs per claimed row (rounds)':<36} {'median':>8} {'× clockd':>9}")
     for name, values in results.items():
         med = statistics.median(values)
         rounds = " ".join(f"{v:.1f}" for v in values)
-        print(f"{name:<16} {rounds:<36} {med:>8.1f} {med / base:>9.2f}")
+        print(f"{name:<24} {rounds:<36} {med:>8.1f} {med / base:>9.2f}")
 
 
 if __name__ == "__main__":

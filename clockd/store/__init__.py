@@ -503,7 +503,8 @@ class Store(Protocol):
         ...
 
     # The claim above also enforces, in the same transaction (one statement chain with
-    # SKIP LOCKED in PostgreSQL):
+    # SKIP LOCKED in PostgreSQL — claim_plain when there is nothing below to judge, else
+    # claim_lease: docs/store.md, "The claim with nothing to judge"):
     # * fairness: per queue, rows are picked as a share of each tenant's oldest (a skip
     #   scan over the tenants with queued rows) plus the queue's oldest, and started in
     #   round-robin order across tenants (every tenant's n-th row before any n+1-th);

@@ -33,3 +33,15 @@ def test_the_occurrence_key_suite_supplies_every_parameter_of_its_insert() -> No
     given = set(occurrence_keys._params("public", [SCHEDULE], AT))
     missing = named("materialize_insert_enqueued") - given
     assert not missing, f"bench.occurrence_keys lacks {sorted(missing)}"
+
+
+def test_the_claim_variants_are_made_from_this_releases_claim_statements() -> None:
+    """``bench.claim_variants`` rewrites ``claim_lease`` by text (it exits when a piece it
+    replaces is gone): every variant exists, names itself, and is a claim."""
+    from bench import claim_variants
+
+    found = claim_variants.variants(Q[claim_variants.PLAIN], Q[claim_variants.JUDGED])
+    assert set(found) == {"clockd", "judged", "judged, schedule probe", "judged, no re-fetch"}
+    for name, text in found.items():
+        assert text.startswith(f"/* claim variant: {name} */")
+        assert "FOR UPDATE SKIP LOCKED" in text and "UPDATE dispatch" in text

@@ -343,10 +343,10 @@ WITH taken AS (
 ), enqueued AS (
     UPDATE occurrences AS o SET state = %(next)s::text, enqueued_at = %(now)s
     FROM taken WHERE o.id = taken.occurrence_id AND o.state = %(expected)s::text
-    RETURNING o.id, o.queue, o.tenant, o.available_at
+    RETURNING o.id, o.queue, o.tenant, o.available_at, o.overlap
 )
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, available_at FROM enqueued ORDER BY available_at
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT id, queue, tenant, available_at, overlap FROM enqueued ORDER BY available_at
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- ------------------------------------------------------------------ worker
@@ -548,6 +548,85 @@ WITH RECURSIVE tenants (queue, tenant) AS (
 SELECT id, lease_token, attempts, schedule_id, schedule_version, scheduled_for, max_attempts
 FROM started
 ORDER BY trank, visible_at, dispatch_id;
+
+-- name: claim_plain
+-- The claim when there is nothing to judge (schema 0019), tried before claim_lease: the
+-- queues' oldest :limit visible rows leased and started in queue order, without reading
+-- their occurrences first or running claim_lease's judging steps. It leases only when
+-- its answer is claim_lease's: one tenant has unleased rows in the claimed queues (no
+-- round-robin to make), it has no running or per-minute cap (no room to count), and
+-- every row picked carries the overlap policy `allow` (no slot involved; a row without a
+-- policy of its own, NULL, is not known to allow). Otherwise it leases nothing and
+-- answers with a last row (occurrence id NULL, 'judge' in the token column): the driver
+-- then runs claim_lease in the same transaction (the rows this statement locked are the
+-- transaction's own; its pick does not skip them).
+-- claim_lease reads each candidate's occurrence to check it is claimable before leasing;
+-- here `started` checks it as it starts the run. A queue row whose occurrence is not
+-- claimable (no writer leaves one so) is leased and not started: the statement then adds
+-- a row with 'unstarted' in the token column, and the driver gives those leases back
+-- (claim_unlease_unstarted), so the row is left in the queue unleased, as claim_lease
+-- leaves it. The tenant probe stops at a queue's second tenant (enough to say "not plain").
+WITH RECURSIVE tenants (queue, tenant, depth) AS (
+    SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
+                     WHERE d.lease_token IS NULL AND d.queue = q.queue
+                     ORDER BY d.tenant LIMIT 1), 1
+    FROM unnest(%(queues)b::text[]) AS q(queue)
+    UNION ALL
+    SELECT t.queue, (SELECT d.tenant FROM dispatch AS d
+                     WHERE d.lease_token IS NULL AND d.queue = t.queue AND d.tenant > t.tenant
+                     ORDER BY d.tenant LIMIT 1), 2
+    FROM tenants AS t WHERE t.tenant IS NOT NULL AND t.depth = 1
+), picked AS (
+    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT dispatch.id FROM dispatch
+        WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
+          AND dispatch.visible_at <= %(now)s
+        ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS g
+), cand AS MATERIALIZED (
+    SELECT d.id, d.tenant, d.visible_at, d.overlap FROM dispatch AS d
+    WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
+), plain AS MATERIALIZED (
+    SELECT (SELECT count(DISTINCT tenant) FROM tenants) <= 1
+       AND NOT EXISTS (SELECT 1 FROM cand WHERE overlap IS DISTINCT FROM 'allow')
+       AND NOT EXISTS (SELECT 1 FROM tenant_limits AS l
+                       WHERE l.tenant = ANY(ARRAY(SELECT DISTINCT tenant FROM cand))
+                         AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL))
+       AS ok
+), starters AS MATERIALIZED (
+    SELECT c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS start_no
+    FROM cand AS c WHERE (SELECT ok FROM plain)
+    ORDER BY c.visible_at, c.id LIMIT %(limit)s
+), leased AS (
+    UPDATE dispatch
+    SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
+        worker_id = %(worker_id)s, leased_at = %(now)s
+    FROM starters AS s
+    WHERE dispatch.id = s.id
+    RETURNING dispatch.occurrence_id, dispatch.lease_token, s.start_no
+), started AS (
+    UPDATE occurrences AS o
+    SET state = %(running_state)s::text, attempts = o.attempts + 1,
+        started_at = coalesce(o.started_at, %(now)s)
+    FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
+    RETURNING o.id, leased.lease_token, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for,
+              o.max_attempts, leased.start_no
+)
+SELECT id, lease_token, attempts, schedule_id, schedule_version, scheduled_for, max_attempts
+FROM (SELECT * FROM started
+      UNION ALL
+      SELECT NULL, 'judge', NULL, NULL, NULL, NULL, NULL, NULL WHERE NOT (SELECT ok FROM plain)
+      UNION ALL
+      SELECT NULL, 'unstarted', NULL, NULL, NULL, NULL, NULL, NULL
+      WHERE (SELECT count(*) FROM leased) > (SELECT count(*) FROM started)) AS r
+ORDER BY start_no NULLS LAST;
+
+-- name: claim_unlease_unstarted
+-- claim_plain's leases of rows it did not start (see there): back to unleased, in place.
+UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL
+WHERE lease_token = ANY(%(tokens)b::text[]) AND lease_token <> ALL(%(started)b::text[]);
 
 -- name: leases_extend
 -- The ids by one probe of dispatch_lease_token per token (LIMIT 1 keeps each probe a
@@ -912,8 +991,8 @@ WITH released AS (
     WHERE g.running_id = ANY(%(ids)b::text[])
     RETURNING g.running_id AS handed_to
 )
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT o.id, o.queue, o.tenant, %(now)s
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT o.id, o.queue, o.tenant, %(now)s, o.overlap
 FROM released JOIN occurrences AS o ON o.id = released.handed_to
 WHERE o.state IN ('ENQUEUED', 'RETRY_WAIT')
 ON CONFLICT (occurrence_id) DO NOTHING;
@@ -1032,8 +1111,8 @@ WHERE id = %(id)s AND state = %(expected)s::text
 RETURNING id;
 
 -- name: dlq_dispatch
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, %(now)s FROM occurrences WHERE id = %(id)s AND state = %(next)s::text
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT id, queue, tenant, %(now)s, overlap FROM occurrences WHERE id = %(id)s AND state = %(next)s::text
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- name: dlq_drop
@@ -1265,10 +1344,10 @@ WITH inserted AS (
          AS u(id, schedule_id, version, tenant, queue, scheduled_for, available_at, state,
               max_attempts, reason, finished_at, overlap)
     ON CONFLICT DO NOTHING
-    RETURNING id, state, queue, tenant, available_at
+    RETURNING id, state, queue, tenant, available_at, overlap
 ), queued AS (
-    INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-    SELECT id, queue, tenant, available_at FROM inserted WHERE state = %(enqueued)s::text
+    INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+    SELECT id, queue, tenant, available_at, overlap FROM inserted WHERE state = %(enqueued)s::text
     ORDER BY available_at
     ON CONFLICT (occurrence_id) DO NOTHING
 )

@@ -283,8 +283,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :expected
 RETURNING id;
 
 -- name: relay_dispatch
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, available_at FROM occurrences
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT id, queue, tenant, available_at, overlap FROM occurrences
 WHERE id IN (SELECT value FROM json_each(:ids))
 ON CONFLICT (occurrence_id) DO NOTHING;
 
@@ -718,8 +718,8 @@ WHERE overlap_slots.schedule_id = json_extract(c.value, '$[0]');
 -- name: overlap_unpark
 -- Step 1 of overlap_release: the waiters of the slots held by these ended occurrences
 -- go back into the queue, claimable now (a waiter has no queue row while it waits).
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT o.id, o.queue, o.tenant, :now
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT o.id, o.queue, o.tenant, :now, o.overlap
 FROM overlap_slots AS g JOIN occurrences AS o ON o.id = g.waiting_id
 WHERE g.running_id IN (SELECT value FROM json_each(:ids))
   AND o.state IN ('ENQUEUED', 'RETRY_WAIT')
@@ -837,8 +837,8 @@ WHERE id = :id AND state = :expected
 RETURNING id;
 
 -- name: dlq_dispatch
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, :now FROM occurrences WHERE id = :id AND state = :next
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT id, queue, tenant, :now, overlap FROM occurrences WHERE id = :id AND state = :next
 ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- name: dlq_drop
@@ -1064,8 +1064,8 @@ RETURNING id, state;
 
 -- name: dispatch_insert_enqueued
 -- The dispatch rows relay_dispatch would write for these ENQUEUED occurrences.
-INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)
-SELECT id, queue, tenant, available_at FROM occurrences
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT id, queue, tenant, available_at, overlap FROM occurrences
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :enqueued
 ORDER BY available_at
 ON CONFLICT (occurrence_id) DO NOTHING;

@@ -137,17 +137,23 @@ async def test_a_new_week_takes_over_the_rows_of_its_range_from_the_default(
     assert [o.id for o in await pg_store.list_dead()] == [claims[0].occurrence_id]
 
 
-async def add_column_0018(dsn: str) -> None:
-    """The column schema 0018 adds, on a store of an older schema: this release's
-    statements, which write that store's rows here, name it (dropped again before the
-    upgrade, so the store is the older schema's again)."""
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute("ALTER TABLE occurrences ADD COLUMN overlap text")
+# The columns schemas 0018 and 0019 add, which this release's statements name.
+_LATER_COLUMNS = ("occurrences", "dispatch")
 
 
-async def drop_column_0018(dsn: str) -> None:
+async def add_later_columns(dsn: str) -> None:
+    """The columns schemas 0018 and 0019 add, on a store of an older schema: this
+    release's statements, which write and claim that store's rows here, name them
+    (dropped again before the upgrade, so the store is the older schema's again)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute("ALTER TABLE occurrences DROP COLUMN overlap")
+        for table in _LATER_COLUMNS:
+            await conn.execute(f"ALTER TABLE {table} ADD COLUMN overlap text")
+
+
+async def drop_later_columns(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for table in _LATER_COLUMNS:
+            await conn.execute(f"ALTER TABLE {table} DROP COLUMN overlap")
 
 
 async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) -> None:
@@ -157,7 +163,7 @@ async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) ->
         old = PostgresStore(dsn, max_size=2)
         old.driver.migrations = MIGRATIONS[:16]  # a store of schema 0016, flat history
         await old.migrate()
-        await add_column_0018(dsn)  # this release's statements write it
+        await add_later_columns(dsn)  # this release's statements write them
         await old.open()
         claims = await claimed(old, 3)
         await dead(old, claims[:1], T0 + 2 * MIN)
@@ -167,9 +173,11 @@ async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) ->
         cursor = CursorAdvance(schedule.id, 1, T0, T0 + MIN)
         assert (await old.materialize(FENCE, [legacy], [cursor], T0 - MIN)).inserted == 1
         await old.close()
-        await drop_column_0018(dsn)
+        await drop_later_columns(dsn)
         new = PostgresStore(dsn, max_size=2)
-        assert await new.migrate() == ["0017_partitioned_history", "0018_overlap_on_occurrence"]
+        assert await new.migrate() == [
+            "0017_partitioned_history", "0018_overlap_on_occurrence", "0019_overlap_on_queue_row"
+        ]  # fmt: skip
         await new.open()
         try:
             for c in claims:

@@ -199,16 +199,18 @@ async def test_a_0007_store_upgrades_and_its_running_claim_ends_in_place(tmp_pat
     old.driver.migrations = [m for m in old.driver.migrations if m.version <= 7]
     await old.open()
     try:
-        # This release's statements write the 0007 store's rows, and they name the column
-        # schema 0018 adds: there for the writes, dropped before the upgrade.
+        # This release's statements write the 0007 store's rows, and they name the columns
+        # schemas 0018 and 0019 add: there for the writes, dropped before the upgrade.
         conn = raw(path)
         conn.execute("ALTER TABLE occurrences ADD COLUMN overlap TEXT")
+        conn.execute("ALTER TABLE dispatch ADD COLUMN overlap TEXT")
         conn.close()
         schedule, oid = await enqueue(old, await add_schedule(old))
     finally:
         await old.close()
     conn = raw(path)
     conn.execute("ALTER TABLE occurrences DROP COLUMN overlap")
+    conn.execute("ALTER TABLE dispatch DROP COLUMN overlap")
     with conn:  # what a 0007 clockd's claim wrote
         conn.execute("BEGIN")
         lease = (to_us(T0 + LEASE),)

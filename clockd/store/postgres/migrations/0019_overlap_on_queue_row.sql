@@ -1,0 +1,18 @@
+-- clockd PostgreSQL store, schema 0019: a queue row carries its occurrence's overlap policy
+-- (issue 18, "the claim reads only what it needs"). The SQLite store takes the same change
+-- under the same number.
+--
+-- Most claims judge nothing: one tenant has rows ready in the claimed queues, it has no
+-- running or per-minute cap, and every row picked allows overlap. The driver then runs
+-- claim_plain, which leases the picked rows in queue order without reading occurrences
+-- (an index probe per row) or running the judging steps (fairness, caps, overlap slots),
+-- and falls back to claim_lease, in the same transaction, when it finds anything to
+-- judge. To know that from the queue row alone, the row carries the policy: whoever
+-- writes it (the materializer, the relay, a released overlap waiter, a dead-letter
+-- replay) copies the occurrence's (schema 0018).
+--
+-- NULL means "not known here": rows written before this schema, by a clockd of schema
+-- 0018 during an upgrade, or for an occurrence without a policy of its own. claim_plain
+-- hands such a batch to claim_lease, which reads the occurrence as before. Adding a
+-- nullable column without a default rewrites no row; no index names it.
+ALTER TABLE dispatch ADD COLUMN overlap text;
