@@ -1367,8 +1367,10 @@ WHERE id = %(id)s AND version = %(version)s;
 -- ------------------------------------------------------------------ schedule search (schema 0009)
 
 -- name: schedules_page_state
--- schedules_page for one state: the keyset walk of schedules_state_name (tenant, state,
--- name), so a state few schedules have stops at LIMIT (or at once) too.
+-- schedules_page for one state (schema 0020): paused, the keyset walk of
+-- schedules_paused_name (tenant, name), which stops at LIMIT (or at once); active, that
+-- of schedules_live_name, passing over the paused schedules among the names it walks
+-- (the price of an index the materializer's cursor moves do not write: see 0020).
 SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
        created_at, updated_at, paused_at, spec
 FROM schedules

@@ -1084,7 +1084,8 @@ UPDATE schedules SET next_run_at = :next_run_at WHERE id = :id AND version = :ve
 
 -- name: schedules_page_state
 -- schedules_page for one state: the keyset walk of schedules_state_name (tenant, state,
--- name), so a state few schedules have stops at LIMIT (or at once) too.
+-- name), so a state few schedules have stops at LIMIT (or at once) too. (PostgreSQL's
+-- walks other indexes since schema 0020.)
 SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
        created_at, updated_at, paused_at, spec
 FROM schedules

@@ -176,7 +176,8 @@ async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) ->
         await drop_later_columns(dsn)
         new = PostgresStore(dsn, max_size=2)
         assert await new.migrate() == [
-            "0017_partitioned_history", "0018_overlap_on_occurrence", "0019_overlap_on_queue_row"
+            "0017_partitioned_history", "0018_overlap_on_occurrence", "0019_overlap_on_queue_row",
+            "0020_paused_name_index",
         ]  # fmt: skip
         await new.open()
         try:
