@@ -566,6 +566,8 @@ ORDER BY trank, visible_at, dispatch_id;
 -- a row with 'unstarted' in the token column, and the driver gives those leases back
 -- (claim_unlease_unstarted), so the row is left in the queue unleased, as claim_lease
 -- leaves it. The tenant probe stops at a queue's second tenant (enough to say "not plain").
+-- `tenants` and `picked` repeat claim_lease's tenant probe and its oldest-rows branch (a
+-- named block cannot include another): a change to either is made in both.
 WITH RECURSIVE tenants (queue, tenant, depth) AS (
     SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = q.queue
