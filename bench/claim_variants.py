@@ -128,7 +128,6 @@ async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
         pass
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("VACUUM ANALYZE")
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         await conn.execute("SELECT pg_stat_statements_reset()")
     texts = variants(Q[PLAIN], Q[JUDGED])
     names = list(texts)

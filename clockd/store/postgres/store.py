@@ -424,20 +424,18 @@ class PostgresDriver:
             judged: list[Sequence[Any]] = yield Run("claim_lease", params)
             return judged
         # claim_plain first: most claims have nothing to judge (see the statement). Its
-        # answer rows are in start order; a row with no occurrence id, last, says what it
-        # left undone.
+        # answer rows are in start order; at most one more, last, has no occurrence id and
+        # says what was left undone ('judge' leases nothing, so never comes with 'unstarted').
         rows: list[Sequence[Any]] = yield Run("claim_plain", params)
         if not rows or rows[-1][0] is not None:
             return rows
-        started = [row for row in rows if row[0] is not None]
-        undone = {row[1] for row in rows if row[0] is None}
-        if "unstarted" in undone:
-            tokens = {"tokens": r.tokens, "started": [row[1] for row in started]}
-            yield Run("claim_unlease_unstarted", tokens, "none")
-        if "judge" in undone:  # nothing was leased: the whole claim is claim_lease's
+        if rows[-1][1] == "judge":  # the whole claim is claim_lease's
             self.judged_streak = JUDGED_STREAK
-            rows = yield Run("claim_lease", params)
-            return rows
+            judged = yield Run("claim_lease", params)
+            return judged
+        started = rows[:-1]  # the last row says 'unstarted': give back the rows not started
+        tokens = {"tokens": r.tokens, "started": [row[1] for row in started]}
+        yield Run("claim_unlease_unstarted", tokens, "none")
         return started
 
     def relay(self, params: dict[str, Any]) -> Body[int]:

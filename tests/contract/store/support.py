@@ -27,6 +27,7 @@ from clockd.store import Claim, CursorAdvance, Fence, NewOccurrence, Store
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 MIN = timedelta(minutes=1)
 SEC = timedelta(seconds=1)
+US = timedelta(microseconds=1)
 LEASE = timedelta(seconds=30)
 FENCE = Fence("shard:0", 1)
 QUEUE = "default"
@@ -185,6 +186,26 @@ def planned(
         reason=reason,
         overlap=schedule.definition.overlap if overlap == "schedule's" else overlap,
     )
+
+
+async def queued(
+    store: Store,
+    name: str,
+    count: int,
+    *,
+    at: datetime = T0,
+    step: timedelta = US,
+    tenant: str = "default",
+    **changes: Unpack[ChangesBesidesTenant],
+) -> tuple[Schedule, list[str]]:
+    """A schedule with ``count`` occurrences ``step`` apart from ``at``, all in the queue
+    (materialized and relayed in one batch each)."""
+    schedule = await add_schedule(store, name, next_run_at=at, tenant=tenant, **changes)
+    occurrences = [planned(schedule, at + i * step) for i in range(count)]
+    cursor = CursorAdvance(schedule.id, schedule.version, at, at + count * step)
+    assert (await store.materialize(FENCE, occurrences, [cursor], T0 - MIN)).inserted == count
+    assert await store.relay(at + count * step + MIN, count, T0 - MIN) == count
+    return schedule, [o.id for o in occurrences]
 
 
 async def materialize_next(

@@ -17,8 +17,7 @@ from clockd.store import Completion, CursorAdvance, Store
 from clockd.store.postgres import PostgresStore
 from clockd.store.postgres.store import JUDGED_STREAK
 
-from .support import FENCE, LEASE, MIN, QUEUE, SEC, T0, Backend, add_schedule, planned
-from .test_policies import queued
+from .support import FENCE, LEASE, MIN, QUEUE, SEC, T0, Backend, add_schedule, planned, queued
 
 
 async def overlap_of_queue_rows(backend: Backend) -> dict[str, str | None]:

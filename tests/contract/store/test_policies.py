@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import Counter
-from datetime import datetime, timedelta
-from typing import Unpack
 
 import pytest
 
@@ -33,36 +31,16 @@ from .support import (
     QUEUE,
     SEC,
     T0,
+    US,
     Backend,
-    ChangesBesidesTenant,
     add_schedule,
     definition,
     planned,
+    queued,
 )
 
-US = timedelta(microseconds=1)
 LEADER = Fence("leader", 1)
 SUCCESS = (AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
-
-
-async def queued(
-    store: Store,
-    name: str,
-    count: int,
-    *,
-    at: datetime = T0,
-    step: timedelta = US,
-    tenant: str = "default",
-    **changes: Unpack[ChangesBesidesTenant],
-) -> tuple[Schedule, list[str]]:
-    """A schedule with ``count`` occurrences ``step`` apart from ``at``, all in the queue
-    (materialized and relayed in one batch each)."""
-    schedule = await add_schedule(store, name, next_run_at=at, tenant=tenant, **changes)
-    occurrences = [planned(schedule, at + i * step) for i in range(count)]
-    cursor = CursorAdvance(schedule.id, schedule.version, at, at + count * step)
-    assert (await store.materialize(FENCE, occurrences, [cursor], T0 - MIN)).inserted == count
-    assert await store.relay(at + count * step + MIN, count, T0 - MIN) == count
-    return schedule, [o.id for o in occurrences]
 
 
 async def state_of(store: Store, occurrence_id: str) -> OccurrenceState:
