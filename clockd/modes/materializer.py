@@ -117,7 +117,10 @@ class Materializer:
 
     async def tick(self) -> bool:
         """One pass over the owned shards that have something due, the most urgent shard
-        first; True when a shard had more due than one batch (more waiting).
+        first; True when a shard had more due than one batch (more waiting). Sets
+        ``clockd_materializer_lead_seconds``: how far ahead of now every owned shard is
+        planned (the horizon once caught up; below zero while due instants are not yet
+        planned — the alert that the materializer is behind).
 
         Each shard is read and written on its own (``due_shards``, then ``due_schedules``
         of that shard and one ``materialize`` transaction): a batch then fills one
@@ -129,8 +132,13 @@ class Materializer:
             return False  # stepped down: our clock cannot be trusted to say what is due
         if not leases:
             return False
-        until = self.clock.now() + self.settings.horizon
-        shards = await self.store.due_shards(sorted(leases), until)
+        now = self.clock.now()
+        until = now + self.settings.horizon
+        due_shards = await self.store.due_shards(sorted(leases), until)
+        # How far ahead every owned shard is planned: its earliest unplanned instant.
+        ahead = min((first for _, first in due_shards), default=until) - now
+        metrics.materializer_lead.set(ahead.total_seconds())
+        shards = [shard for shard, _ in due_shards]
         if not shards:
             return False
         await self._read_rates()

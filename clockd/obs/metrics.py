@@ -54,6 +54,12 @@ fenced_writes_rejected = Counter(
 running_jobs = Gauge("clockd_running_jobs", "Jobs running in this worker", registry=REGISTRY)
 leadership = Gauge("clockd_is_leader", "1 while this process holds the leader lease", registry=REGISTRY)
 shards_owned = Gauge("clockd_shards_owned", "Shards this materializer holds", registry=REGISTRY)
+materializer_lead = Gauge(
+    "clockd_materializer_lead_seconds",
+    "How far ahead of now this materializer's shards are planned: the horizon once caught up, "
+    "below zero while due instants are not yet planned",
+    registry=REGISTRY,
+)
 # clockd_leadership_changes_total and clockd_shard_moves_total: read from the coordinator
 # at scrape time (see ``watch_coordinator`` below).
 backlog = Gauge(

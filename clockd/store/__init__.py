@@ -444,11 +444,12 @@ class Store(Protocol):
         ``(shard, next_run_at)`` index, never a scan of all schedules."""
         ...
 
-    async def due_shards(self, shards: Sequence[int], until: datetime) -> list[int]:
+    async def due_shards(self, shards: Sequence[int], until: datetime) -> list[tuple[int, datetime]]:
         """The shards among ``shards`` with at least one active schedule whose
-        ``next_run_at <= until``, the one with the earliest such cursor first (ties by
-        shard number). One index probe per shard: the materializer's idle tick costs one
-        round trip, and its busy ticks read and write one shard at a time."""
+        ``next_run_at <= until``, each with its earliest such cursor, the earliest first
+        (ties by shard number). One index probe per shard: the materializer's idle tick
+        costs one round trip, and its busy ticks read and write one shard at a time; the
+        earliest cursor says how urgent the shard is (the materializer's urgent pass)."""
         ...
 
     async def materialize(

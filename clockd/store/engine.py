@@ -924,17 +924,17 @@ class SqlStore:
         result: list[DueSchedule] = await self._read(body())
         return result
 
-    async def due_shards(self, shards: Sequence[int], until: datetime) -> list[int]:
+    async def due_shards(self, shards: Sequence[int], until: datetime) -> list[tuple[int, datetime]]:
         if not shards:
             return []
         d = self.driver
         params = {"shards": d.array(list(dict.fromkeys(shards))), "until": d.instant(until)}
 
-        def body() -> Body[list[int]]:
+        def body() -> Body[list[tuple[int, datetime]]]:
             rows = yield Run("due_shards", params)
-            return [int(row[0]) for row in rows]
+            return [(int(row[0]), d.read(row[1])) for row in rows]
 
-        result: list[int] = await self._read(body())
+        result: list[tuple[int, datetime]] = await self._read(body())
         return result
 
     async def materialize(

@@ -281,7 +281,7 @@ ORDER BY s.next_run_at, s.id LIMIT %(limit)s;
 
 -- name: due_shards
 -- min() over the schedules_due range of each shard: one index probe per shard.
-SELECT k.shard FROM (
+SELECT k.shard, k.first_due FROM (
     SELECT u.shard, (SELECT min(s.next_run_at) FROM schedules AS s
                      WHERE s.state = 'active' AND s.shard = u.shard
                        AND s.next_run_at <= %(until)s) AS first_due

@@ -229,7 +229,7 @@ ORDER BY next_run_at, id LIMIT :limit;
 
 -- name: due_shards
 -- min() over the schedules_due range of each shard: one index probe per shard.
-SELECT shard FROM (
+SELECT shard, first_due FROM (
     SELECT k.value AS shard,
            (SELECT min(next_run_at) FROM schedules
             WHERE state = 'active' AND shard = k.value AND next_run_at <= :until) AS first_due

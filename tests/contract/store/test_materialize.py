@@ -106,9 +106,10 @@ async def test_due_shards_names_the_shards_with_work_most_urgent_first(store: St
     await store.change_schedule(deleted.id, 1, deleted.definition, ScheduleState.DELETED, T0, T0, "rm")
 
     everything = list(range(10))
-    assert await store.due_shards(everything, T0 + 5 * MIN) == [2, 5, 1]
-    assert await store.due_shards([1, 3, 5], T0 + 5 * MIN) == [5, 1]  # only the shards asked about
-    assert await store.due_shards(everything, T0 + 2 * MIN - SEC) == [2, 5]
+    assert await store.due_shards(everything, T0 + 5 * MIN) == [(2, T0), (5, T0), (1, T0 + 2 * MIN)]
+    # only the shards asked about
+    assert await store.due_shards([1, 3, 5], T0 + 5 * MIN) == [(5, T0), (1, T0 + 2 * MIN)]
+    assert await store.due_shards(everything, T0 + 2 * MIN - SEC) == [(2, T0), (5, T0)]
     assert await store.due_shards(everything, T0 - SEC) == []
     assert await store.due_shards([], T0 + 60 * MIN) == []
 
