@@ -39,6 +39,10 @@ def _match(if_match: int | str | None) -> dict[str, str]:
     return {"If-Match": if_match if isinstance(if_match, str) else f'"{if_match}"'}
 
 
+def _runs(doc: Mapping[str, Any]) -> list[Run]:
+    return [Run(r["at"], r["local"], r.get("note")) for r in doc["runs"]]
+
+
 class _Calls:
     """Every endpoint as a :class:`Call` (the two clients share these)."""
 
@@ -75,6 +79,10 @@ class _Calls:
     @staticmethod
     def run_now(name: str) -> Call:
         return Call("POST", f"/v1/schedules/{_name(name)}/run-now")
+
+    @staticmethod
+    def preview(when: Mapping[str, Any], count: int) -> Call:
+        return Call("POST", "/v1/preview", json={**when, "count": count})
 
     @staticmethod
     def create_token(role: str, name: str | None, expires: str | None, tenant: str | None) -> Call:
@@ -142,8 +150,10 @@ class Client:
         return Occurrence.from_json(self.call(_Calls.run_now(name)))
 
     def preview(self, when: Mapping[str, Any], count: int = 10) -> list[Run]:
-        doc = self.request("POST", "/v1/preview", json={**when, "count": count})
-        return [Run(r["at"], r["local"], r.get("note")) for r in doc["runs"]]
+        """The next ``count`` runs of ``when`` (a job's ``schedule``, ``at`` or ``every``,
+        ``tz`` and ``window`` fields; ``after``: from that instant rather than now), computed
+        by the server; nothing is stored."""
+        return _runs(self.call(_Calls.preview(when, count)))
 
     def pages(self, path: str, **params: Any) -> Iterator[dict[str, Any]]:
         """Every item of a paged list, following ``next_cursor`` one page at a time."""
@@ -238,6 +248,10 @@ class AsyncClient:
 
     async def run_now(self, name: str) -> Occurrence:
         return Occurrence.from_json(await self.call(_Calls.run_now(name)))
+
+    async def preview(self, when: Mapping[str, Any], count: int = 10) -> list[Run]:
+        """As :meth:`Client.preview`."""
+        return _runs(await self.call(_Calls.preview(when, count)))
 
     async def pages(self, path: str, **params: Any) -> AsyncIterator[dict[str, Any]]:
         cursor = None

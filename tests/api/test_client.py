@@ -79,6 +79,8 @@ async def test_the_async_client(api: ApiServer) -> None:
         assert [s.name async for s in client.schedules()] == ["async"]
         occurrence = await client.run_now("async")
         assert occurrence.id in [o.id async for o in client.occurrences(schedule="async")]
+        runs = await client.preview({"schedule": "0 10 * * 5", "tz": "Europe/Paris"}, count=3)
+        assert len(runs) == 3 and all(r.local.endswith(("T10:00:00+01:00", "T10:00:00+02:00")) for r in runs)
 
 
 def test_tokens_and_the_audit_log(api: ApiServer) -> None:
