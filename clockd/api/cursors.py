@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from datetime import datetime
 from typing import Any
 
 from clockd.api.problems import Problem
@@ -27,3 +28,19 @@ def decode(text: str | None, *keys: str) -> dict[str, Any] | None:
     if not isinstance(data, dict) or any(not isinstance(data.get(k), (str, int)) for k in keys):
         raise Problem("invalid-input", "cursor: not a cursor this API gave out; start again without it")
     return data
+
+
+def at_and_id(at: datetime, id: str) -> str:
+    """A cursor on ``(instant, id)``: the last item of a page ordered by both, newest first."""
+    return encode(t=at.isoformat(), i=id)
+
+
+def decode_at_and_id(text: str | None) -> tuple[datetime, str] | None:
+    """The ``(instant, id)`` an ``at_and_id`` cursor names (None: no cursor, the first page)."""
+    data = decode(text, "t", "i")
+    if data is None:
+        return None
+    try:
+        return datetime.fromisoformat(str(data["t"])), str(data["i"])
+    except ValueError:
+        raise Problem("invalid-input", "cursor: not a cursor this API gave out; start again without it") from None

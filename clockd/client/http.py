@@ -176,6 +176,11 @@ class Client:
         for doc in self.pages("/v1/occurrences", **params):
             yield Occurrence.from_json(doc)
 
+    def dead_letters(self, *, schedule: str | None = None, page_size: int = 100) -> Iterator[Occurrence]:
+        """The dead-letter queue (DEAD occurrences), most recently dead first."""
+        for doc in self.pages("/v1/dlq", schedule=schedule, limit=page_size):
+            yield Occurrence.from_json(doc)
+
     def audit(self, page_size: int = 100, *, tenant: str | None = None) -> Iterator[AuditEntry]:
         """The audit log newest first (an admin token; ``tenant``: another one, for a cluster-admin)."""
         for doc in self.pages("/v1/audit", limit=page_size, tenant=tenant):
@@ -273,6 +278,11 @@ class AsyncClient:
     async def occurrences(self, *, schedule: str | None = None, state: str | None = None,
                           page_size: int = 100) -> AsyncIterator[Occurrence]:  # fmt: skip
         async for doc in self.pages("/v1/occurrences", schedule=schedule, state=state, limit=page_size):
+            yield Occurrence.from_json(doc)
+
+    async def dead_letters(self, *, schedule: str | None = None, page_size: int = 100) -> AsyncIterator[Occurrence]:
+        """As :meth:`Client.dead_letters`."""
+        async for doc in self.pages("/v1/dlq", schedule=schedule, limit=page_size):
             yield Occurrence.from_json(doc)
 
     async def audit(self, page_size: int = 100, *, tenant: str | None = None) -> AsyncGenerator[AuditEntry, None]:

@@ -598,10 +598,16 @@ class Store(Protocol):
         ...
 
     async def list_dead(
-        self, schedule_id: str | None = None, tenant: str | None = None, limit: int = 50
+        self,
+        schedule_id: str | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
+        before: tuple[datetime, str] | None = None,
     ) -> list[Occurrence]:
         """The dead-letter queue: DEAD occurrences (of one schedule, or of a tenant, or all),
-        the most recently dead first, with ``last_error`` filled in."""
+        the most recently dead first, with ``last_error`` filled in. ``before``: the
+        ``(finished_at, id)`` of the last one of the page before (a DEAD occurrence's
+        ``finished_at`` is when it died): the next page, unmoved by new dead letters."""
         ...
 
     async def replay_dead(self, occurrence_id: str, reason: str, now: datetime) -> Occurrence:

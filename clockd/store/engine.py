@@ -1378,12 +1378,21 @@ class SqlStore:
         return result
 
     async def list_dead(
-        self, schedule_id: str | None = None, tenant: str | None = None, limit: int = 50
+        self,
+        schedule_id: str | None = None,
+        tenant: str | None = None,
+        limit: int = 50,
+        before: tuple[datetime, str] | None = None,
     ) -> list[Occurrence]:
         name = "dlq_list" if schedule_id is None else "dlq_list_by_schedule"
-        return await self._occurrences(
-            name, {"schedule_id": schedule_id, "tenant": tenant, "limit": limit}, with_error=True
-        )
+        params = {
+            "schedule_id": schedule_id,
+            "tenant": tenant,
+            "limit": limit,
+            "before_at": None if before is None else self.driver.instant(before[0]),
+            "before_id": None if before is None else before[1],
+        }
+        return await self._occurrences(name, params, with_error=True)
 
     def _not_dead(self, occurrence_id: str) -> Body[ClockdError]:
         row = yield Run("occurrence_get", {"id": occurrence_id}, "one")

@@ -19,6 +19,7 @@ from clockd.client import (
     NotFound,
     PreconditionFailed,
 )
+from tests.e2e.conftest import wait_for
 
 from .conftest import ApiServer, job
 
@@ -70,6 +71,22 @@ def test_typed_errors_and_pages(api: ApiServer) -> None:
             client.patch("j0", {"timeout": "3m"}, if_match=first.version)
         paused = client.pause("j1", "maintenance")
         assert paused.state == "paused"
+
+
+def test_the_dead_letter_queue_pages_from_the_most_recently_dead(api: ApiServer) -> None:
+    with Client(api.url(), token=api.token("acme", "operator")) as client:
+        client.create(job("fails", command=["/bin/false"], retries=0))
+        ran = {client.run_now("fails").id for _ in range(3)}
+        wait_for("three dead letters", lambda: len(client.request("GET", "/v1/dlq")["items"]) == 3, 30)
+        whole = [o.id for o in client.dead_letters()]
+        assert sorted(whole) == sorted(ran)
+        first = client.request("GET", "/v1/dlq", params={"limit": 2})
+        assert [o["id"] for o in first["items"]] == whole[:2] and first["next_cursor"]
+        last = client.request("GET", "/v1/dlq", params={"limit": 2, "cursor": first["next_cursor"]})
+        assert [o["id"] for o in last["items"]] == whole[2:] and last["next_cursor"] is None
+        assert [o.id for o in client.dead_letters(schedule="fails", page_size=1)] == whole
+        with pytest.raises(InvalidInput):
+            client.request("GET", "/v1/dlq", params={"cursor": "not-a-cursor"})
 
 
 async def test_the_async_client(api: ApiServer) -> None:

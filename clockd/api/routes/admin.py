@@ -130,18 +130,29 @@ async def apply(request: Request, who: Principal) -> Response:
     "GET",
     "/v1/dlq",
     "The dead-letter queue: DEAD occurrences, most recently dead first",
-    params=(Param("schedule"), Param("limit", schema={"type": "integer", "minimum": 1, "maximum": 1000})),
+    params=(
+        Param("schedule"),
+        Param("limit", schema={"type": "integer", "minimum": 1, "maximum": 1000, "default": 50}),
+        Param("cursor", description="next_cursor of the previous page"),
+    ),
     response="OccurrenceList",
 )
 async def dlq(request: Request, who: Principal) -> Response:
     api = context(request)
     limit = query_int(request, "limit", 50, 1, api.limits.max_page)
+    before = cursors.decode_at_and_id(request.query_params.get("cursor"))
     name = request.query_params.get("schedule")
     tenant = tenant_of(who, request)
     if name:
         await schedule_of(request, who, name)
-    dead = await api.ops.dead_letters(name or None, tenant, limit)
-    return answer({"items": [occurrence_view(o) for o in dead]})
+    dead = await api.ops.dead_letters(name or None, tenant, limit + 1, before)
+    more = len(dead) > limit
+    dead = dead[:limit]
+    last = dead[-1] if dead else None
+    # A DEAD occurrence's finished_at is when it died: the list's order (dead_at, id).
+    died = last.finished_at if last is not None else None
+    next_cursor = cursors.at_and_id(died, last.id) if more and last and died else None
+    return answer(page([occurrence_view(o) for o in dead], next_cursor))
 
 
 @endpoint(

@@ -3,8 +3,6 @@ attempts, an attempt's output."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -39,18 +37,12 @@ async def list_(request: Request, who: Principal) -> Response:
     api = context(request)
     now = api.clock.now()
     limit = query_int(request, "limit", 100, 1, api.limits.max_page)
-    cursor = cursors.decode(request.query_params.get("cursor"), "t", "i")
+    before = cursors.decode_at_and_id(request.query_params.get("cursor"))
     state_text = request.query_params.get("state")
     if state_text is not None and state_text not in _STATES:
         raise Problem("invalid-input", f"state: give one of {', '.join(_STATES)}, not {state_text!r}")
     name = request.query_params.get("schedule")
     schedule_id = (await schedule_of(request, who, name)).id if name else None
-    before = None
-    if cursor is not None:
-        try:
-            before = (datetime.fromisoformat(str(cursor["t"])), str(cursor["i"]))
-        except ValueError:
-            raise Problem("invalid-input", "cursor: not a cursor this API gave out; start again without it") from None
     query = OccurrencePage(
         before=before,
         limit=limit + 1,
@@ -63,7 +55,7 @@ async def list_(request: Request, who: Principal) -> Response:
     more = len(rows) > limit
     rows = rows[:limit]
     last = rows[-1] if rows else None
-    next_cursor = cursors.encode(t=last.scheduled_for.isoformat(), i=last.id) if more and last else None
+    next_cursor = cursors.at_and_id(last.scheduled_for, last.id) if more and last else None
     return answer(page([occurrence_view(o) for o in rows], next_cursor))
 
 

@@ -1083,7 +1083,8 @@ WHERE o.schedule_id = %(schedule_id)s AND o.state = 'RUNNING'
 ORDER BY o.scheduled_for, o.id;
 
 -- name: dlq_list
--- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error.
+-- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error;
+-- a page after another: keyset on (dead_at, id), the last row of the page before.
 -- `o.dead_at IS NOT NULL`, not `o.state = 'DEAD'`: occurrences_dead is on dead_at (0006:
 -- no index names state or finished_at, so the hot path's updates can be HOT), and the
 -- planner does not know that a generated column's value follows state: only the
@@ -1093,6 +1094,7 @@ SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.avail
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
 WHERE o.dead_at IS NOT NULL AND (%(tenant)s::text IS NULL OR o.tenant = %(tenant)s)
+  AND (%(before_at)s::timestamptz IS NULL OR (o.dead_at, o.id) < (%(before_at)s, %(before_id)s::text))
 ORDER BY o.dead_at DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: dlq_list_by_schedule
@@ -1101,6 +1103,7 @@ SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.avail
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
 WHERE o.schedule_id = %(schedule_id)s AND o.dead_at IS NOT NULL
+  AND (%(before_at)s::timestamptz IS NULL OR (o.dead_at, o.id) < (%(before_at)s, %(before_id)s::text))
 ORDER BY o.dead_at DESC, o.id DESC LIMIT %(limit)s;
 
 -- name: dlq_replay

@@ -811,12 +811,14 @@ WHERE o.schedule_id = :schedule_id AND o.state = 'RUNNING'
 ORDER BY o.scheduled_for, o.id;
 
 -- name: dlq_list
--- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error.
+-- DEAD occurrences, the most recently dead first (occurrences_dead), with their last error;
+-- a page after another: keyset on (finished_at, id), the last row of the page before.
 SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.available_at,
        o.state, o.attempts, o.queue, o.manual, o.enqueued_at, o.started_at, o.finished_at,
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
 WHERE o.state = 'DEAD' AND (:tenant IS NULL OR o.tenant = :tenant)
+  AND (:before_at IS NULL OR o.finished_at < :before_at OR (o.finished_at = :before_at AND o.id < :before_id))
 ORDER BY o.finished_at DESC, o.id DESC LIMIT :limit;
 
 -- name: dlq_list_by_schedule
@@ -825,6 +827,7 @@ SELECT o.id, o.schedule_id, s.name, o.schedule_version, o.scheduled_for, o.avail
        o.exit_code, o.reason, o.last_error
 FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
 WHERE o.schedule_id = :schedule_id AND o.state = 'DEAD'
+  AND (:before_at IS NULL OR o.finished_at < :before_at OR (o.finished_at = :before_at AND o.id < :before_id))
 ORDER BY o.finished_at DESC, o.id DESC LIMIT :limit;
 
 -- name: dlq_replay

@@ -397,6 +397,36 @@ async def test_dead_occurrences_keep_their_last_error_in_the_dlq(store: Store) -
     assert await store.list_dead(None, "other-tenant") == []
 
 
+async def test_the_dlq_pages_by_the_last_dead_letter_of_the_page_before(store: Store) -> None:
+    schedule, ids = await queued(store, "fragile", 5)
+    claims = await store.claim([QUEUE], "w", 10, LEASE, T0 + SEC)
+    assert len(claims) == 5
+
+    def dead_letter(claim: Claim) -> Completion:
+        return Completion(claim.lease_token, AttemptOutcome.FAILED, OccurrenceState.DEAD, exit_code=64, error="x")
+
+    # Three died in one instant (their order: id, newest first), two a second later.
+    await store.finish([dead_letter(c) for c in claims[:3]], T0 + 2 * SEC)
+    await store.finish([dead_letter(c) for c in claims[3:]], T0 + 3 * SEC)
+    whole = [o.id for o in await store.list_dead()]
+    assert sorted(whole) == sorted(ids)
+    assert whole[:2] == sorted((c.occurrence_id for c in claims[3:]), reverse=True)
+
+    for schedule_id in (None, schedule.id):
+        pages: list[list[str]] = []
+        before = None
+        while True:
+            got = await store.list_dead(schedule_id, None, 2, before)
+            if not got:
+                break
+            pages.append([o.id for o in got])
+            last = got[-1]
+            assert last.finished_at is not None
+            before = (last.finished_at, last.id)
+        assert [len(p) for p in pages] == [2, 2, 1]
+        assert [i for p in pages for i in p] == whole
+
+
 async def test_replay_keeps_the_id_and_adds_an_attempt(store: Store) -> None:
     claim = await dead(store)
     replayed = await store.replay_dead(claim.occurrence_id, "replayed", T0 + MIN)
