@@ -109,7 +109,9 @@ def from_error(exc: ClockdError) -> Problem:
     if isinstance(exc, VersionMismatch):
         return Problem("precondition-failed", exc.message)
     if isinstance(exc, QuotaExceeded):
-        return Problem("quota-exceeded", exc.message, headers={"Retry-After": "60"})
+        # No Retry-After: a count limit does not lift with time, and a client that
+        # honours the header would retry every minute for ever.
+        return Problem("quota-exceeded", exc.message)
     if isinstance(exc, NeverFires) and exc.field is not None:
         # An instant in the past, an expression with no next fire: the field it is about
         # (it came with no pointer at all).

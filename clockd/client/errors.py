@@ -55,6 +55,11 @@ class RateLimited(ApiError):
     """429: wait ``retry_after`` seconds."""
 
 
+class QuotaExceeded(RateLimited):
+    """429 for a tenant at its schedule quota: waiting does not lift it (``retry_after`` is
+    None); remove a schedule or have the limit raised."""
+
+
 class ServerError(ApiError): ...
 
 
@@ -70,7 +75,7 @@ _BY_SLUG: dict[str, type[ApiError]] = {
     "malformed-json": InvalidInput,
     "body-too-large": InvalidInput,
     "unsupported-media-type": InvalidInput,
-    "quota-exceeded": RateLimited,
+    "quota-exceeded": QuotaExceeded,
     "rate-limited": RateLimited,
 }
 

@@ -18,6 +18,7 @@ from clockd.client import (
     InvalidInput,
     NotFound,
     PreconditionFailed,
+    QuotaExceeded,
 )
 from tests.e2e.conftest import wait_for
 
@@ -87,6 +88,16 @@ def test_the_dead_letter_queue_pages_from_the_most_recently_dead(api: ApiServer)
         assert [o.id for o in client.dead_letters(schedule="fails", page_size=1)] == whole
         with pytest.raises(InvalidInput):
             client.request("GET", "/v1/dlq", params={"cursor": "not-a-cursor"})
+
+
+def test_a_tenant_at_its_quota_gets_a_quota_error_with_nothing_to_wait_for(api: ApiServer) -> None:
+    api.ctl("tenant", "set", api.tenant("small"), "--max-schedules", "1")
+    with Client(api.url(), token=api.token("small", "operator")) as client:
+        client.create(job("one"))
+        with pytest.raises(QuotaExceeded) as over:
+            client.create(job("two"))
+        assert over.value.status == 429 and over.value.retry_after is None
+        assert "--max-schedules" in over.value.detail
 
 
 async def test_the_async_client(api: ApiServer) -> None:
