@@ -111,10 +111,14 @@ def tenant_of(principal: Principal, request: Request) -> str:
     raise Problem("not-found", f"no tenant {asked!r}")
 
 
-async def schedule_of(request: Request, principal: Principal, name: str) -> Schedule:
-    """The live schedule ``name`` of the request's tenant, or 404."""
+async def schedule_of(request: Request, principal: Principal, name: str, *, deleted: bool = False) -> Schedule:
+    """The live schedule ``name`` of the request's tenant, or 404. ``deleted``: else the
+    one of that name deleted last (a read of its runs), before the 404."""
     tenant = tenant_of(principal, request)
-    schedule = await context(request).store.get_schedule(tenant, name)
+    store = context(request).store
+    schedule = await store.get_schedule(tenant, name)
+    if schedule is None and deleted:
+        schedule = await store.get_deleted_schedule(tenant, name)
     if schedule is None:
         raise Problem("not-found", f"no schedule named {name!r}")
     return schedule

@@ -398,6 +398,17 @@ class Ops:
             raise NotFound(f"no schedule named {name!r}" + (f" in tenant {tenant!r}" if tenant != "default" else ""))
         return schedule
 
+    async def live_or_deleted(self, name: str, tenant: str = "default") -> Schedule:
+        """The live schedule ``name``, else the one of that name deleted last (whose runs
+        an operator still reads), else NotFound as ``get``."""
+        try:
+            return await self.get(name, tenant)
+        except NotFound:
+            deleted = await self.store.get_deleted_schedule(tenant, name)
+            if deleted is None:
+                raise
+            return deleted
+
     async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:
         return await self.store.list_schedules(tenant)
 
@@ -559,8 +570,9 @@ class Ops:
     async def runs(
         self, name: str | None, limit: int = 50, tenant: str = "default", upcoming: bool = False
     ) -> list[Occurrence]:
-        """Occurrences newest first; planned ones not yet due only with ``upcoming``."""
-        schedule_id = (await self.get(name, tenant)).id if name else None
+        """Occurrences newest first; planned ones not yet due only with ``upcoming``. A
+        ``name`` no live schedule has: the runs of the one of that name deleted last."""
+        schedule_id = (await self.live_or_deleted(name, tenant)).id if name else None
         before = None if upcoming else self.clock.now()
         return await self.store.list_occurrences(schedule_id, limit, before)
 

@@ -345,6 +345,11 @@ class Store(Protocol):
         """The live (not deleted) schedule of that name."""
         ...
 
+    async def get_deleted_schedule(self, tenant: str, name: str) -> Schedule | None:
+        """The schedule of that name deleted last (its runs stay until retention prunes
+        them); None when none was. An index probe (schema 0021)."""
+        ...
+
     async def get_schedule_by_id(self, schedule_id: str) -> Schedule | None: ...
 
     async def list_schedules(self, tenant: str | None = None) -> list[Schedule]:

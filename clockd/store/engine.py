@@ -462,6 +462,12 @@ class SqlStore:
         )
         return result
 
+    async def get_deleted_schedule(self, tenant: str, name: str) -> Schedule | None:
+        result: Schedule | None = await self._read(
+            self._one_schedule("schedule_get_deleted_by_name", {"tenant": tenant, "name": name})
+        )
+        return result
+
     async def get_schedule_by_id(self, schedule_id: str) -> Schedule | None:
         """Any state, deleted included (callers check ``state``)."""
         result: Schedule | None = await self._read(self._one_schedule("schedule_get", {"id": schedule_id}))
@@ -1681,7 +1687,8 @@ class SqlStore:
 ENGINE_QUERIES: Final = frozenset(
     {
         "fence_advance", "fence_get", "counter_next", "schedule_set_idempotency_key",
-        "schedule_get_by_idempotency_key", "schedule_get_by_name", "schedule_get", "schedules_list",
+        "schedule_get_by_idempotency_key", "schedule_get_by_name", "schedule_get_deleted_by_name", "schedule_get",
+        "schedules_list",
         "schedule_versions_list", "schedule_insert", "schedule_version_insert",
         "tenant_limits_lock_many", "tenant_schedules_count_many",
         "tenant_limits_lock", "tenant_schedules_count", "schedule_update", "schedule_version_close",

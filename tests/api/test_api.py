@@ -77,6 +77,9 @@ def test_create_list_get_pause_resume_update_delete_and_the_audit_log(api: ApiSe
 
         assert http.delete("/v1/schedules/email").status_code == 204
         problem(http.get("/v1/schedules/email"), 404, "not-found")
+        # Its runs stay readable by the name it had.
+        history = http.get("/v1/occurrences", params={"schedule": "email"})
+        assert ran.json()["id"] in [o["id"] for o in history.json()["items"]], history.text
 
         audit = http.get("/v1/audit").json()["items"]
         actions = [(e["action"], e["before_version"], e["after_version"]) for e in reversed(audit)]

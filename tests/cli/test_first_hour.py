@@ -66,3 +66,14 @@ def test_runs_rows_do_not_wrap_when_piped(ctl: Any) -> None:
     out = ctl("runs").stdout.splitlines()
     assert len(out) == 2, out  # the header and one row: nothing wrapped at 80 or 200 columns
     assert name in out[1] and "SCHEDULED" in out[1]
+
+
+def test_a_deleted_schedules_runs_are_still_listed_by_its_name(ctl: Any) -> None:
+    assert ctl("add", "--every", "1h", "--name", "backup", "--", "true").returncode == 0
+    queued = json.loads(ctl("run-now", "backup", "-o", "json").stdout)["id"]
+    assert ctl("rm", "backup").returncode == 0
+    runs = ctl("runs", "backup", "-o", "json")
+    assert runs.returncode == 0, runs.stderr
+    assert [r["id"] for r in json.loads(runs.stdout)] == [queued]  # canceled by the delete, still there
+    missing = ctl("runs", "never-existed")
+    assert missing.returncode != 0 and "no schedule named 'never-existed'" in missing.stderr

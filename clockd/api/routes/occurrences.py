@@ -24,7 +24,10 @@ _STATES = [s.value for s in OccurrenceState]
     "/v1/occurrences",
     "The tenant's occurrences, newest scheduled_for first, a keyset page at a time",
     params=(
-        Param("schedule", description="only this schedule's (by name)"),
+        Param(
+            "schedule",
+            description="only this schedule's (by name; a name no live schedule has: the one deleted last)",
+        ),
         Param("state", schema={"type": "string", "enum": _STATES}),
         Param("since", description="scheduled at or after (ISO instant, or now-1d)"),
         Param("until", description="scheduled before"),
@@ -42,7 +45,7 @@ async def list_(request: Request, who: Principal) -> Response:
     if state_text is not None and state_text not in _STATES:
         raise Problem("invalid-input", f"state: give one of {', '.join(_STATES)}, not {state_text!r}")
     name = request.query_params.get("schedule")
-    schedule_id = (await schedule_of(request, who, name)).id if name else None
+    schedule_id = (await schedule_of(request, who, name, deleted=True)).id if name else None
     query = OccurrencePage(
         before=before,
         limit=limit + 1,

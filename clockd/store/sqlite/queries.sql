@@ -59,6 +59,13 @@ SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, sha
        created_at, updated_at, paused_at, spec
 FROM schedules WHERE tenant = :tenant AND name = :name AND state != 'deleted';
 
+-- name: schedule_get_deleted_by_name
+-- The latest deleted schedule of that name (schedules_deleted_name, schema 0021).
+SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
+       created_at, updated_at, paused_at, spec
+FROM schedules WHERE tenant = :tenant AND name = :name AND state = 'deleted'
+ORDER BY updated_at DESC LIMIT 1;
+
 -- name: schedules_list
 SELECT id, tenant, name, kind, expr, tz, queue, state, version, next_run_at, shard,
        created_at, updated_at, paused_at, spec

@@ -177,7 +177,7 @@ async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) ->
         new = PostgresStore(dsn, max_size=2)
         assert await new.migrate() == [
             "0017_partitioned_history", "0018_overlap_on_occurrence", "0019_overlap_on_queue_row",
-            "0020_paused_name_index",
+            "0020_paused_name_index", "0021_deleted_name_index",
         ]  # fmt: skip
         await new.open()
         try:
