@@ -615,7 +615,8 @@ async def test_dead_at_follows_state_and_the_dead_letter_reads_use_occurrences_d
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         await conn.execute("SET enable_seqscan = off")
         for name, params, index in (
-            ("dlq_list", {"tenant": None, "limit": 50}, "occurrences_dead"),
+            ("dlq_list", {"tenant": None, "limit": 50, "before_at": None, "before_id": None}, "occurrences_dead"),
+            ("dlq_list", {"tenant": None, "limit": 50, "before_at": T0, "before_id": "x"}, "occurrences_dead"),
             ("dead_count", {}, "occurrences_dead"),
             ("not_run_counts", {"since": T0, "until": T0 + MIN}, "occurrences_not_run"),
             ("prune", {"before": T0, "limit": 100}, "occurrences_recent"),
