@@ -261,7 +261,8 @@ class Progress:
     def add(self, conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[int, int, int]:
         occ, outbox, queued = _one(
             conn,
-            "SELECT (SELECT count(*) FROM occurrences), (SELECT count(*) FROM outbox), (SELECT count(*) FROM dispatch)",
+            "SELECT /* bench */ (SELECT count(*) FROM occurrences), (SELECT count(*) FROM outbox), "
+            "(SELECT count(*) FROM dispatch)",
         )
         self.samples.append((time.monotonic() - self.began, int(occ), int(outbox), int(queued)))
         return int(occ), int(outbox), int(queued)
@@ -317,15 +318,24 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
                 )
                 t_seen = time.monotonic() - progress.began
                 cpu_mat = mat.cpu() - cpu0  # until T, for the occurrences made by T
+                # The drain's profile: CPU and statements from T until the queue is empty.
+                at_t = _Usage.read(srv, cluster)
+                srv.db_time_ms(dsn, reset=True)
                 # Until the queue and the outbox are empty and every occurrence exists (the
                 # polls read the small tables; the occurrence count only once they are empty).
                 deadline = time.monotonic() + 60 + n / 2000
                 while time.monotonic() < deadline:
                     cluster.sample()
-                    outbox, queued = _one(conn, "SELECT (SELECT count(*) FROM outbox), (SELECT count(*) FROM dispatch)")
+                    outbox, queued = _one(
+                        conn, "SELECT /* bench */ (SELECT count(*) FROM outbox), (SELECT count(*) FROM dispatch)"
+                    )
                     if outbox == 0 and queued == 0 and progress.add(conn)[0] >= n:
                         break
                     time.sleep(0.5)
+                drain_cpu, drain_server, drain_backends, _ = _Usage.read(srv, cluster).since(at_t)
+                drain_db_ms = srv.db_time_ms(dsn)
+                _log_usage(label, drain_cpu, drain_server, drain_backends, "in the drain")
+                _log_statements(label, srv.top_statements(dsn), "in the drain")
                 lags = conn.execute(
                     "SELECT extract(epoch FROM a.started_at - o.scheduled_for)::float8, "
                     "extract(epoch FROM a.finished_at - o.scheduled_for)::float8 "
@@ -371,6 +381,12 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
             row(f"{label}: drain, executions/s", rate, "/s", "≥ 30,000/s" if full else "(≥ 30,000/s at 500k)",
                 rate >= 30_000 if full else None, rate / bare_result.rate if bare_result else None),
             row(f"{label}: succeeded", int(succeeded), "", f"= {n:,}", int(succeeded) == n),
+            # Where the drain's time goes (no goals: the drain's own goal is above).
+            row(f"{label}: drain CPU per execution, all clockd processes", sum(drain_cpu.values()) / n * 1e6, "µs"),
+            row(f"{label}: drain CPU per execution, PostgreSQL server",
+                drain_server / n * 1e6 if drain_server is not None else float("nan"), "µs"),
+            row(f"{label}: drain database time per execution",
+                drain_db_ms * 1000 / n if drain_db_ms is not None else float("nan"), "µs"),
             row(f"{label}: db size per 1M executed", size / n * 1e6, "MiB"),
             row(f"{label}: peak RSS ({max(rss, key=lambda k: rss[k])})", max(rss.values()), "MB", "< 300 MB",
                 max(rss.values()) < 300),
@@ -516,6 +532,58 @@ def _head_probes(conn: psycopg.Connection[tuple[Any, ...]]) -> str:
     return "; ".join(shown)
 
 
+@dataclass(frozen=True)
+class _Usage:
+    """CPU seconds so far: of each clockd process, of the whole PostgreSQL server and of
+    each of its live backends, and the machine's busy jiffies. ``since`` an earlier
+    reading gives the interval's share of each."""
+
+    procs: dict[str, float]
+    server: float | None
+    backends: dict[int, tuple[str, float]]
+    busy: tuple[float, float]
+
+    @classmethod
+    def read(cls, srv: Servers, cluster: Cluster) -> _Usage:
+        procs = {name: p.cpu() for name, p in cluster.procs.items()}
+        return cls(procs, srv.server_cpu_seconds(), srv.backend_cpu(), machine_busy())
+
+    def since(self, before: _Usage) -> tuple[dict[str, float], float | None, dict[str, float], float]:
+        """(CPU seconds per clockd process, of the server, per backend label, share of the
+        machine's cores busy) between ``before`` and this reading."""
+        procs = {name: seconds - before.procs[name] for name, seconds in self.procs.items()}
+        server = self.server - before.server if self.server is not None and before.server is not None else None
+        by_label: dict[str, float] = {}
+        if server is not None:
+            for pid, (name, seconds) in self.backends.items():
+                by_label[name] = by_label.get(name, 0.0) + seconds - before.backends.get(pid, (name, 0.0))[1]
+            by_label["exited backends (autovacuum workers…)"] = server - sum(by_label.values())
+        busy = (self.busy[0] - before.busy[0]) / max(1.0, self.busy[1] - before.busy[1])
+        return procs, server, by_label, busy
+
+
+def _log_usage(
+    label: str, procs: dict[str, float], server: float | None, by_label: dict[str, float], what: str
+) -> None:
+    log(
+        f"{label}: CPU seconds {what}: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in procs.items())
+        + (f", PostgreSQL server {server:.1f}" if server is not None else "")
+    )
+    if server is not None:
+        log(
+            f"{label}: PostgreSQL CPU seconds {what} by client/backend: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_label.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.05)
+        )
+
+
+def _log_statements(label: str, statements: list[tuple[int, float, int, str]] | None, what: str) -> None:
+    log(
+        f"{label}: top statements {what} (calls, ms, rows): "
+        + " | ".join(f"{c:,} {ms:,.0f} {n:,} {q[:70]}" for c, ms, n, q in statements or [])
+    )
+
+
 def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str) -> Load:
     """``every`` schedules firing ``rate`` times a second on a fresh database with its own
     processes; after ``warmup`` seconds, a window of ``window`` seconds is measured."""
@@ -573,8 +641,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 start = datetime.now(UTC)
                 depth0 = _one(conn, depth_sql, {"now": start})
                 tables0 = _tables(conn)
-                cpu0 = {name: p.cpu() for name, p in cluster.procs.items()}
-                server0, busy0, backends0 = srv.server_cpu_seconds(), machine_busy(), srv.backend_cpu()
+                usage0 = _Usage.read(srv, cluster)
                 waits: Counter[str] = Counter()
                 behind = [float(depth0[3])]
                 next_probe = time.monotonic() + 2.0
@@ -591,8 +658,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 depth1 = _one(conn, depth_sql, {"now": end})
                 tables1 = _tables(conn)
                 heads = _head_probes(conn)
-                cpu = {name: p.cpu() - cpu0[name] for name, p in cluster.procs.items()}
-                server1, busy1, backends1 = srv.server_cpu_seconds(), machine_busy(), srv.backend_cpu()
+                cpu, server_cpu, by_label, busy = _Usage.read(srv, cluster).since(usage0)
                 statements = srv.top_statements(dsn)
                 time.sleep(3)  # let the last instants of the window start
                 history = _history(conn)
@@ -624,25 +690,8 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
     log(f"{label}: tables at the window's start: {tables0}")
     log(f"{label}: tables at the window's end: {tables1}")
     log(f"{label}: the claim's walks from the index heads at the window's end: {heads}")
-    server_cpu = server1 - server0 if server0 is not None and server1 is not None else None
-    log(
-        f"{label}: CPU seconds in the window: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
-        + (f", PostgreSQL server {server_cpu:.1f}" if server_cpu is not None else "")
-    )
-    if server_cpu is not None:
-        by_label: dict[str, float] = {}
-        for pid, (name, seconds) in backends1.items():
-            by_label[name] = by_label.get(name, 0.0) + seconds - backends0.get(pid, (name, 0.0))[1]
-        by_label["exited backends (autovacuum workers…)"] = server_cpu - sum(by_label.values())
-        log(
-            f"{label}: PostgreSQL CPU seconds in the window by client/backend: "
-            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_label.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.05)
-        )
-    log(
-        f"{label}: top statements in the window (calls, ms, rows): "
-        + " | ".join(f"{c:,} {ms:,.0f} {n:,} {q[:70]}" for c, ms, n, q in statements or [])
-    )
+    _log_usage(label, cpu, server_cpu, by_label, "in the window")
+    _log_statements(label, statements, "in the window")
     log(f"{label}: active backends by wait event ({sum(waits.values()):,} sampled, every ~0.5 s): {_shares(waits, 8)}")
     # Instants due in the window, from the definitions (anchor + k·period).
     expected = sum(_fires_in(r.created_at, r.template.definition.expr, start, end) for r in rows)
@@ -657,7 +706,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
         behind=(float(depth0[3]), float(depth1[3]), max(behind_max, float(depth1[3]))),
         db_per_run=db_per_run, cpu=cpu, rss=rss, opened_after=caught_up,
         server_cpu=server_cpu,
-        busy=(busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1]), waits=waits,
+        busy=busy, waits=waits,
     )  # fmt: skip
 
 
