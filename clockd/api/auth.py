@@ -26,6 +26,7 @@ from starlette.requests import Request
 from clockd import tokens
 from clockd.api.problems import Problem
 from clockd.core.model import Occurrence, Schedule
+from clockd.errors import NotFound
 from clockd.tokens import Role
 
 if TYPE_CHECKING:
@@ -115,13 +116,11 @@ async def schedule_of(request: Request, principal: Principal, name: str, *, dele
     """The live schedule ``name`` of the request's tenant, or 404. ``deleted``: else the
     one of that name deleted last (a read of its runs), before the 404."""
     tenant = tenant_of(principal, request)
-    store = context(request).store
-    schedule = await store.get_schedule(tenant, name)
-    if schedule is None and deleted:
-        schedule = await store.get_deleted_schedule(tenant, name)
-    if schedule is None:
-        raise Problem("not-found", f"no schedule named {name!r}")
-    return schedule
+    api = context(request)
+    try:
+        return await (api.ops.live_or_deleted(name, tenant) if deleted else api.ops.get(name, tenant))
+    except NotFound:
+        raise Problem("not-found", f"no schedule named {name!r}") from None
 
 
 async def occurrence_of(request: Request, principal: Principal, occurrence_id: str) -> Occurrence:

@@ -454,7 +454,8 @@ class Store(Protocol):
         ``next_run_at <= until``, each with its earliest such cursor, the earliest first
         (ties by shard number). One index probe per shard: the materializer's idle tick
         costs one round trip, and its busy ticks read and write one shard at a time; the
-        earliest cursor says how urgent the shard is (the materializer's urgent pass)."""
+        earliest cursors give how far ahead the shards are planned
+        (``clockd_materializer_lead_seconds``)."""
         ...
 
     async def materialize(

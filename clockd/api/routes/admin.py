@@ -146,12 +146,12 @@ async def dlq(request: Request, who: Principal) -> Response:
     if name:
         await schedule_of(request, who, name)
     dead = await api.ops.dead_letters(name or None, tenant, limit + 1, before)
-    more = len(dead) > limit
-    dead = dead[:limit]
-    last = dead[-1] if dead else None
-    # A DEAD occurrence's finished_at is when it died: the list's order (dead_at, id).
-    died = last.finished_at if last is not None else None
-    next_cursor = cursors.at_and_id(died, last.id) if more and last and died else None
+    next_cursor = None
+    if len(dead) > limit:
+        dead = dead[:limit]
+        # A DEAD occurrence's finished_at is when it died: the list's order (dead_at, id).
+        died = dead[-1].finished_at
+        next_cursor = cursors.at_and_id(died, dead[-1].id) if died is not None else None
     return answer(page([occurrence_view(o) for o in dead], next_cursor))
 
 
