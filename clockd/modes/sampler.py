@@ -90,9 +90,8 @@ class Sampler:
         metrics.backlog.labels(stage="outbox").set(backlog.outbox)
         metrics.backlog.labels(stage="queued").set(backlog.queued)
         metrics.backlog.labels(stage="running").set(backlog.running)
-        queues = await self.store.queue_stats(now)
         seen = set()
-        for q in queues:
+        for q in backlog.queues:
             seen.add(q.queue)
             metrics.queue_depth.labels(queue=q.queue).set(q.ready)
             age = (now - q.oldest_ready_at).total_seconds() if q.oldest_ready_at else 0.0

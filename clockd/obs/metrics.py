@@ -64,7 +64,8 @@ materializer_lead = Gauge(
 # at scrape time (see ``watch_coordinator`` below).
 backlog = Gauge(
     "clockd_backlog",
-    "Work waiting, by stage (due, outbox, queued, running)",
+    "Work waiting, by stage: due schedules, outbox rows, queue rows claimable now (queued; "
+    "not the rows staged for later), rows leased (running)",
     ["stage"],
     registry=REGISTRY,
 )

@@ -270,12 +270,24 @@ class AppliedSchedules:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueReady:
+    queue: str
+    ready: int  # unleased, visible now: waiting for a worker
+    oldest_ready_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class Backlog:
+    """What waits, by stage. ``queued`` counts the rows a worker could claim now, not the
+    rows staged for later (planned ahead by direct dispatch, waiting out a retry backoff,
+    parked): those are ``queue_stats``' ``staged``, which costs a read of every one."""
+
     due_schedules: int  # active schedules whose cursor is due now
     outbox: int
-    queued: int  # dispatch rows not leased
+    queued: int  # dispatch rows claimable now (unleased, visible_at <= now)
     running: int  # dispatch rows leased
-    oldest_queued_at: datetime | None
+    oldest_queued_at: datetime | None  # the oldest claimable row's visible_at
+    queues: tuple[QueueReady, ...] = ()  # per queue with an unleased row, by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -648,7 +660,10 @@ class Store(Protocol):
         """A new fencing token for ``resource`` from a counter (local coordinator)."""
         ...
 
-    async def backlog(self, now: datetime) -> Backlog: ...
+    async def backlog(self, now: datetime) -> Backlog:
+        """What waits, by stage, and per queue the rows claimable now (see ``Backlog``): the
+        leader's 10-second sample, so it reads no row staged for later."""
+        ...
 
     async def server_time(self) -> datetime:
         """The database server's clock (SQLite: the local clock), for clock-offset checks."""

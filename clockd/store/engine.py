@@ -52,7 +52,6 @@ from clockd.core.model import (
     ScheduleDef,
     ScheduleKind,
     ScheduleState,
-    Target,
     TenantLimits,
     TenantUsage,
 )
@@ -77,6 +76,7 @@ from clockd.store import (
     NewOccurrence,
     NewSchedule,
     OccurrencePage,
+    QueueReady,
     QueueStats,
     Reaped,
     ReconcileRows,
@@ -98,7 +98,9 @@ from clockd.store.api_rows import (
     token_params,
 )
 from clockd.store.codec import (
+    ClaimParts,
     attempt_from_row,
+    claim_parts,
     definition_from_dict,
     definition_json,
     definition_texts,
@@ -246,11 +248,6 @@ def name_taken(definition: ScheduleDef) -> Conflict:
     return Conflict(f"schedule {definition.name!r} already exists in tenant {definition.tenant!r}")
 
 
-# What a claim takes from its definition: name, target, timeout, retry backoff, its
-# maximum and the permanent exit codes (in Claim's field order).
-_ClaimShared = tuple[str, Target, timedelta | None, timedelta, timedelta, tuple[int, ...]]
-
-
 def new_tokens(count: int) -> list[str]:
     """``count`` fresh lease tokens, from one read of the OS generator: a claim asks for
     as many as it may start. 32 hex digits: the clock's milliseconds (12), then 80 random
@@ -292,8 +289,9 @@ class SqlStore:
         self.driver = driver
         # Writes refused by the fence (a zombie materializer or leader); a metric.
         self.fenced_writes_rejected: int = 0
-        # (schedule_id, version) -> definition for the claims (clockd.store.definition_cache).
-        self.definitions = DefinitionCache()
+        # (schedule_id, version) -> what a claim takes from that definition
+        # (clockd.store.definition_cache).
+        self.definitions: DefinitionCache[ClaimParts] = DefinitionCache()
         self._rules = policy_rules()
         d = driver
         self._claimable = d.array([s.value for s in states.sources("claim")])
@@ -1068,14 +1066,9 @@ class SqlStore:
             rows = yield from d.claim(request)
             if not rows:
                 return []
-            definitions = yield from self._definitions_for({(row[3], int(row[4])) for row in rows})
             # Per claimed row (the worker's hot path): positional fields, in Claim's order,
             # and what each definition gives its claims looked up once per definition.
-            shared: dict[tuple[str, int], _ClaimShared] = {}
-            for key, definition in definitions.items():
-                retry = definition.retry
-                shared[key] = (definition.name, definition.target, definition.timeout, retry.backoff,
-                               retry.backoff_max, retry.permanent_exit_codes)  # fmt: skip
+            shared = yield from self._claim_parts_of({(row[3], int(row[4])) for row in rows})
             read = d.read
             claims: list[Claim] = []
             for occ, token, attempt, schedule_id, version, scheduled_for, max_attempts in rows:
@@ -1090,14 +1083,16 @@ class SqlStore:
         result: list[Claim] = await self._write(body())
         return result
 
-    def _definitions_for(self, keys: set[tuple[str, int]]) -> Body[dict[tuple[str, int], ScheduleDef]]:
+    def _claim_parts_of(self, keys: set[tuple[str, int]]) -> Body[dict[tuple[str, int], ClaimParts]]:
+        """What the claims take from the definitions ``keys`` name: from the cache, the rest
+        read (only the fields a claim uses, not whole documents) and cached."""
         found, missing = self.definitions.found(keys)
         if missing:
             rows = yield Run("schedule_definitions", self.driver.table("keys", ("schedule_ids", "versions"), missing))
-            for schedule_id, version, document in rows:
-                definition = definition_from_dict(self.driver.document(document))
-                self.definitions.put((schedule_id, int(version)), definition)
-                found[(schedule_id, int(version))] = definition
+            for schedule_id, version, name, target, retry, timeout_us in rows:
+                key = (schedule_id, int(version))
+                found[key] = parts = claim_parts(name, target, retry, timeout_us)
+                self.definitions.put(key, parts)
         return found
 
     async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:
@@ -1480,15 +1475,20 @@ class SqlStore:
     async def backlog(self, now: datetime) -> Backlog:
         d = self.driver
 
+        params = {"now": d.instant(now)}
+
         def body() -> Body[Backlog]:
-            row = yield Run("backlog", {"now": d.instant(now)}, "one")
-            due, outbox, queued, running, oldest = row
+            due, outbox, running = yield Run("backlog", params, "one")
+            rows = yield Run("queue_ready", params)
+            queues = tuple(QueueReady(queue, int(ready), d.opt_read(oldest)) for queue, ready, oldest in rows)
+            oldest_ready = [q.oldest_ready_at for q in queues if q.oldest_ready_at is not None]
             return Backlog(
                 due_schedules=int(due),
                 outbox=int(outbox),
-                queued=int(queued),
+                queued=sum(q.ready for q in queues),
                 running=int(running),
-                oldest_queued_at=d.opt_read(oldest),
+                oldest_queued_at=min(oldest_ready, default=None),
+                queues=queues,
             )
 
         result: Backlog = await self._read(body())
@@ -1700,7 +1700,7 @@ ENGINE_QUERIES: Final = frozenset(
         "dispatch_unlease", "reap_pick", "reap_attempts", "reap_retry", "reap_dead", "prune", "misfire_pick",
         "misfire_mark", "overlap_stale", "occurrences_running", "dlq_list", "dlq_list_by_schedule",
         "dlq_replay", "dlq_drop", "dlq_dispatch", "tenant_limits_upsert", "tenant_running_recount",
-        "tenant_limits_all", "tenant_usage", "backlog", "reconcile_versions", "reconcile_occurrences",
+        "tenant_limits_all", "tenant_usage", "backlog", "queue_ready", "reconcile_versions", "reconcile_occurrences",
         "reconcile_versions_of", "reconcile_occurrences_of", "queue_stats", "start_lag",
         "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",

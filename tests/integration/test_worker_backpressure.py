@@ -132,7 +132,7 @@ async def test_a_worker_whose_clock_is_off_claims_nothing_early(tmp_path: Path) 
                 lambda: watch.reads >= 20 or worker.completed, within=10, what="20 claim rounds or a claimed job"
             )
             assert worker.completed == 0 and worker.running == {}
-            assert (await store.backlog(real)).queued == 1
+            assert (await store.backlog(due)).queued == 1  # still queued, claimable at its due time
         finally:
             stopping.set()
             await running

@@ -12,7 +12,7 @@ def definition(name: str) -> ScheduleDef:
 
 
 def test_a_cycle_larger_than_the_cache_still_hits_and_stays_bounded() -> None:
-    cache = DefinitionCache(100)
+    cache: DefinitionCache[ScheduleDef] = DefinitionCache(100)
     defs = {(f"s{i}", 1): definition(f"s{i}") for i in range(300)}
     rounds = 20
     for _ in range(rounds):  # every schedule fires once per cycle, in the same order
@@ -30,7 +30,7 @@ def test_a_cycle_larger_than_the_cache_still_hits_and_stays_bounded() -> None:
 
 
 def test_a_working_set_that_fits_is_all_hits_after_the_first_cycle() -> None:
-    cache = DefinitionCache(100)
+    cache: DefinitionCache[ScheduleDef] = DefinitionCache(100)
     keys = [(f"s{i}", 2) for i in range(100)]
     for key in keys:
         cache.put(key, definition(key[0]))

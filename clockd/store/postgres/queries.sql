@@ -174,8 +174,13 @@ SELECT version, valid_from, valid_to, definition, state
 FROM schedule_versions WHERE schedule_id = %(schedule_id)s ORDER BY version;
 
 -- name: schedule_definitions
--- Definitions by (schedule_id, version), for claims (immutable: safe to cache).
-SELECT v.schedule_id, v.version, v.definition
+-- What a claim takes from the definitions named by (schedule_id, version) (immutable:
+-- safe to cache): the name, the target's and retry policy's JSON texts (jsonb's text is
+-- canonical, so alike policies give one text, which the claim decodes once:
+-- clockd.store.codec.claim_parts) and the timeout. Not the whole document: decoding it
+-- was most of a worker's CPU per distinct schedule in a burst.
+SELECT v.schedule_id, v.version, v.definition->>'name', (v.definition->'target')::text,
+       (v.definition->'retry')::text, v.definition->>'timeout_us'
 FROM unnest(%(schedule_ids)b::text[], %(versions)b::integer[]) AS k(schedule_id, version)
 JOIN schedule_versions AS v ON v.schedule_id = k.schedule_id AND v.version = k.version;
 
@@ -886,11 +891,34 @@ VACUUM (SKIP_LOCKED, TRUNCATE false) dispatch;
 -- ------------------------------------------------------------------ observation
 
 -- name: backlog
+-- The leader samples it every 10 s (and `clockctl status` shows it): due schedules, the
+-- outbox, the rows leased (as many as jobs are running). What waits in the queue is
+-- queue_ready's.
 SELECT (SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <= %(now)s),
        (SELECT count(*) FROM outbox),
-       (SELECT count(*) FROM dispatch WHERE lease_token IS NULL),
-       (SELECT count(*) FROM dispatch WHERE lease_token IS NOT NULL),
-       (SELECT min(visible_at) FROM dispatch WHERE lease_token IS NULL);
+       (SELECT count(*) FROM dispatch WHERE lease_token IS NOT NULL);
+
+-- name: queue_ready
+-- Per queue with an unleased row: the rows claimable now and the oldest of them. Only
+-- those: with direct dispatch the queue also holds the horizon's rows planned ahead
+-- (rate × horizon, 1.2 M at 10,000/s with the default 2 min), which are not waiting for
+-- anyone, and counting them every sample read them all. The queues are found by a skip
+-- scan of dispatch_ready (misfire_pick's), each counted over its range up to now.
+WITH RECURSIVE queues (queue) AS (
+    SELECT (SELECT queue FROM dispatch WHERE lease_token IS NULL ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.queue FROM dispatch AS d
+            WHERE d.lease_token IS NULL AND d.queue > queues.queue ORDER BY d.queue LIMIT 1)
+    FROM queues WHERE queues.queue IS NOT NULL
+)
+SELECT q.queue, ready.count, ready.oldest
+FROM queues AS q
+CROSS JOIN LATERAL (
+    SELECT count(*) AS count, min(dispatch.visible_at) AS oldest FROM dispatch
+    WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue AND dispatch.visible_at <= %(now)s
+) AS ready
+WHERE q.queue IS NOT NULL
+ORDER BY q.queue;
 
 -- ================================================================== policies (schema 0002)
 -- Misfire, overlap, tenant limits, idempotent create, dead letters. DESIGN.md §4.

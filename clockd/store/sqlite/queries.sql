@@ -133,8 +133,11 @@ SELECT version, valid_from, valid_to, definition, state
 FROM schedule_versions WHERE schedule_id = :schedule_id ORDER BY version;
 
 -- name: schedule_definitions
--- Definitions by (schedule_id, version), for claims (immutable: safe to cache).
-SELECT schedule_id, version, definition FROM schedule_versions
+-- What a claim takes from the definitions named by (schedule_id, version), as PostgreSQL's
+-- (json_extract gives an object as its minified text).
+SELECT schedule_id, version, json_extract(definition, '$.name'), json_extract(definition, '$.target'),
+       json_extract(definition, '$.retry'), json_extract(definition, '$.timeout_us')
+FROM schedule_versions
 WHERE (schedule_id, version) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
 
@@ -465,11 +468,19 @@ SELECT 1;
 -- ------------------------------------------------------------------ observation
 
 -- name: backlog
+-- As PostgreSQL's: due schedules, the outbox, the rows leased.
 SELECT (SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <= :now),
        (SELECT count(*) FROM outbox),
-       (SELECT count(*) FROM dispatch WHERE lease_token IS NULL),
-       (SELECT count(*) FROM dispatch WHERE lease_token IS NOT NULL),
-       (SELECT min(visible_at) FROM dispatch WHERE lease_token IS NULL);
+       (SELECT count(*) FROM dispatch WHERE lease_token IS NOT NULL);
+
+-- name: queue_ready
+-- As PostgreSQL's: per queue with an unleased row, the rows claimable now and the oldest
+-- (the embedded queue is small: one pass over its unleased rows).
+SELECT queue,
+       sum(CASE WHEN visible_at <= :now THEN 1 ELSE 0 END),
+       min(CASE WHEN visible_at <= :now THEN visible_at END)
+FROM dispatch WHERE lease_token IS NULL
+GROUP BY queue ORDER BY queue;
 
 -- ================================================================== policies (schema 0002)
 -- Misfire, overlap, tenant limits, idempotent create, dead letters. DESIGN.md §4.

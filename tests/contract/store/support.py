@@ -237,6 +237,12 @@ async def enqueue(store: Store, schedule: Schedule, **occurrence: Unpack[Occurre
     return schedule, oid
 
 
+async def queue_rows(store: Store) -> int:
+    """Every row in the queue: claimable, leased or staged for later (``backlog.queued``
+    counts only the claimable ones)."""
+    return sum(q.ready + q.running + q.staged for q in await store.queue_stats(T0))
+
+
 async def claim_one(store: Store, now: datetime = T0, *, worker: str = "w1", queue: str = QUEUE) -> Claim:
     claims = await store.claim([queue], worker, 10, LEASE, now)
     assert len(claims) == 1, claims

@@ -8,7 +8,7 @@ from clockd.core.model import AttemptOutcome, OccurrenceState
 from clockd.errors import FencedOut
 from clockd.store import Completion, Fence, Reaped, Store
 
-from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, claim_one, enqueue, running
+from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, claim_one, enqueue, queue_rows, running
 
 SUCCESS = (AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
 
@@ -88,7 +88,7 @@ async def test_finish_dead(store: Store) -> None:
     assert occ.finished_at == T0 + SEC
     assert occ.reason is not None and "executable not found" in occ.reason
     assert await store.claim(["default"], "w", 10, LEASE, T0 + MIN) == []
-    assert (await store.backlog(T0)).queued == 0
+    assert await queue_rows(store) == 0
 
 
 async def test_finish_batch_accepts_only_held_tokens(store: Store) -> None:
@@ -206,8 +206,7 @@ async def test_reap_after_max_attempts_is_dead(store: Store) -> None:
     assert occ.finished_at == now
     assert occ.reason is not None and "lease expired" in occ.reason
     assert await store.claim(["default"], "w", 10, LEASE, now + MIN) == []
-    backlog = await store.backlog(now)
-    assert (backlog.queued, backlog.running) == (0, 0)
+    assert await queue_rows(store) == 0
 
 
 async def test_reap_respects_limit_oldest_lease_first(store: Store) -> None:

@@ -11,7 +11,7 @@ import pytest
 from clockd.core.ids import manual_occurrence_id, new_schedule_id, occurrence_id
 from clockd.core.model import AttemptOutcome, OccurrenceState, ScheduleState
 from clockd.errors import Conflict, FencedOut, NotFound
-from clockd.store import Backlog, Completion, CursorAdvance, Fence, Store
+from clockd.store import Backlog, Completion, CursorAdvance, Fence, QueueReady, Store
 
 from .support import (
     FENCE,
@@ -260,9 +260,17 @@ async def test_backlog_counts(store: Store) -> None:
     r = await add_schedule(store, "r", next_run_at=T0 + 5 * MIN)
     r, _ = await enqueue(store, r)  # queued, visible at T0+5m
     await claim_one(store, T0 - MIN)  # q is running
+    p = await add_schedule(store, "p", next_run_at=T0 - 30 * SEC)
+    p, _ = await enqueue(store, p)  # queued, visible at T0-30s: claimable at T0
     await materialize_next(store, r)  # outbox
     backlog = await store.backlog(T0)
-    assert backlog == Backlog(due_schedules=2, outbox=1, queued=1, running=1, oldest_queued_at=T0 + 5 * MIN)
+    # r's queue row, visible at T0+5m, is staged for later: not queued (a horizon planned
+    # ahead by direct dispatch is not a backlog).
+    ready = QueueReady("default", 1, T0 - 30 * SEC)
+    assert backlog == Backlog(due_schedules=2, outbox=1, queued=1, running=1, oldest_queued_at=T0 - 30 * SEC,
+                              queues=(ready,))  # fmt: skip
+    assert await store.backlog(T0 - 40 * SEC) == Backlog(2, 1, 0, 1, None, (QueueReady("default", 0, None),))
+    assert [(q.ready, q.staged) for q in await store.queue_stats(T0)] == [(1, 1)]
 
 
 async def test_next_token_counts_per_resource(store: Store) -> None:

@@ -11,7 +11,7 @@ from clockctl.commands.status import gather
 from clockd.config import Settings, StoreLocation
 from clockd.coord.etcd import EtcdCoordinator
 from clockd.core.model import AttemptOutcome, OccurrenceState, ScheduleState
-from clockd.store import Completion, CursorAdvance, Store
+from clockd.store import Completion, CursorAdvance, QueueReady, Store
 from clockd.store.postgres import PostgresStore
 from tests.harness import EtcdServer
 from tests.harness.procs import until
@@ -74,6 +74,11 @@ async def test_queue_stats_per_queue(store: Store) -> None:
     assert (stats["default"].ready, stats["default"].running, stats["default"].staged) == (3, 2, 0)
     assert stats["default"].oldest_ready_at == T0 + 2 * SEC
     assert (stats["batch"].ready, stats["batch"].staged, stats["batch"].oldest_ready_at) == (0, 1, None)
+    # The leader's sample (the backlog) reads the same claimable rows per queue, and only
+    # those: batch's row, visible at T0+1m, is staged, not queued.
+    backlog = await store.backlog(T0 + 10 * SEC)
+    assert backlog.queues == (QueueReady("batch", 0, None), QueueReady("default", 3, T0 + 2 * SEC))
+    assert (backlog.queued, backlog.running, backlog.oldest_queued_at) == (3, 2, T0 + 2 * SEC)
 
 
 async def test_start_lag_percentiles_are_the_same_on_every_store(store: Store) -> None:

@@ -508,6 +508,31 @@ async def test_the_claim_visits_each_row_of_its_batch_a_bounded_number_of_times(
     assert not rescanned, rescanned
 
 
+async def test_the_backlog_sample_reads_only_the_rows_claimable_now(stores: list[PostgresStore], pg_dsn: str) -> None:
+    """The leader samples the backlog every 10 s. With direct dispatch the queue holds the
+    horizon's rows planned ahead (1.2 M at 10,000/s): queue_ready counts each queue's range
+    up to now, not every unleased row (as the backlog's count did)."""
+    await fill_queue(stores[0], 2000)  # visible at T0 + i µs
+    now = T0 + 99 * US  # 100 rows claimable, 1,900 staged for later
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["queue_ready"], {"now": now})
+        row = await cur.fetchone()
+    assert row is not None
+    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    scans = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "dispatch"]
+    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
+    assert read <= 110, plan  # the 100 claimable rows and the skip scan's probes
+    backlog = await stores[1].backlog(now)
+    assert (backlog.queued, backlog.oldest_queued_at) == (100, T0)
+    assert [(q.queue, q.ready, q.staged) for q in await stores[1].queue_stats(now)] == [("default", 100, 1900)]
+
+
 # -- HOT updates (schema 0004) -------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from clockd.core.model import AttemptOutcome, OccurrenceState, RetryPolicy
+from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget, OccurrenceState, RetryPolicy
 from clockd.store import Completion, CursorAdvance, Store
 
 from .support import (
@@ -19,6 +19,7 @@ from .support import (
     enqueue,
     materialize_next,
     planned,
+    queue_rows,
     running,
 )
 
@@ -108,6 +109,28 @@ async def test_claim_hands_out_everything_a_worker_needs(store: Store) -> None:
     assert attempt.finished_at is None
     backlog = await store.backlog(T0)
     assert (backlog.queued, backlog.running) == (0, 1)
+
+
+async def test_claims_of_alike_and_different_definitions_each_get_their_own(store: Store) -> None:
+    # The claim reads a definition's target and retry policy as JSON texts and decodes each
+    # text once (clockd.store.codec.claim_parts): schedules alike share what was decoded,
+    # and none gets another's target, retry or timeout.
+    fast = RetryPolicy(retries=1, backoff=2 * SEC, backoff_max=4 * SEC, permanent_exit_codes=(3, 4))
+    alike = [await add_schedule(store, f"alike-{i}", target=CommandTarget(argv=("echo", "same"))) for i in range(2)]
+    other = await add_schedule(store, "other", target=CommandTarget(argv=("echo", "other"), env=(("A", "1"),)),
+                               retry=fast, timeout=7 * SEC)  # fmt: skip
+    plain = await add_schedule(store, "plain", target=NoopTarget())
+    for s in (*alike, other, plain):
+        await enqueue(store, s)
+    claims = {c.schedule_name: c for c in await store.claim(["default"], "w1", 10, LEASE, T0 + SEC)}
+    assert sorted(claims) == ["alike-0", "alike-1", "other", "plain"]
+    assert claims["alike-0"].target == claims["alike-1"].target == CommandTarget(argv=("echo", "same"))
+    assert claims["other"].target == CommandTarget(argv=("echo", "other"), env=(("A", "1"),))
+    assert (claims["other"].retry_backoff, claims["other"].retry_backoff_max) == (2 * SEC, 4 * SEC)
+    assert claims["other"].permanent_exit_codes == (3, 4) and claims["other"].timeout == 7 * SEC
+    assert claims["plain"].target == NoopTarget() and claims["plain"].timeout is None
+    default = RetryPolicy()
+    assert (claims["plain"].retry_backoff, claims["plain"].permanent_exit_codes) == (default.backoff, ())
 
 
 async def test_claim_respects_visible_at_queue_and_limit(store: Store) -> None:
@@ -216,5 +239,4 @@ async def test_vacuum_queue_keeps_every_queued_and_leased_row(store: Store) -> N
     assert await store.vacuum_queue() is True
     done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in (first, second)]
     assert await store.finish(done, T0 + 2 * SEC) == {first.lease_token, second.lease_token}
-    backlog = await store.backlog(T0 + 2 * SEC)
-    assert (backlog.queued, backlog.running) == (0, 0)
+    assert await queue_rows(store) == 0
