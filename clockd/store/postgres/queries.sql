@@ -903,7 +903,8 @@ SELECT (SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <=
 -- those: with direct dispatch the queue also holds the horizon's rows planned ahead
 -- (rate × horizon, 1.2 M at 10,000/s with the default 2 min), which are not waiting for
 -- anyone, and counting them every sample read them all. The queues are found by a skip
--- scan of dispatch_ready (misfire_pick's), each counted over its range up to now.
+-- scan of dispatch_ready (misfire_pick's walk: change both), each counted over its range
+-- up to now.
 WITH RECURSIVE queues (queue) AS (
     SELECT (SELECT queue FROM dispatch WHERE lease_token IS NULL ORDER BY queue LIMIT 1)
     UNION ALL
@@ -1043,7 +1044,8 @@ ON CONFLICT (occurrence_id) DO NOTHING;
 -- back, locked (a row being claimed right now is skipped: the claim wins), with what the
 -- misfire policy needs (clockd.core.planning.sweep_verdict): its rank from the latest
 -- late row of its schedule (1 = latest) and whether a newer instant of the schedule is
--- already due and not missed. Parked rows (visible_at infinity) are never late.
+-- already due and not missed. Parked rows (visible_at infinity) are never late. The walk
+-- of the queues is queue_ready's too (the SQL files have no includes): change both.
 WITH RECURSIVE queues (queue) AS (
     SELECT (SELECT queue FROM dispatch WHERE lease_token IS NULL ORDER BY queue LIMIT 1)
     UNION ALL
