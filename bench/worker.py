@@ -1,5 +1,9 @@
 """The worker's own CPU per execution (issue 18): one worker over N due no-op occurrences.
 
+By default the occurrences come from 200 schedules, whose definitions the worker keeps
+cached; ``--schedules N`` spreads them over N (as many as the executions: a top-of-hour
+burst, where every claim reads the definitions of its schedules).
+
 Each run is a fresh process (``sys.path`` starting at its tree) against a fresh database
 on a durable PostgreSQL 15 (``bench.servers``): it creates the schedules (no-op target),
 materializes and relays N occurrences due two hours ago (untimed), then starts one
@@ -39,7 +43,7 @@ GOAL_US = 30.0  # the worker's share of issue 18's 60 µs per execution across a
 SCHEDULES = 200
 
 
-async def workload(dsn: str, count: int) -> dict[str, float]:
+async def workload(dsn: str, count: int, schedules: int = SCHEDULES) -> dict[str, float]:
     """One run through whatever ``clockd`` comes first on ``sys.path``."""
     from clockd.core.clock import SystemClock
     from clockd.core.ids import new_schedule_id, occurrence_id
@@ -60,19 +64,22 @@ async def workload(dsn: str, count: int) -> dict[str, float]:
             0,
             t0,
         )
-        for i in range(SCHEDULES)
+        for i in range(schedules)
     ]
     created = (await store.apply_schedules(news, [], t0)).created
-    per = -(-count // SCHEDULES)
-    for s in created:
-        instants = [t0 + timedelta(seconds=k) for k in range(per)]
+    per = -(-count // schedules)
+    until = t0 + timedelta(seconds=per)
+    instants = [t0 + timedelta(seconds=k) for k in range(per)]
+    for first in range(0, len(created), 1_000):  # a materializer's batches
+        batch = created[first : first + 1_000]
         occurrences = [
             NewOccurrence(occurrence_id(s.id, 1, at), s.id, 1, at, at, "default", s.definition.tenant, 3)
+            for s in batch
             for at in instants
         ]
-        until = t0 + timedelta(seconds=per)
-        await store.materialize(Fence("shard:0", 1), occurrences, [CursorAdvance(s.id, 1, t0, until)], t0)
-    total = per * SCHEDULES
+        cursors = [CursorAdvance(s.id, 1, t0, until) for s in batch]
+        await store.materialize(Fence("shard:0", 1), occurrences, cursors, t0)
+    total = per * schedules
     while await store.relay(t0 + timedelta(hours=1), 10_000, t0):
         pass
     worker = Worker(store, make_runner(), SystemClock(), WorkerSettings(concurrency=1000))
@@ -93,12 +100,12 @@ async def workload(dsn: str, count: int) -> dict[str, float]:
             "executions": float(total)}  # fmt: skip
 
 
-def _one(tree: str, dsn: str, count: int, profile: Path | None) -> dict[str, float]:
+def _one(tree: str, dsn: str, count: int, profile: Path | None, schedules: int = SCHEDULES) -> dict[str, float]:
     """One run of ``tree`` in a fresh process (sampled by py-spy into ``profile``)."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "result.json"
         argv = [sys.executable, "-m", "bench.worker", "--child", tree, "--dsn", dsn, "-n", str(count),
-                "--out", str(out)]  # fmt: skip
+                "--schedules", str(schedules), "--out", str(out)]  # fmt: skip
         if profile is not None:
             spy = BIN / "py-spy"
             argv = [str(spy), "record", "--format", "raw", "--rate", "250", "--nonblocking", "-o", str(profile), "--",
@@ -111,7 +118,7 @@ def _one(tree: str, dsn: str, count: int, profile: Path | None) -> dict[str, flo
 
 
 def measure(
-    trees: dict[str, str], rounds: int, count: int, profile: str | None = None
+    trees: dict[str, str], rounds: int, count: int, profile: str | None = None, schedules: int = SCHEDULES
 ) -> dict[str, list[dict[str, float]]]:
     """``rounds`` runs per tree, alternating the order, each on a fresh database; with
     ``profile`` (a directory) each run is sampled into ``DIR/worker-TREE-ROUND.txt``."""
@@ -125,7 +132,7 @@ def measure(
                 dsn = found.new_database(f"worker_{name}")
                 try:
                     spy = None if profile is None else Path(profile) / f"worker-{name}-{r + 1}.txt"
-                    run = _one(trees[name], dsn, count, spy)
+                    run = _one(trees[name], dsn, count, spy, schedules)
                 finally:
                     found.drop_database(dsn)
                 log(
@@ -164,6 +171,13 @@ def main() -> None:
     parser.add_argument("--old", help="another tree (a directory holding clockd/) to alternate with")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("-n", type=int, default=40_000, help="executions per run")
+    parser.add_argument(
+        "--schedules",
+        type=int,
+        default=SCHEDULES,
+        help=f"distinct schedules the executions come from (default {SCHEDULES}: their definitions stay cached; "
+        "as many as -n: a top-of-hour burst, each claim reads its definition)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)  # one run, in this process
     parser.add_argument("--profile", metavar="DIR", help="py-spy record each run into DIR")
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
@@ -175,12 +189,12 @@ def main() -> None:
 
         where = Path(clockd.__file__).resolve()
         assert where.is_relative_to(Path(args.child).resolve()), where
-        Path(args.out).write_text(json.dumps(asyncio.run(workload(args.dsn, args.n))))
+        Path(args.out).write_text(json.dumps(asyncio.run(workload(args.dsn, args.n, args.schedules))))
         return
     trees = {"this": HERE} | ({"old": args.old} if args.old else {})
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
-    results = measure(trees, args.rounds, args.n, args.profile)
+    results = measure(trees, args.rounds, args.n, args.profile, args.schedules)
     sys.stdout.write("\n| tree | CPU µs/execution (median) | min | executions/s (median) |\n|---|---|---|---|\n")
     for name, runs in results.items():
         cpus = [r["cpu_us"] for r in runs]
