@@ -1474,7 +1474,6 @@ class SqlStore:
 
     async def backlog(self, now: datetime) -> Backlog:
         d = self.driver
-
         params = {"now": d.instant(now)}
 
         def body() -> Body[Backlog]:
