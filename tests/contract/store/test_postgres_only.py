@@ -509,15 +509,15 @@ async def test_the_claim_visits_each_row_of_its_batch_a_bounded_number_of_times(
     assert not rescanned, rescanned
 
 
-async def test_the_backlog_sample_reads_only_the_rows_claimable_now(stores: list[PostgresStore], pg_dsn: str) -> None:
-    """The leader samples the backlog every 10 s. With direct dispatch the queue holds the
-    horizon's rows planned ahead (1.2 M at 10,000/s): queue_ready counts each queue's range
-    up to now, not every unleased row (as the backlog's count did)."""
-    await fill_queue(stores[0], 2000)  # visible at T0 + i µs
-    now = T0 + 99 * US  # 100 rows claimable, 1,900 staged for later
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["queue_ready"], {"now": now})
+async def analyzed_plan(dsn: str, name: str, params: dict[str, Any], analyze: str = "") -> list[dict[str, Any]]:
+    """Every node of the plan of the named query as it ran (EXPLAIN ANALYZE; nothing kept:
+    rolled back), the root first; ``analyze`` names a table to ANALYZE first."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        if analyze:
+            await conn.execute(f"ANALYZE {analyze}")
+        cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q[name], params)
         row = await cur.fetchone()
+        await conn.rollback()
     assert row is not None
     plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
 
@@ -526,8 +526,17 @@ async def test_the_backlog_sample_reads_only_the_rows_claimable_now(stores: list
         for child in node.get("Plans", []):
             yield from nodes(child)
 
-    scans = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "dispatch"]
-    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in scans)
+    return list(nodes(plan[0]["Plan"]))
+
+
+async def test_the_backlog_sample_reads_only_the_rows_claimable_now(stores: list[PostgresStore], pg_dsn: str) -> None:
+    """The leader samples the backlog every 10 s. With direct dispatch the queue holds the
+    horizon's rows planned ahead (1.2 M at 10,000/s): queue_ready counts each queue's range
+    up to now, not every unleased row (as the backlog's count did)."""
+    await fill_queue(stores[0], 2000)  # visible at T0 + i µs
+    now = T0 + 99 * US  # 100 rows claimable, 1,900 staged for later
+    plan = await analyzed_plan(pg_dsn, "queue_ready", {"now": now})
+    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in plan if n.get("Relation Name") == "dispatch")
     assert read <= 110, plan  # the 100 claimable rows and the skip scan's probes
     backlog = await stores[1].backlog(now)
     assert (backlog.queued, backlog.oldest_queued_at) == (100, T0)
@@ -543,23 +552,12 @@ async def test_the_backlog_sample_counts_due_schedules_by_shard_range(stores: li
         for i in range(2000)
     ]
     assert len((await stores[0].apply_schedules(news, [], T0 - 2 * MIN)).created) == 2000
-    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
-        await conn.execute("ANALYZE schedules")
-        cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q["backlog"], {"now": T0})
-        row = await cur.fetchone()
-    assert row is not None
-    plan = row[0] if isinstance(row[0], list) else json.loads(row[0])
-
-    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
-
-    scans = [n for n in nodes(plan[0]["Plan"]) if n.get("Relation Name") == "schedules"]
+    plan = await analyzed_plan(pg_dsn, "backlog", {"now": T0}, analyze="schedules")
+    scans = [n for n in plan if n.get("Relation Name") == "schedules"]
     # The count seeks each shard's range (a count filtered on next_run_at alone scans the
     # table or the whole index, which EXPLAIN's row counts do not show).
     assert not [n for n in scans if n["Node Type"] == "Seq Scan"], plan
-    counts = [n.get("Index Cond", "") for n in nodes(plan[0]["Plan"]) if "next_run_at" in n.get("Index Cond", "")]
+    counts = [n.get("Index Cond", "") for n in plan if "next_run_at" in n.get("Index Cond", "")]
     assert counts and all("shard =" in cond for cond in counts), plan
     read = sum((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"] for n in scans)
     assert read <= 20 + 2 * 9, plan  # the 20 due and the skip scan's probes (8 shards)
