@@ -116,8 +116,7 @@ def _by_fold() -> dict[str, tuple[str, ...]]:
 def _folded_zones() -> tuple[tuple[str, str, str], ...]:
     """(folded name, its last component, the name) per folded spelling, in name order (the
     last of names alike in case wins, as before)."""
-    by_fold = {zone.casefold(): zone for zone in sorted(available_zones())}
-    return tuple((key, key.rsplit("/", 1)[-1], real) for key, real in by_fold.items())
+    return tuple((key, key.rsplit("/", 1)[-1], names[-1]) for key, names in _by_fold().items())
 
 
 def _unknown_message(name: str) -> str:

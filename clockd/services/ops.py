@@ -509,18 +509,11 @@ class Ops:
 
     # -- dead letters ------------------------------------------------------------------
 
-    async def dead_letters(
-        self,
-        name: str | None = None,
-        tenant: str = "default",
-        limit: int = 50,
-        before: tuple[datetime, str] | None = None,
-    ) -> list[Occurrence]:
-        """DEAD occurrences (of one schedule, or of the tenant), most recently dead first;
-        ``before``: after that ``(finished_at, id)`` (``Store.list_dead``)."""
+    async def dead_letters(self, name: str | None = None, tenant: str = "default", limit: int = 50) -> list[Occurrence]:
+        """DEAD occurrences (of one schedule, or of the tenant), most recently dead first."""
         if name is not None:
-            return await self.store.list_dead((await self.get(name, tenant)).id, None, limit, before)
-        return await self.store.list_dead(None, tenant, limit, before)
+            return await self.store.list_dead((await self.get(name, tenant)).id, None, limit)
+        return await self.store.list_dead(None, tenant, limit)
 
     async def replay(self, id_or_prefix: str) -> Occurrence:
         """A DEAD occurrence back into the queue now: same id, the next attempt number."""

@@ -20,7 +20,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from clockd.core.capabilities import required_of
 from clockd.core.model import (
@@ -250,6 +250,7 @@ def definition_from_json(text: str) -> ScheduleDef:
 # maximum and the permanent exit codes (in Claim's field order).
 ClaimParts = tuple[str, Target, timedelta | None, timedelta, timedelta, tuple[int, ...]]
 _RetryParts = tuple[timedelta, timedelta, tuple[int, ...]]
+_T = TypeVar("_T")
 
 # The claim's decoded targets and retry policies by their JSON text. The schedules of one
 # apply or one API client share them (as _SPEC_TEXTS says), so a burst of distinct
@@ -267,22 +268,26 @@ def claim_parts(name: str, target: str, retry: str | None, timeout_us: Any) -> C
     """A claim's share of a definition from the columns ``schedule_definitions`` reads:
     the name, the target's and the retry policy's JSON texts (a document without a retry
     key has the default policy), the timeout in microseconds (None: none)."""
-    decoded = _CLAIM_TARGETS.get(target)
-    if decoded is None:
-        decoded = target_from_json(json.loads(target))
-        if len(_CLAIM_TARGETS) >= _CLAIM_TEXTS_MAX:
-            _CLAIM_TARGETS.clear()
-        _CLAIM_TARGETS[target] = decoded
-    retry_text = retry or "{}"
-    backoff = _CLAIM_RETRIES.get(retry_text)
-    if backoff is None:
-        policy = retry_from_dict(json.loads(retry_text))
-        backoff = (policy.backoff, policy.backoff_max, policy.permanent_exit_codes)
-        if len(_CLAIM_RETRIES) >= _CLAIM_TEXTS_MAX:
-            _CLAIM_RETRIES.clear()
-        _CLAIM_RETRIES[retry_text] = backoff
+    decoded = _decoded_once(_CLAIM_TARGETS, target, lambda text: target_from_json(json.loads(text)))
+    backoff = _decoded_once(_CLAIM_RETRIES, retry or "{}", _retry_parts)
     timeout = None if timeout_us is None else duration_from_us(int(timeout_us))
     return (name, decoded, timeout, *backoff)
+
+
+def _retry_parts(text: str) -> _RetryParts:
+    policy = retry_from_dict(json.loads(text))
+    return (policy.backoff, policy.backoff_max, policy.permanent_exit_codes)
+
+
+def _decoded_once(table: dict[str, _T], text: str, decode: Callable[[str], _T]) -> _T:
+    """``decode(text)``, kept in ``table`` (emptied when it holds _CLAIM_TEXTS_MAX)."""
+    value = table.get(text)
+    if value is None:
+        value = decode(text)
+        if len(table) >= _CLAIM_TEXTS_MAX:
+            table.clear()
+        table[text] = value
+    return value
 
 
 def _duration(data: dict[str, Any], key: str, default: timedelta) -> timedelta:

@@ -143,9 +143,9 @@ async def dlq(request: Request, who: Principal) -> Response:
     before = cursors.decode_at_and_id(request.query_params.get("cursor"))
     name = request.query_params.get("schedule")
     tenant = tenant_of(who, request)
-    if name:
-        await schedule_of(request, who, name)
-    dead = await api.ops.dead_letters(name or None, tenant, limit + 1, before)
+    # The schedule looked up once (schedule_of's 404), then its dead letters by id.
+    schedule_id = (await schedule_of(request, who, name)).id if name else None
+    dead = await api.store.list_dead(schedule_id, None if schedule_id else tenant, limit + 1, before)
     next_cursor = None
     if len(dead) > limit:
         dead = dead[:limit]
