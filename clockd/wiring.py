@@ -34,6 +34,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -59,18 +60,35 @@ if TYPE_CHECKING:
 # -- adapters ---------------------------------------------------------------------------------
 
 
-def make_store(location: StoreLocation | str | None, *, daemon: bool = False, create: bool = True) -> Store:
+def make_store(
+    location: StoreLocation | str | None,
+    *,
+    daemon: bool = False,
+    create: bool = True,
+    idle_in_transaction_timeout: timedelta | None = None,
+) -> Store:
     """``daemon``: the embedded store's owner rule and integrity check (``clockd run``,
-    ``migrate``); ``create``: a missing embedded store may be made (writing verbs)."""
+    ``migrate``); ``create``: a missing embedded store may be made (writing verbs);
+    ``idle_in_transaction_timeout``: how long PostgreSQL lets a connection sit inside a
+    transaction before it ends the session (``clockd run``'s, see ``daemon_stall_limit``)."""
     if not isinstance(location, StoreLocation):
         location = resolve_store(location)
     if location.kind == "postgresql":
         from clockd.store.postgres.store import PostgresStore
 
-        return PostgresStore(location.target)
+        return PostgresStore(location.target, idle_in_transaction_timeout=idle_in_transaction_timeout)
     from clockd.store.sqlite.store import SqliteStore
 
     return SqliteStore(Path(location.target), create=create, owner_only=daemon)
+
+
+def daemon_stall_limit(settings: Settings) -> timedelta:
+    """How long a ``clockd run`` connection may sit inside a transaction: the shorter of
+    the coordination lease's TTL and the visibility timeout. A process stalled that long
+    has lost its shard (its fence is stale) and its workers' leases have run out, so the
+    row locks it still holds protect nothing — but they would keep the reaper from its
+    runs and a new shard owner from the fence row for as long as the stall lasts."""
+    return min(settings.lease_ttl, settings.visibility_timeout)
 
 
 async def create_roles(store: Store) -> None:
@@ -343,7 +361,7 @@ def build_daemon(settings: Settings, *, faults: Faults | None = None, clock: Clo
     from clockd.runner.notify import Notifier
 
     location = resolve_store(settings.store)
-    store = make_store(location, daemon=True)
+    store = make_store(location, daemon=True, idle_in_transaction_timeout=daemon_stall_limit(settings))
     coord = make_coordinator(settings, store, location)
     egress = LiveEgress(egress_policy(settings))
     runner = make_runner(settings, egress)

@@ -4,6 +4,7 @@ the modes table against the modes the settings accept, and the one test hook."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from clockd.coord.local import LocalCoordinator
 from clockd.errors import InvalidInput
 from clockd.modes.materializer import Materializer
 from clockd.modes.supervisor import Supervisor
+from clockd.store.postgres import PostgresStore
 from clockd.store.sqlite import SqliteStore
 from clockd.wiring import MODES, Faults, build_daemon
 
@@ -68,6 +70,28 @@ def test_faults_are_read_from_the_environment_in_one_place() -> None:
 def test_a_postgresql_store_without_etcd_is_refused_before_anything_starts() -> None:
     with pytest.raises(InvalidInput, match="pass --etcd"):
         build_daemon(Settings(store="postgresql://clockd@127.0.0.1:1/clockd"))
+
+
+@pytest.mark.parametrize(("lease_ttl", "visibility_timeout", "limit"), [(10, 30, 10), (10, 4, 4)])
+async def test_a_daemon_on_postgresql_limits_how_long_a_session_sits_inside_a_transaction(
+    lease_ttl: int, visibility_timeout: int, limit: int
+) -> None:
+    # A stalled process's row locks must not outlive what they protect: its shard lease
+    # and its runs' leases (tests/contract/store: the stalled worker whose run is reaped).
+    settings = Settings(
+        store="postgresql://clockd@127.0.0.1:1/clockd",
+        etcd=("http://127.0.0.1:1",),
+        modes=("worker",),
+        lease_ttl=timedelta(seconds=lease_ttl),
+        visibility_timeout=timedelta(seconds=visibility_timeout),
+        heartbeat=timedelta(seconds=1),
+    )
+    daemon = build_daemon(settings)  # composes only: nothing is reached yet
+    try:
+        assert isinstance(daemon.store, PostgresStore)
+        assert daemon.store.driver.idle_in_transaction_timeout == timedelta(seconds=limit)
+    finally:
+        await daemon.runner.aclose()
 
 
 async def test_the_supervisor_drains_while_it_still_holds_its_leases(tmp_path: Path) -> None:

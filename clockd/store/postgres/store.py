@@ -17,6 +17,16 @@ they cost no round trip. Connections run in autocommit: a read is one statement,
 write is one explicit transaction (``conn.transaction()``) that commits or rolls back
 entirely.
 
+A daemon's store (``idle_in_transaction_timeout``, set by ``clockd.wiring.build_daemon``)
+also starts every connection with ``idle_in_transaction_session_timeout``: a process
+that stops between two statements of a transaction (SIGSTOP, a paused VM, a swap storm)
+keeps its row locks, and the locks are what the others step around — the reaper skips a
+locked queue row (its worker is finishing it), a new shard owner waits on the fence row.
+Without a limit, a worker frozen inside a heartbeat kept its run from ever being
+redelivered. PostgreSQL ends such a session after the limit (its transaction rolls back;
+the process, once it runs again, gets ``StoreUnavailable`` and reconnects). The CLI's
+connections have no limit.
+
 Schema: ``open()`` only *checks* it (unlike SQLite it never migrates: several
 processes share the database, and an upgrade is an operator's decision) and raises
 ``SchemaMismatch`` when it is behind (run ``clockd migrate``) or ahead (upgrade clockd).
@@ -116,11 +126,19 @@ _CONSTRAINTS: Final = {
 class PostgresDriver:
     """One PostgreSQL database: its pool, its values. See the module docstring."""
 
-    def __init__(self, dsn: str, min_size: int, max_size: int, connect_timeout: float) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        min_size: int,
+        max_size: int,
+        connect_timeout: float,
+        idle_in_transaction_timeout: timedelta | None = None,
+    ) -> None:
         self.dsn = dsn
         self.min_size = min_size
         self.max_size = max_size
         self.connect_timeout = connect_timeout
+        self.idle_in_transaction_timeout = idle_in_transaction_timeout
         self.display = redact_dsn(dsn)
         self._where, self._password = _describe(dsn)
         self._pool: Pool | None = None
@@ -132,7 +150,12 @@ class PostgresDriver:
         """Keyword arguments of every connection: the session settings are appended to
         whatever ``options`` the DSN already carries."""
         given = conninfo_to_dict(self.dsn)
-        options = f"{given['options']} {SESSION_OPTIONS}" if given.get("options") else SESSION_OPTIONS
+        options = SESSION_OPTIONS
+        if self.idle_in_transaction_timeout is not None:
+            limit_ms = max(1, round(self.idle_in_transaction_timeout.total_seconds() * 1000))
+            options += f" -c idle_in_transaction_session_timeout={limit_ms}"
+        if given.get("options"):
+            options = f"{given['options']} {options}"
         kwargs: dict[str, Any] = {"autocommit": True, "options": options}
         if "connect_timeout" not in given:
             kwargs["connect_timeout"] = max(1, round(self.connect_timeout))
@@ -234,6 +257,11 @@ class PostgresDriver:
                 f"PostgreSQL at {where} refused this for the connecting role ({message}): "
                 "use a role with the rights it needs (clockd_operator to change schedules, "
                 "clockd_daemon for clockd run; see clockd migrate --create-roles)"
+            )
+        if isinstance(exc, pg_errors.IdleInTransactionSessionTimeout):
+            return StoreUnavailable(
+                f"PostgreSQL at {where} ended this session, which sat inside a transaction longer than "
+                f"idle_in_transaction_session_timeout ({message}): nothing was committed; the next call reconnects"
             )
         if isinstance(exc, pg_errors.DiskFull):
             return StoreUnavailable(f"PostgreSQL at {where} is out of disk ({message}): nothing was written")
@@ -491,8 +519,12 @@ class PostgresStore(SqlStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        idle_in_transaction_timeout: timedelta | None = None,
     ) -> None:
-        super().__init__(PostgresDriver(dsn, min_size, max_size, connect_timeout))
+        """``idle_in_transaction_timeout``: how long PostgreSQL lets a connection of this
+        store sit inside a transaction between statements (a daemon's; see the module
+        docstring); None: no limit (the server's own setting)."""
+        super().__init__(PostgresDriver(dsn, min_size, max_size, connect_timeout, idle_in_transaction_timeout))
         self.dsn = dsn
         self.display = self.driver.display
 

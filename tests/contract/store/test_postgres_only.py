@@ -172,6 +172,46 @@ async def test_the_reaper_skips_a_lease_its_worker_is_finishing(stores: list[Pos
     assert await leader.reap_expired(FENCE, 100, T0 + LEASE + 3 * SEC) == []
 
 
+async def test_a_worker_stalled_inside_a_transaction_loses_its_locks_and_its_run_is_reaped(pg_dsn: str) -> None:
+    # A worker's heartbeat locks its queue rows and commits in a second round trip. A
+    # worker that stops in between (SIGSTOP, a paused VM) kept the lock for as long as it
+    # stayed stopped, and the reaper — which passes locked rows by (the test above) — never
+    # redelivered its run (drill 4 hung this way in CI). A daemon's connections carry a
+    # limit on idle-in-transaction time (clockd.wiring.daemon_stall_limit).
+    worker = PostgresStore(pg_dsn, idle_in_transaction_timeout=timedelta(milliseconds=500))
+    leader = PostgresStore(pg_dsn)
+    await worker.open()
+    await leader.open()
+    try:
+        _, claim = await running(worker)
+        stopped = asyncio.Event()  # the worker's process, stopped between two statements
+
+        async def heartbeat_then_stop(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+            await conn.execute(
+                "UPDATE dispatch SET lease_until = lease_until WHERE lease_token = %s", (claim.lease_token,)
+            )
+            await stopped.wait()
+
+        stalled = asyncio.create_task(worker._call(heartbeat_then_stop, write=True))
+        deadline = time.monotonic() + 20
+        while not (reaped := await leader.reap_expired(FENCE, 100, T0 + LEASE + SEC)):
+            assert time.monotonic() < deadline, "the stalled worker's run was never reaped"
+            await asyncio.sleep(0.05)
+        assert [(r.occurrence_id, r.attempt, r.next_state) for r in reaped] == [
+            (claim.occurrence_id, 1, OccurrenceState.RETRY_WAIT)
+        ]
+        stopped.set()  # the worker runs again: its transaction is gone, nothing of it commits
+        with pytest.raises(StoreUnavailable, match="sat inside a transaction longer"):
+            await stalled
+        assert (
+            await scalar(pg_dsn, "SELECT lease_token FROM dispatch WHERE occurrence_id = %s", (claim.occurrence_id,))
+            is None
+        )
+    finally:
+        await worker.close()
+        await leader.close()
+
+
 async def test_a_finish_that_waits_on_a_reaper_which_unleases_the_row_ends_nothing(
     stores: list[PostgresStore], pg_dsn: str
 ) -> None:
