@@ -313,12 +313,17 @@ def _from_occurrence(
     state = occ.state
     if state is OccurrenceState.SUCCEEDED:
         took = last.finished_at - last.started_at if last and last.finished_at else None
+        # "started", "finished" and "duration" are one attempt's, the one that succeeded:
+        # the occurrence's own started_at is its first attempt's, which after a retry or a
+        # redelivery would pair attempt 1's start with the last attempt's duration.
+        started = last.started_at if last is not None else occ.started_at
         facts += [
             ("attempts", str(occ.attempts)),
             ("exit code", "-" if occ.exit_code is None else str(occ.exit_code)),
-            ("started", _opt(occ.started_at)),
-            ("finished", _opt(occ.finished_at)),
         ]
+        if occ.started_at is not None and started != occ.started_at:
+            facts.append(("first started", format_instant(occ.started_at)))
+        facts += [("started", _opt(started)), ("finished", _opt(occ.finished_at))]
         if took is not None:
             facts.append(("duration", _seconds(took)))
         if last is not None:

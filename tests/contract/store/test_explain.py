@@ -29,6 +29,22 @@ async def test_succeeded_says_attempts_exit_code_and_duration(pipeline: Pipeline
     assert "succeeded (1 attempt, exit code 0" in found.summary
 
 
+async def test_succeeded_after_a_retry_gives_the_start_of_the_attempt_that_succeeded(pipeline: Pipeline) -> None:
+    # The occurrence's started_at is its first attempt's: shown as "started" beside the
+    # last attempt's duration, a retried run read as starting 20 s before it did.
+    pipeline.runner.fail.add("flaky")
+    await pipeline.ops.add(cron("flaky", "*/5 * * * *", retry=RetryPolicy(retries=1, backoff=timedelta(seconds=5))))
+    await pipeline.advance(5 * MIN, step=timedelta(seconds=20))  # attempt 1 fails at 23:05:00
+    pipeline.runner.fail.discard("flaky")
+    await pipeline.advance(timedelta(seconds=20), step=timedelta(seconds=20))  # attempt 2, at 23:05:20
+    found = await explain(pipeline, "flaky", "2026-03-28T23:05:00Z")
+    assert found.why is Why.SUCCEEDED, found
+    facts = dict(found.facts)
+    assert facts["attempts"] == "2"
+    assert (facts["first started"], facts["started"]) == ("2026-03-28T23:05:00Z", "2026-03-28T23:05:20Z")
+    assert [a.started_at for a in found.attempts] == [T0 + 5 * MIN, T0 + 5 * MIN + timedelta(seconds=20)]
+
+
 async def test_dead_says_how_many_attempts_and_the_last_error(pipeline: Pipeline) -> None:
     pipeline.runner.fail.add("flaky")
     await pipeline.ops.add(cron("flaky", "*/5 * * * *", retry=RetryPolicy(retries=1, backoff=timedelta(seconds=5))))
