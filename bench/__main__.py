@@ -64,6 +64,9 @@ def main() -> int:
     ):
         if value is not None:
             os.environ[key] = value
+    from bench.machine import Machine
+
+    machine = Machine()  # the machine's speed, beside the figures (bench.machine)
     rows: list[dict[str, Any]] = []
     for name in SUITES:
         short = name.rsplit(".", 1)[1]
@@ -75,6 +78,7 @@ def main() -> int:
         for row in module.run(args.quick):
             rows.append({"suite": short, **row})
         print(f"   {short} took {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
+    rows += [{"suite": "machine", **row} for row in machine.rows()]
     width = max((len(r["name"]) for r in rows), default=10)
     print(f"\n{'suite':<11} {'figure':<{width}} {'value':>14}      {'goal':<28} {'× bare':>7}  result")
     failed = 0
