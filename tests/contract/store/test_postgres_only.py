@@ -176,7 +176,7 @@ async def test_a_worker_stalled_inside_a_transaction_loses_its_locks_and_its_run
     # A worker's heartbeat locks its queue rows and commits in a second round trip. A
     # worker that stops in between (SIGSTOP, a paused VM) kept the lock for as long as it
     # stayed stopped, and the reaper — which passes locked rows by (the test above) — never
-    # redelivered its run (drill 4 hung this way in CI). A daemon's connections carry a
+    # redelivered its run (the likely cause of a drill 4 that timed out in CI). A daemon's connections carry a
     # limit on idle-in-transaction time (clockd.wiring.daemon_stall_limit).
     worker = PostgresStore(pg_dsn, idle_in_transaction_timeout=timedelta(milliseconds=500))
     leader = PostgresStore(pg_dsn)
