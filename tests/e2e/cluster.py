@@ -136,6 +136,9 @@ class Cluster:
         return result
 
     def stop_all(self) -> None:
+        """Stop every process, then print the end of each one's log: pytest shows a
+        test's captured output only when it fails, and a drill's assertion says what did
+        not happen, not what each process was doing meanwhile."""
         for proc in self.procs.values():
             if proc.alive():
                 try:
@@ -145,6 +148,11 @@ class Cluster:
                 except (ProcessLookupError, subprocess.TimeoutExpired):
                     proc.popen.kill()
                     proc.popen.wait(10)
+        for proc in self.procs.values():
+            lines = proc.log_path.read_text(errors="replace").splitlines() if proc.log_path.exists() else []
+            print(f"--- {proc.name} ({proc.modes}), the last {min(40, len(lines))} of {len(lines)} log lines")
+            for line in lines[-40:]:
+                print(line[:400])
 
     def leader(self) -> Proc | None:
         """The process whose latest leadership log line says it leads."""
