@@ -24,4 +24,8 @@ WHERE rolname IN ('clockd_readonly', 'clockd_operator', 'clockd_daemon');
 -- name: snapshot_read
 -- First statement of the reconciler's read transaction: every statement after it sees
 -- one snapshot (cursors, versions and occurrences agree), and it can write nothing.
+-- It takes no row lock either, so a daemon's limit on idle-in-transaction time (which
+-- is about the locks a stalled process holds: clockd.wiring.daemon_stall_limit) is
+-- lifted for it: the reconciler decodes an hour of occurrences between its statements.
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+SET LOCAL idle_in_transaction_session_timeout = 0;

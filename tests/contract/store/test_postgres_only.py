@@ -212,6 +212,29 @@ async def test_a_worker_stalled_inside_a_transaction_loses_its_locks_and_its_run
         await leader.close()
 
 
+async def test_the_reconcilers_snapshot_is_not_held_to_the_daemons_idle_in_transaction_limit(pg_dsn: str) -> None:
+    # The snapshot read (reconcile_rows: the leader's periodic reconciliation, explain,
+    # the API's reconcile) decodes its rows between its statements, an hour of
+    # occurrences at a time; it takes no row lock, so the limit (which is about locks)
+    # must not end it.
+    limit = timedelta(milliseconds=300)
+    store = PostgresStore(pg_dsn, idle_in_transaction_timeout=limit)
+    await store.open()
+    try:
+
+        async def snapshot_with_a_long_pause(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> int:
+            await conn.execute(PG["snapshot_read"])
+            await conn.execute("SELECT count(*) FROM occurrences")
+            await asyncio.sleep(3 * limit.total_seconds())  # the decoding of a large answer
+            row = await (await conn.execute("SELECT count(*) FROM schedules")).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        assert await store._call(snapshot_with_a_long_pause, write=True) == 0
+    finally:
+        await store.close()
+
+
 async def test_a_finish_that_waits_on_a_reaper_which_unleases_the_row_ends_nothing(
     stores: list[PostgresStore], pg_dsn: str
 ) -> None:
