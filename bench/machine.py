@@ -4,35 +4,94 @@ This 2-core VM's speed drifts: the same suite's worker CPU per execution read 15
 in one session and 62 µs in another, with the code unchanged. A figure is only
 comparable with another taken on a machine of the same speed, so every run prints
 
-* the CPU time of a fixed pure-Python workload (``REFERENCE``), taken at the start and
-  at the end of the run: how fast one core runs Python then (lower is faster);
+* three fixed workloads, each timed at the start and at the end of the run (lower is
+  faster): a pure-Python integer loop (the core's speed: it fits in the L1 cache), a
+  cache- and allocation-heavy one (a million floats made and sorted, a dict of 300,000
+  string keys built and read: what a neighbour thrashing the shared caches slows, which
+  the loop does not show — a run on 2026-12-06 read the loop as fast as ever while the
+  embedded and API suites ran at half their usual rates), and the median wall time of
+  an 8 KiB write + ``fdatasync`` in the temporary directory the servers' data lives in
+  (what each commit waits for);
 * the share of CPU time the hypervisor stole from this VM during the run
   (``/proc/stat``'s ``steal``), and the load average at the end.
 
-Neither has a goal: they say which other runs a run's figures may be set beside.
+None has a goal: they say which other runs a run's figures may be set beside.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import statistics
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 REFERENCE_ITERATIONS = 5_000_000
 
 
-def reference_ms() -> float:
-    """CPU milliseconds of a fixed loop of integer arithmetic (best of three: a
-    preemption inflates one try, not the machine's speed)."""
+def _best_cpu_ms(work: Callable[[], object]) -> float:
+    """CPU milliseconds of ``work``, best of three (a preemption inflates one try, not
+    the machine's speed)."""
     best = float("inf")
     for _ in range(3):
         started = time.process_time()
-        total = 0
-        for i in range(REFERENCE_ITERATIONS):
-            total += i & 7
+        work()
         best = min(best, time.process_time() - started)
     return best * 1000
+
+
+def _integer_loop() -> int:
+    total = 0
+    for i in range(REFERENCE_ITERATIONS):
+        total += i & 7
+    return total
+
+
+def _memory_work() -> int:
+    rng = random.Random(18)
+    values = [rng.random() for _ in range(1_000_000)]
+    values.sort()
+    table = {str(i): i for i in range(300_000)}
+    return sum(table[str(i)] for i in range(0, 300_000, 3))
+
+
+def reference_ms() -> float:
+    """CPU milliseconds of the integer loop."""
+    return _best_cpu_ms(_integer_loop)
+
+
+def memory_ms() -> float:
+    """CPU milliseconds of the cache- and allocation-heavy workload."""
+    return _best_cpu_ms(_memory_work)
+
+
+def fdatasync_ms(writes: int = 50) -> float:
+    """Median wall milliseconds of an 8 KiB write + fdatasync in the temporary directory."""
+    block = os.urandom(8192)
+    times = []
+    with tempfile.NamedTemporaryFile(prefix="bench-fsync-") as f:
+        for _ in range(writes):
+            started = time.perf_counter()
+            os.write(f.fileno(), block)
+            os.fdatasync(f.fileno())
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+@dataclass(frozen=True)
+class Readings:
+    """The three workloads' times at one moment."""
+
+    loop_ms: float
+    memory_ms: float
+    fsync_ms: float
+
+    @classmethod
+    def take(cls) -> Readings:
+        return cls(reference_ms(), memory_ms(), fdatasync_ms())
 
 
 @dataclass(frozen=True)
@@ -65,16 +124,23 @@ class Machine:
 
     def __init__(self) -> None:
         self.ticks = CpuTicks.read()
-        self.reference_start = reference_ms()
+        self.start = Readings.take()
 
     def rows(self) -> list[dict[str, Any]]:
-        reference_end = reference_ms()
+        end = Readings.take()
         stolen = CpuTicks.read().stolen_since(self.ticks)
         one, five, _ = os.getloadavg()
-        loop = f"{REFERENCE_ITERATIONS // 1_000_000} M-iteration loop, CPU"
-        return [
-            {"name": f"reference {loop}, at the start", "value": self.reference_start, "unit": "ms"},
-            {"name": f"reference {loop}, at the end", "value": reference_end, "unit": "ms"},
-            {"name": "CPU stolen by the hypervisor in the run", "value": stolen, "unit": "%"},
-            {"name": f"load average at the end (1/5 min, {os.cpu_count()} cores)", "value": f"{one:.1f}/{five:.1f}"},
-        ]
+        loop = f"{REFERENCE_ITERATIONS // 1_000_000} M-iteration integer loop, CPU"
+        rows: list[dict[str, Any]] = []
+        for name, field in (
+            (loop, "loop_ms"),
+            ("sort 1 M floats + dict of 300 k keys, CPU", "memory_ms"),
+            ("8 KiB write + fdatasync, median wall", "fsync_ms"),
+        ):
+            start_ms, end_ms = getattr(self.start, field), getattr(end, field)
+            rows.append({"name": f"{name}, start → end", "value": f"{start_ms:,.1f} → {end_ms:,.1f}", "unit": "ms"})
+        rows.append({"name": "CPU stolen by the hypervisor in the run", "value": stolen, "unit": "%"})
+        rows.append(
+            {"name": f"load average at the end (1/5 min, {os.cpu_count()} cores)", "value": f"{one:.1f}/{five:.1f}"}
+        )
+        return rows
