@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.servers import load_average
+
 REFERENCE_ITERATIONS = 5_000_000
 
 
@@ -58,16 +60,6 @@ def _memory_work() -> int:
     return sum(table[str(i)] for i in range(0, 300_000, 3))
 
 
-def reference_ms() -> float:
-    """CPU milliseconds of the integer loop."""
-    return _best_cpu_ms(_integer_loop)
-
-
-def memory_ms() -> float:
-    """CPU milliseconds of the cache- and allocation-heavy workload."""
-    return _best_cpu_ms(_memory_work)
-
-
 def fdatasync_ms(writes: int = 50) -> float:
     """Median wall milliseconds of an 8 KiB write + fdatasync in the temporary directory."""
     block = os.urandom(8192)
@@ -81,17 +73,17 @@ def fdatasync_ms(writes: int = 50) -> float:
     return statistics.median(times) * 1000
 
 
-@dataclass(frozen=True)
-class Readings:
-    """The three workloads' times at one moment."""
+# (what the row says, how it is timed), in the table's order.
+WORKLOADS: tuple[tuple[str, Callable[[], float]], ...] = (
+    (f"{REFERENCE_ITERATIONS // 1_000_000} M-iteration integer loop, CPU", lambda: _best_cpu_ms(_integer_loop)),
+    ("sort 1 M floats + dict of 300 k keys, CPU", lambda: _best_cpu_ms(_memory_work)),
+    ("8 KiB write + fdatasync, median wall", fdatasync_ms),
+)
 
-    loop_ms: float
-    memory_ms: float
-    fsync_ms: float
 
-    @classmethod
-    def take(cls) -> Readings:
-        return cls(reference_ms(), memory_ms(), fdatasync_ms())
+def _readings() -> list[float]:
+    """Each workload's milliseconds now."""
+    return [measure() for _, measure in WORKLOADS]
 
 
 @dataclass(frozen=True)
@@ -124,23 +116,20 @@ class Machine:
 
     def __init__(self) -> None:
         self.ticks = CpuTicks.read()
-        self.start = Readings.take()
+        self.start = _readings()
 
     def rows(self) -> list[dict[str, Any]]:
-        end = Readings.take()
-        stolen = CpuTicks.read().stolen_since(self.ticks)
-        one, five, _ = os.getloadavg()
-        loop = f"{REFERENCE_ITERATIONS // 1_000_000} M-iteration integer loop, CPU"
-        rows: list[dict[str, Any]] = []
-        for name, field in (
-            (loop, "loop_ms"),
-            ("sort 1 M floats + dict of 300 k keys, CPU", "memory_ms"),
-            ("8 KiB write + fdatasync, median wall", "fsync_ms"),
-        ):
-            start_ms, end_ms = getattr(self.start, field), getattr(end, field)
-            rows.append({"name": f"{name}, start → end", "value": f"{start_ms:,.1f} → {end_ms:,.1f}", "unit": "ms"})
-        rows.append({"name": "CPU stolen by the hypervisor in the run", "value": stolen, "unit": "%"})
+        end = _readings()
+        rows: list[dict[str, Any]] = [
+            {"name": f"{name}, start → end", "value": f"{before:,.1f} → {after:,.1f}", "unit": "ms"}
+            for (name, _), before, after in zip(WORKLOADS, self.start, end, strict=True)
+        ]
         rows.append(
-            {"name": f"load average at the end (1/5 min, {os.cpu_count()} cores)", "value": f"{one:.1f}/{five:.1f}"}
+            {
+                "name": "CPU stolen by the hypervisor in the run",
+                "value": CpuTicks.read().stolen_since(self.ticks),
+                "unit": "%",
+            }
         )
+        rows.append({"name": "load average at the end", "value": load_average()})
         return rows
