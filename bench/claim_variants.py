@@ -124,7 +124,7 @@ async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
         ]  # fmt: skip
         cursors = [CursorAdvance(s.id, 1, t0, t0 + timedelta(seconds=per)) for s in batch]
         await store.materialize(Fence("shard:0", 1), rows, cursors, t0)
-    while await store.relay(t0 + timedelta(hours=1), 10_000, t0):
+    while (await store.relay(t0 + timedelta(hours=1), 10_000, t0)).moved:
         pass
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("VACUUM ANALYZE")

@@ -72,7 +72,7 @@ async def workload(where: str) -> dict[str, float]:
         await store.materialize(Fence("shard:0", 1), occurrences, [CursorAdvance(s.id, 1, T0, T0 + 40 * MIN)], T0)
     out["materialize"] = time.perf_counter() - started
     started = time.perf_counter()
-    while await store.relay(T0 + 60 * MIN, 1000, T0):
+    while (await store.relay(T0 + 60 * MIN, 1000, T0)).moved:
         pass
     out["relay"] = time.perf_counter() - started
     batches = []

@@ -80,7 +80,7 @@ async def workload(dsn: str, count: int, schedules: int = SCHEDULES) -> dict[str
         cursors = [CursorAdvance(s.id, 1, t0, until) for s in batch]
         await store.materialize(Fence("shard:0", 1), occurrences, cursors, t0)
     total = per * schedules
-    while await store.relay(t0 + timedelta(hours=1), 10_000, t0):
+    while (await store.relay(t0 + timedelta(hours=1), 10_000, t0)).moved:
         pass
     worker = Worker(store, make_runner(), SystemClock(), WorkerSettings(concurrency=1000))
     stopping = asyncio.Event()

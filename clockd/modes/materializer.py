@@ -20,6 +20,11 @@ Cursor semantics: ``next_run_at`` is the earliest instant not yet materialized.
 Materializing never moves it backwards and never writes an instant twice
 (deterministic ids + ``UNIQUE(schedule_id, version, scheduled_for)``).
 
+Observed on commit: ``clockd_schedule_lag_seconds{step="enqueued"}`` for each
+occurrence a direct-dispatch batch wrote ENQUEUED — how late it was staged (``now -
+available_at``, 0 when staged ahead, the normal case), so a materializer behind shows
+its lateness there (the relay observes the rows it stages).
+
 Catch-up pacing: late instants that misfire ``catch_up`` (or ``fire_once``) lets
 run are spaced out at the tenant's ``catch_up_rate`` per minute
 (``tenant_limits``, read every ``limits_every`` seconds): each one's
@@ -57,6 +62,8 @@ from clockd.runner.notify import Notifier
 from clockd.store import CursorAdvance, Fence, NewOccurrence, Store
 
 log = logging.getLogger(__name__)
+
+_LAG_ENQUEUED = metrics.schedule_lag.labels(step="enqueued")
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +281,7 @@ class Materializer:
         missed = sum(1 for o in occurrences if o.state is OccurrenceState.MISSED)
         if missed:
             await self._report_missed(batch.schedules, occurrences)
+        _LAG_ENQUEUED.observe_many(result.enqueue_lags)  # direct dispatch: staged here, now
         metrics.occurrences_materialized.labels(state="SCHEDULED").inc(result.inserted - min(missed, result.inserted))
         if missed:
             metrics.occurrences_materialized.labels(state="MISSED").inc(missed)

@@ -21,6 +21,8 @@ from clockd.modes.base import run_ticks
 from clockd.obs import metrics
 from clockd.store import Store
 
+_LAG_ENQUEUED = metrics.schedule_lag.labels(step="enqueued")
+
 
 @dataclass(frozen=True, slots=True)
 class RelaySettings:
@@ -39,7 +41,8 @@ class Relay:
 
     async def tick(self) -> bool:
         now = self.clock.now()
-        moved = await self.store.relay(now + self.settings.lead, self.settings.batch, now)
-        if moved:
-            metrics.occurrences_relayed.inc(moved)
-        return moved >= self.settings.batch
+        relayed = await self.store.relay(now + self.settings.lead, self.settings.batch, now)
+        if relayed.moved:
+            metrics.occurrences_relayed.inc(relayed.moved)
+            _LAG_ENQUEUED.observe_many(relayed.enqueue_lags)
+        return relayed.moved >= self.settings.batch

@@ -11,9 +11,7 @@ tick, on its own cadence:
   queue's size (``clockd_dlq_size``), the MISSED / SKIPPED_OVERLAP occurrences that ended
   since the last sample by reason (``clockd_occurrences_not_run_total``; by their
   ``finished_at``, so a row committed after its window was sampled is not counted: a
-  lower bound), and the lag from due to staged in the queue of the occurrences due since
-  the last sample (``clockd_schedule_lag_seconds{step="enqueued"}``; the relay does not
-  read ``available_at``, so it is observed here — 0 when staged ahead, as it should be);
+  lower bound);
 * every ``reconcile_every`` (60 s): the reconciler over the last ``reconcile_window``
   (1 h) ending ``reconcile_margin`` before now (two materializer horizons: by then every
   instant of the window has been within the materializer's reach for a whole horizon),
@@ -47,7 +45,6 @@ class SamplerSettings:
     reconcile_every: float = 60.0  # seconds; 0 turns the reconciler off
     reconcile_window: timedelta = timedelta(hours=1)
     reconcile_margin: timedelta = timedelta(minutes=4)  # 2 × the default horizon
-    lag_rows: int = 50_000  # enqueue lags observed per sample at most
     # The periodic reconciliation loads every live schedule's versions and an hour of
     # occurrences into the leader's memory; above this many schedules it is skipped (and
     # the gauge reads -1) so the leader's memory never grows with the fleet. Run
@@ -104,9 +101,6 @@ class Sampler:
         if since < now:
             for (state, reason), count in (await self.store.not_run_counts(since, now)).items():
                 metrics.occurrences_not_run.labels(state=str(state), reason=reason).inc(count)
-            histogram = metrics.schedule_lag.labels(step="enqueued")
-            for lag in await self.store.enqueue_lags(since, now, self.settings.lag_rows):
-                histogram.observe(max(0.0, lag))
         self._since = now
 
     async def reconcile(self, now: datetime) -> int:

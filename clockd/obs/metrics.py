@@ -3,23 +3,87 @@ outcome, reason — never a schedule or occurrence id."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 _LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600)
 
-schedule_lag = Histogram(
-    "clockd_schedule_lag_seconds",
-    "Delay from an occurrence's due instant (available_at) to a step: enqueued, started",
-    ["step"],
-    buckets=_LAG_BUCKETS,
-    registry=REGISTRY,
-)
+
+class LagSeries:
+    """One step's series of ``clockd_schedule_lag_seconds``. ``observe_many`` takes a
+    whole batch under one lock (the materializer's and the relay's staged rows, thousands
+    a second); prometheus_client's ``Histogram`` has no batch observe and costs ~2.4 µs a
+    value (lock, bucket search, ``_created``), this ~0.3 µs."""
+
+    __slots__ = ("_bounds", "_counts", "_lock", "_sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last one is +Inf's own
+        self._sum = 0.0
+        self._lock = threading.Lock()  # the scrape reads from the metrics server's thread
+
+    def observe(self, seconds: float) -> None:
+        with self._lock:
+            self._counts[bisect_left(self._bounds, seconds)] += 1
+            self._sum += seconds
+
+    def observe_many(self, seconds: Iterable[float]) -> None:
+        bounds, counts, total = self._bounds, self._counts, 0.0
+        with self._lock:
+            for value in seconds:
+                counts[bisect_left(bounds, value)] += 1  # the first bound >= value: Prometheus' `le`
+                total += value
+            self._sum += total
+
+    def read(self) -> tuple[list[tuple[str, float]], float]:
+        """The cumulative buckets (``le`` label, count) and the sum, as one consistent read."""
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        buckets, running = [], 0
+        for bound, count in zip((*self._bounds, math.inf), counts, strict=True):
+            running += count
+            # Histogram's own `le` spelling: 0.05, 1.0, 3600.0, +Inf
+            buckets.append(("+Inf" if bound == math.inf else repr(float(bound)), float(running)))
+        return buckets, total
+
+
+class _LagHistogram(Collector):
+    """``clockd_schedule_lag_seconds``, one series per step, each made at import so a
+    scrape shows every step from the start (at count 0 until its first observation)."""
+
+    NAME = "clockd_schedule_lag_seconds"
+    HELP = "Delay from an occurrence's due instant (available_at) to a step: enqueued, started"
+
+    def __init__(self, steps: tuple[str, ...], bounds: tuple[float, ...]) -> None:
+        self._series = {step: LagSeries(bounds) for step in steps}
+
+    def labels(self, step: str) -> LagSeries:
+        return self._series[step]
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.NAME, self.HELP, labels=["step"])
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.NAME, self.HELP, labels=["step"])
+        for step, series in self._series.items():
+            buckets, total = series.read()
+            family.add_metric([step], buckets, total)
+        yield family
+
+
+# enqueued: observed by whoever stages the row (the materializer with direct dispatch,
+# else the relay) as it commits; started: by the worker as it starts the run.
+schedule_lag = _LagHistogram(("enqueued", "started"), _LAG_BUCKETS)
+REGISTRY.register(schedule_lag)
 occurrences_materialized = Counter(
     "clockd_occurrences_materialized_total",
     "Occurrences written by this materializer, by state (SCHEDULED, MISSED)",

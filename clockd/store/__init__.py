@@ -155,6 +155,17 @@ class MaterializeResult:
     inserted: int  # occurrence rows newly written (conflicts with existing ids are skipped)
     advanced: int  # cursors moved
     stale: int  # cursor advances that matched nothing (schedule changed meanwhile)
+    # direct: how late each occurrence written ENQUEUED was staged (now - available_at,
+    # seconds, 0 when ahead): the `enqueued` step of clockd_schedule_lag_seconds.
+    enqueue_lags: tuple[float, ...] = ()
+
+
+class Relayed(NamedTuple):
+    """What one ``Store.relay`` moved: the number of rows, and how late each was staged
+    (``now - available_at``, seconds, 0 when ahead), in no particular order."""
+
+    moved: int
+    enqueue_lags: tuple[float, ...]
 
 
 class Claim(NamedTuple):
@@ -494,11 +505,11 @@ class Store(Protocol):
 
     # -- relay ---------------------------------------------------------------------
 
-    async def relay(self, until: datetime, limit: int, now: datetime) -> int:
+    async def relay(self, until: datetime, limit: int, now: datetime) -> Relayed:
         """Move up to ``limit`` outbox rows with ``available_at <= until`` into ``dispatch``
         (``visible_at = available_at``), mark their occurrences ENQUEUED with
         ``enqueued_at = now``, delete the outbox rows. Idempotent by occurrence id; safe with
-        several relays at once. Returns the number moved."""
+        several relays at once. Returns the number moved and how late each was staged."""
         ...
 
     # -- worker ----------------------------------------------------------------------
@@ -797,12 +808,6 @@ class Store(Protocol):
         """Up to ``query.limit`` occurrences of ``tenant``'s schedules, newest
         ``scheduled_for`` first (ties by id, descending), strictly after the cursor
         ``query.before`` in that order, filtered by schedule, state and ``[since, until)``."""
-        ...
-
-    async def enqueue_lags(self, since: datetime, until: datetime, limit: int) -> list[float]:
-        """Seconds from due (``available_at``) to staged in the queue (``enqueued_at``) for
-        at most ``limit`` occurrences due in ``[since, until)``; negative when staged ahead
-        (the normal case); ``until - available_at`` for one due but not staged yet."""
         ...
 
 

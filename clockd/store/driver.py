@@ -183,7 +183,10 @@ class Driver(Protocol):
         version, scheduled_for, max_attempts) in start order."""
         ...
 
-    def relay(self, params: dict[str, Any]) -> Body[int]: ...
+    def relay(self, params: dict[str, Any]) -> Body[list[Any]]:
+        """``Store.relay``'s move (``params``: ``until``, ``limit``, ``now``, ``expected``,
+        ``next``); the ``available_at`` (driver instant) of each row it queued."""
+        ...
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         """A batch of ``apply_schedules``' creates (``params``: ``table("schedules", …)`` of
@@ -197,10 +200,11 @@ class Driver(Protocol):
         """Insert the occurrences and the outbox rows of the SCHEDULED ones; the number inserted."""
         ...
 
-    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[int]:
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
         """``direct_dispatch``'s insert: the occurrences, SCHEDULED ones written ENQUEUED
         (``enqueued_at`` = ``now``), and the ``dispatch`` rows of those inserted ENQUEUED
-        (what the relay would write for them); the number of occurrences inserted."""
+        (what the relay would write for them); the number of occurrences inserted and the
+        ids of those inserted ENQUEUED."""
         ...
 
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:

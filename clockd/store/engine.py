@@ -80,6 +80,7 @@ from clockd.store import (
     QueueStats,
     Reaped,
     ReconcileRows,
+    Relayed,
     Replanned,
     RunSummary,
     ScheduleChange,
@@ -966,8 +967,13 @@ class SqlStore:
                 found = yield Run("materialize_advance", advance)
                 moved = {(sid, int(version)) for sid, version in found}
             rows = [row for key, row in planned if key in moved]
-            inserted = yield from self._insert_planned(rows, stamp, direct=direct)
-            return MaterializeResult(inserted=inserted, advanced=len(moved), stale=len(cursors) - len(moved))
+            if not direct:
+                inserted = yield from self._insert_planned(rows, stamp)
+                return MaterializeResult(inserted, len(moved), len(cursors) - len(moved))
+            inserted, enqueued = yield from self._insert_planned_enqueued(rows, stamp)
+            due = {o.id: o.available_at for o in occurrences}
+            lags = tuple(max(0.0, (now - due[oid]).total_seconds()) for oid in enqueued)
+            return MaterializeResult(inserted, len(moved), len(cursors) - len(moved), lags)
 
         result: MaterializeResult = await self._write(body())
         return result
@@ -995,34 +1001,35 @@ class SqlStore:
             for o in occurrences
         ]  # fmt: skip
 
-    def _insert_planned(self, rows: Sequence[tuple[Any, ...]], stamp: Any, *, direct: bool = False) -> Body[int]:
+    def _insert_planned(self, rows: Sequence[tuple[Any, ...]], stamp: Any) -> Body[int]:
         """Insert planned occurrence rows (``_planned_rows``) and the outbox rows of the
-        SCHEDULED ones — or, ``direct`` (``direct_dispatch``), their ``dispatch`` rows
-        (``_materialize_enqueued``): the materializer's one insert path (an id or
-        (schedule, version, instant) already there is skipped). The number inserted."""
+        SCHEDULED ones (an id or (schedule, version, instant) already there is skipped).
+        The number inserted. ``_insert_planned_enqueued`` is ``direct_dispatch``'s."""
         if not rows:
             return 0
         d = self.driver
         table = d.table("occurrences", _OCCURRENCE_COLUMNS, rows)
-        if direct:
-            enqueued: int = yield from self._materialize_enqueued(table, stamp)
-            return enqueued
         inserted: int = yield from d.materialize_insert({**table, "scheduled": S.SCHEDULED.value})
         return inserted
 
-    def _materialize_enqueued(self, table: dict[str, Any], stamp: Any) -> Body[int]:
+    def _insert_planned_enqueued(self, rows: Sequence[tuple[Any, ...]], stamp: Any) -> Body[tuple[int, list[str]]]:
         """``materialize(direct=True)``'s writes: the occurrences, SCHEDULED ones already
-        ENQUEUED, then the ``dispatch`` rows of those inserted ENQUEUED (what the relay's
-        ``relay_dispatch`` would write for them). Returns the occurrences inserted."""
+        ENQUEUED, and the ``dispatch`` rows of those inserted ENQUEUED (what the relay's
+        ``relay_dispatch`` would write for them). The occurrences inserted, and the ids of
+        those written ENQUEUED."""
+        if not rows:
+            return 0, []
+        d = self.driver
+        table = d.table("occurrences", _OCCURRENCE_COLUMNS, rows)
         rule = {"scheduled": S.SCHEDULED.value, "enqueued": states.target("relay").value, "now": stamp}
-        inserted: int = yield from self.driver.materialize_insert_enqueued({**table, **rule})
-        return inserted
+        written: tuple[int, list[str]] = yield from d.materialize_insert_enqueued({**table, **rule})
+        return written
 
     # -- relay ---------------------------------------------------------------------------------
 
-    async def relay(self, until: datetime, limit: int, now: datetime) -> int:
+    async def relay(self, until: datetime, limit: int, now: datetime) -> Relayed:
         if limit <= 0:
-            return 0
+            return Relayed(0, ())
         d = self.driver
         params = {
             "until": d.instant(until),
@@ -1031,7 +1038,13 @@ class SqlStore:
             "expected": states.sources("relay")[0].value,
             "next": states.target("relay").value,
         }
-        result: int = await self._write(d.relay(params))
+
+        def body() -> Body[Relayed]:
+            staged = yield from d.relay(params)  # each moved row's available_at
+            lags = tuple(max(0.0, (now - d.read(at)).total_seconds()) for at in staged)
+            return Relayed(len(lags), lags)
+
+        result: Relayed = await self._write(body())
         return result
 
     # -- worker --------------------------------------------------------------------------------
@@ -1586,18 +1599,6 @@ class SqlStore:
         result: dict[tuple[OccurrenceState, str], int] = await self._read(body())
         return result
 
-    async def enqueue_lags(self, since: datetime, until: datetime, limit: int) -> list[float]:
-        d = self.driver
-        params = {"since": d.instant(since), "until": d.instant(until), "limit": limit}
-        params["window"] = d.duration(MAX_WINDOW)
-
-        def body() -> Body[list[float]]:
-            rows = yield Run("enqueue_lags", params)
-            return [d.seconds(lag) for (lag,) in rows]
-
-        result: list[float] = await self._read(body())
-        return result
-
     # -- API: tokens, audit, pages (schema 0007) ---------------------------------------------
     # Rows are decoded and parameters built by clockd.store.api_rows.
 
@@ -1701,7 +1702,7 @@ ENGINE_QUERIES: Final = frozenset(
         "dlq_replay", "dlq_drop", "dlq_dispatch", "tenant_limits_upsert", "tenant_running_recount",
         "tenant_limits_all", "tenant_usage", "backlog", "queue_ready", "reconcile_versions", "reconcile_occurrences",
         "reconcile_versions_of", "reconcile_occurrences_of", "queue_stats", "start_lag",
-        "live_schedules_count", "dead_count", "not_run_counts", "enqueue_lags",
+        "live_schedules_count", "dead_count", "not_run_counts",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram", "occurrences_started_after", "schedule_cursor_move",

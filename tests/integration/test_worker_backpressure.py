@@ -68,7 +68,7 @@ async def test_a_worker_stops_claiming_while_its_completions_wait_to_be_recorded
         schedule = await add_schedule(store, "flood", next_run_at=T0, **changes)
         occurrences = [planned(schedule, T0 + i * US) for i in range(50)]
         await store.materialize(FENCE, occurrences, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
-        assert await store.relay(T0 + MIN, 50, T0) == 50
+        assert (await store.relay(T0 + MIN, 50, T0)).moved == 50
         clock.advance(MIN)
         succeeded = _sample("clockd_attempts_total", outcome="succeeded")
         lags = _sample("clockd_schedule_lag_seconds_count", step="started")
@@ -120,7 +120,7 @@ async def test_a_worker_whose_clock_is_off_claims_nothing_early(tmp_path: Path) 
         schedule = await add_schedule(store, "later", next_run_at=real)
         due = real + timedelta(minutes=30)
         await store.materialize(FENCE, [planned(schedule, due)], [CursorAdvance(schedule.id, 1, real, due + MIN)], real)
-        assert await store.relay(due + MIN, 10, real) == 1
+        assert (await store.relay(due + MIN, 10, real)).moved == 1
         clock = ManualClock(real + timedelta(hours=1))  # an hour fast: the job looks due
         watch = CountingWatch(store, clock, timedelta(seconds=2))
         await watch.measure()
@@ -163,7 +163,7 @@ async def test_a_stop_ends_within_the_record_grace_while_the_store_fails(
         schedule = await add_schedule(store, "doomed", next_run_at=T0)
         occurrences = [planned(schedule, T0 + i * US) for i in range(3)]
         await store.materialize(FENCE, occurrences, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
-        assert await store.relay(T0 + MIN, 3, T0) == 3
+        assert (await store.relay(T0 + MIN, 3, T0)).moved == 3
         clock.advance(MIN)
         store.failing = True
         settings = WorkerSettings(concurrency=4, poll=0.01, heartbeat=3600, record_grace=0.5)

@@ -344,8 +344,8 @@ ON CONFLICT (occurrence_id) DO NOTHING;
 -- name: relay_dispatch
 -- The relay, one statement: take up to :limit outbox rows due by :until (rows another
 -- relay holds are skipped), mark their still-SCHEDULED occurrences ENQUEUED, and queue
--- those (visible_at = available_at). Idempotent by occurrence id. The row count is the
--- number of dispatch rows written.
+-- those (visible_at = available_at). Idempotent by occurrence id. Returns the visible_at
+-- of each dispatch row written (the engine's lag from due to staged).
 WITH taken AS (
     DELETE FROM outbox WHERE id = ANY(ARRAY(
         SELECT id FROM outbox WHERE available_at <= %(until)s
@@ -359,7 +359,8 @@ WITH taken AS (
 )
 INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
 SELECT id, queue, tenant, available_at, overlap FROM enqueued ORDER BY available_at
-ON CONFLICT (occurrence_id) DO NOTHING;
+ON CONFLICT (occurrence_id) DO NOTHING
+RETURNING visible_at;
 
 -- ------------------------------------------------------------------ worker
 
@@ -1267,14 +1268,6 @@ SELECT state,
 FROM occurrences
 WHERE not_run_at >= %(since)s AND not_run_at < %(until)s
 GROUP BY 1, 2;
-
--- name: enqueue_lags
--- Due minus staged (seconds) of the occurrences due in [:since, :until), at most :limit.
-SELECT extract(epoch FROM coalesce(enqueued_at, %(until)s) - available_at)::float8 FROM occurrences
-WHERE scheduled_for >= %(since)s::timestamptz - %(window)s::interval AND scheduled_for < %(until)s
-  AND available_at >= %(since)s AND available_at < %(until)s
-  AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
-LIMIT %(limit)s;
 
 -- ------------------------------------------------------------------ API: tokens, audit, pages (schema 0007)
 

@@ -467,9 +467,9 @@ class PostgresDriver:
         yield Run("claim_unlease_unstarted", tokens, "none")
         return started
 
-    def relay(self, params: dict[str, Any]) -> Body[int]:
-        count = yield Run("relay_dispatch", params, "count")
-        return int(count)
+    def relay(self, params: dict[str, Any]) -> Body[list[Any]]:
+        rows = yield Run("relay_dispatch", params)
+        return [at for (at,) in rows]
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # One statement (data-modifying CTEs): a failure undoes all of it.
@@ -479,9 +479,10 @@ class PostgresDriver:
         rows = yield Run("materialize_insert", params)
         return len(rows)
 
-    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[int]:
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
         rows = yield Run("materialize_insert_enqueued", params)
-        return len(rows)
+        enqueued = params["enqueued"]
+        return len(rows), [oid for oid, state in rows if state == enqueued]
 
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
         return (Run("overlap_release", params, "none"),)

@@ -296,7 +296,8 @@ RETURNING id;
 INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
 SELECT id, queue, tenant, available_at, overlap FROM occurrences
 WHERE id IN (SELECT value FROM json_each(:ids))
-ON CONFLICT (occurrence_id) DO NOTHING;
+ON CONFLICT (occurrence_id) DO NOTHING
+RETURNING visible_at;
 
 -- ------------------------------------------------------------------ worker
 
@@ -962,14 +963,6 @@ SELECT state,
 FROM occurrences
 WHERE finished_at >= :since AND finished_at < :until AND state IN ('MISSED', 'SKIPPED_OVERLAP')
 GROUP BY state, kind;
-
--- name: enqueue_lags
--- Due minus staged (µs) of the occurrences due in [:since, :until), at most :limit.
-SELECT coalesce(enqueued_at, :until) - available_at FROM occurrences
-WHERE scheduled_for >= :since - :window AND scheduled_for < :until
-  AND available_at >= :since AND available_at < :until
-  AND (enqueued_at IS NOT NULL OR state = 'SCHEDULED')
-LIMIT :limit;
 
 -- ------------------------------------------------------------------ API: tokens, audit, pages (schema 0007)
 

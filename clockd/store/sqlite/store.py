@@ -557,15 +557,16 @@ class SqliteDriver:
             yield Run("overlap_slots_take", {"rows": dumps(taken)}, "none")
         return [(occ, tokens[occ], *started[occ][1:]) for occ in tokens if occ in started]
 
-    def relay(self, params: dict[str, Any]) -> Body[int]:
+    def relay(self, params: dict[str, Any]) -> Body[list[Any]]:
         taken = [row[0] for row in (yield Run("relay_take", params))]
         if not taken:
-            return 0
+            return []
         enqueued = yield Run("relay_enqueue", {**params, "ids": dumps(taken)})
         if not enqueued:
-            return 0
-        count = yield Run("relay_dispatch", {"ids": dumps([row[0] for row in enqueued])}, "count")
-        return int(count)
+            return []
+        # Only the rows relay_dispatch queued (ON CONFLICT skips one already there).
+        queued = yield Run("relay_dispatch", {"ids": dumps([row[0] for row in enqueued])})
+        return [at for (at,) in queued]
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # SQLite cannot chain INSERTs in one statement: three, all reading the same JSON
@@ -575,9 +576,10 @@ class SqliteDriver:
         yield Run("schedule_labels_insert_many", params, "none")
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
-        return (yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params))
+        inserted, _ = yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params)
+        return inserted
 
-    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[int]:
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
         return (
             yield from _insert_then_queue("materialize_insert_enqueued", "dispatch_insert_enqueued", "enqueued", params)
         )
@@ -597,16 +599,16 @@ class SqliteDriver:
         return ending
 
 
-def _insert_then_queue(insert: str, queue: str, state: str, params: dict[str, Any]) -> Body[int]:
+def _insert_then_queue(insert: str, queue: str, state: str, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
     """The materializer's insert in two statements (SQLite cannot chain an INSERT on
     another's RETURNING, as PostgreSQL's one statement does): the occurrences, then the
     outbox or dispatch rows (``queue``) of those inserted in ``params[state]``; the
-    number of occurrences inserted."""
+    number of occurrences inserted and the ids of those queued."""
     inserted = yield Run(insert, params)
     queued = [oid for oid, written in inserted if written == params[state]]
     if queued:
         yield Run(queue, {"ids": dumps(queued), state: params[state]}, "none")
-    return len(inserted)
+    return len(inserted), queued
 
 
 class SqliteStore(SqlStore):

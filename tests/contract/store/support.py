@@ -204,7 +204,7 @@ async def queued(
     occurrences = [planned(schedule, at + i * step) for i in range(count)]
     cursor = CursorAdvance(schedule.id, schedule.version, at, at + count * step)
     assert (await store.materialize(FENCE, occurrences, [cursor], T0 - MIN)).inserted == count
-    assert await store.relay(at + count * step + MIN, count, T0 - MIN) == count
+    assert (await store.relay(at + count * step + MIN, count, T0 - MIN)).moved == count
     return schedule, [o.id for o in occurrences]
 
 
@@ -233,7 +233,7 @@ async def materialize_next(
 async def enqueue(store: Store, schedule: Schedule, **occurrence: Unpack[OccurrenceChanges]) -> tuple[Schedule, str]:
     """Materialize the next occurrence and relay it into the queue."""
     schedule, oid = await materialize_next(store, schedule, **occurrence)
-    assert await store.relay(T0 + timedelta(days=365), 1000, T0) == 1
+    assert (await store.relay(T0 + timedelta(days=365), 1000, T0)).moved == 1
     return schedule, oid
 
 

@@ -346,7 +346,7 @@ async def test_creates_keep_their_overlap_policy(store: Store, small_batches: in
     occurrences = [planned(s, T0 + i * MIN) for s in made for i in range(2)]
     cursors = [CursorAdvance(s.id, 1, s.next_run_at, T0 + 2 * MIN) for s in made]
     assert (await store.materialize(FENCE, occurrences, cursors, T0 - MIN)).inserted == 8
-    assert await store.relay(T0 + 2 * MIN, 100, T0 - MIN) == 8
+    assert (await store.relay(T0 + 2 * MIN, 100, T0 - MIN)).moved == 8
     claims = await store.claim([QUEUE], "w", 100, LEASE, T0 + 5 * MIN)
     started = sorted(c.schedule_name for c in claims)
     assert started == ["allow", "allow", "queue-one", "skip", "skip-too"]

@@ -213,7 +213,7 @@ async def test_missed_occurrences_are_recorded_without_outbox(store: Store) -> N
     assert occ.reason == "missed: 20m late, max_lateness 10m"
     assert occ.finished_at == T0 + 20 * MIN
     assert (await store.backlog(T0)).outbox == 1
-    assert await store.relay(T0 + 60 * MIN, 100, T0 + 20 * MIN) == 1
+    assert (await store.relay(T0 + 60 * MIN, 100, T0 + 20 * MIN)).moved == 1
 
 
 async def test_lower_fence_token_commits_nothing(store: Store) -> None:
@@ -281,10 +281,10 @@ async def test_direct_materialize_queues_what_the_relay_would(store: Store) -> N
     ]
     cursors = [CursorAdvance(s.id, 1, T0, T0 + MIN) for s in (a, b, c)]
     result = await store.materialize(FENCE, occs, cursors, T0 - MIN, direct=True)
-    assert result == MaterializeResult(inserted=3, advanced=3, stale=0)
+    assert result == MaterializeResult(inserted=3, advanced=3, stale=0, enqueue_lags=(0.0, 0.0))  # staged ahead
     backlog = await store.backlog(T0 - MIN)
     assert backlog.outbox == 0
-    assert await store.relay(T0 + MIN, 100, T0) == 0  # nothing left to move
+    assert (await store.relay(T0 + MIN, 100, T0)).moved == 0  # nothing left to move
     for occ_id in (occs[0].id, occs[1].id):
         occ = await store.get_occurrence(occ_id)
         assert occ is not None and occ.state is OccurrenceState.ENQUEUED and occ.enqueued_at == T0 - MIN
@@ -301,3 +301,41 @@ async def test_direct_materialize_queues_what_the_relay_would(store: Store) -> N
     again = await store.materialize(FENCE, occs, [CursorAdvance(a.id, 1, T0 + MIN, T0 + 2 * MIN)], T0, direct=True)
     assert again.inserted == 0
     assert await store.claim(["default"], "w1", 10, LEASE, T0 + MIN) == []
+
+
+async def test_direct_materialize_says_how_late_it_staged_each_queued_row(store: Store) -> None:
+    """The ``enqueued`` lag (clockd_schedule_lag_seconds) of each row a direct batch
+    queued: now - available_at, 0 when staged ahead; none for a MISSED row, a row already
+    there, or a schedule whose cursor moved meanwhile. (The leader's sampler read these
+    from the rows due in its last 10 s, so a materializer behind by more never showed.)"""
+    a = await add_schedule(store, "a", next_run_at=T0)
+    b = await add_schedule(store, "b", next_run_at=T0)
+    c = await add_schedule(store, "c", next_run_at=T0)
+    d = await add_schedule(store, "d", next_run_at=T0 + MIN)  # its cursor is not at T0: stale
+    occs = [
+        planned(a, T0),
+        planned(a, T0 + 30 * SEC),
+        planned(a, T0 + 2 * MIN),  # ahead of now
+        planned(b, T0, available_at=T0 + 10 * SEC),
+        planned(c, T0, state=OccurrenceState.MISSED, reason="late"),
+        planned(d, T0),
+    ]
+    cursors = [CursorAdvance(s.id, 1, T0, T0 + 3 * MIN) for s in (a, b, c, d)]
+    now = T0 + 90 * SEC  # a materializer 90 s behind
+    result = await store.materialize(FENCE, occs, cursors, now, direct=True)
+    assert (result.inserted, result.stale) == (5, 1)
+    assert sorted(result.enqueue_lags) == pytest.approx([0.0, 60.0, 80.0, 90.0])
+    again = await store.materialize(
+        FENCE, occs[:1], [CursorAdvance(a.id, 1, T0 + 3 * MIN, T0 + 4 * MIN)], now, direct=True
+    )
+    assert (again.inserted, again.enqueue_lags) == (0, ())
+
+
+async def test_the_relay_says_how_late_it_staged_each_row(store: Store) -> None:
+    s = await add_schedule(store, "five", next_run_at=T0)
+    rows = [planned(s, T0 + i * SEC) for i in range(5)]
+    await store.materialize(FENCE, rows, [CursorAdvance(s.id, 1, T0, T0 + MIN)], T0 - MIN)
+    relayed = await store.relay(T0 + MIN, 100, T0 + timedelta(milliseconds=2500))  # due T0 … T0+4s
+    assert relayed.moved == 5
+    assert sorted(relayed.enqueue_lags) == pytest.approx([0.0, 0.0, 0.5, 1.5, 2.5])
+    assert await store.relay(T0 + MIN, 100, T0 + 3 * SEC) == (0, ())

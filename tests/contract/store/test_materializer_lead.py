@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from clockd.core.model import ScheduleKind
 from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.obs.metrics import REGISTRY
@@ -44,3 +46,29 @@ async def test_a_materializer_behind_shows_a_negative_lead(pipeline: Pipeline) -
 
     await materializer.tick()
     assert lead() == -30.0
+
+
+def staged(suffix: str, **labels: str) -> float:
+    value = REGISTRY.get_sample_value(f"clockd_schedule_lag_seconds_{suffix}", {"step": "enqueued", **labels})
+    return value or 0.0
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "relay"])
+async def test_a_materializer_behind_shows_its_lateness_as_the_enqueued_lag(pipeline: Pipeline, direct: bool) -> None:
+    """Each occurrence staged counts once in clockd_schedule_lag_seconds{step="enqueued"},
+    with how late it was staged — observed by whoever stages it (the materializer with
+    direct dispatch, else the relay). The leader's sampler read this from the rows due in
+    its last 10 s, so a lateness longer than that never showed."""
+    p = pipeline
+    await add_schedule(p.store, "late", next_run_at=T0 - 40 * SEC, shard=2, kind=ScheduleKind.EVERY, expr="20s")
+    settings = MaterializerSettings(horizon=timedelta(minutes=2), direct=direct)
+    materializer = Materializer(p.store, p.coord, p.clock, settings)
+    before = {k: staged(k) for k in ("count", "sum")} | {"le30": staged("bucket", le="30.0")}
+
+    await materializer.tick()  # T0-40s, T0-20s, T0 (late or due now), then six ahead
+    if not direct:
+        await p.relay.tick()  # those due within its lead (30 s): the first four
+    count = 9 if direct else 4
+    assert staged("count") - before["count"] == count
+    assert staged("sum") - before["sum"] == pytest.approx(60.0)
+    assert staged("bucket", le="30.0") - before["le30"] == count - 1  # all but the one 40 s late

@@ -99,7 +99,7 @@ async def test_update_replans_the_materialized_instant_once(store: Store) -> Non
 async def test_manual_occurrences_survive_update_but_not_delete(store: Store) -> None:
     s = await add_schedule(store, "a", next_run_at=None)
     queued = await store.add_manual_occurrence(s, manual_occurrence_id(s.id, T0, "n1"), 3, T0)
-    assert await store.relay(T0, 100, T0) == 1
+    assert (await store.relay(T0, 100, T0)).moved == 1
     waiting = await store.add_manual_occurrence(s, manual_occurrence_id(s.id, T0, "n2"), 3, T0 + SEC)
     s, canceled, _ = await store.change_schedule(s.id, 1, s.definition, ScheduleState.PAUSED, None, T0, "paused")
     assert canceled == 0
@@ -136,7 +136,7 @@ async def test_manual_occurrence_runs_through_the_queue(store: Store) -> None:
     assert occ.queue == "ops"
     assert await store.get_occurrence(oid) == occ
 
-    assert await store.relay(T0 + 30 * SEC, 100, T0 + 30 * SEC) == 1
+    assert (await store.relay(T0 + 30 * SEC, 100, T0 + 30 * SEC)).moved == 1
     claim = await claim_one(store, T0 + 30 * SEC, queue="ops")
     assert claim.occurrence_id == oid
     assert claim.max_attempts == 1

@@ -1,5 +1,5 @@
 """The operator read paths of the store port (reconcile_rows, queue_stats, start_lag,
-dead_count, not_run_counts, enqueue_lags) and ``clockctl status``'s document, on both stores."""
+dead_count, not_run_counts) and ``clockctl status``'s document, on both stores."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ async def five_due(store: Store) -> None:
     rows = [planned(s, T0 + i * SEC) for i in range(5)]
     result = await store.materialize(FENCE, rows, [CursorAdvance(s.id, 1, T0, T0 + MIN)], T0 - MIN)
     assert result.inserted == 5
-    assert await store.relay(T0 + MIN, 100, T0 - 30 * SEC) == 5
+    assert (await store.relay(T0 + MIN, 100, T0 - 30 * SEC)).moved == 5
 
 
 async def test_versions_record_the_cursor_each_version_started_at(store: Store) -> None:
@@ -67,7 +67,7 @@ async def test_queue_stats_per_queue(store: Store) -> None:
     await five_due(store)
     other = await add_schedule(store, "other", next_run_at=T0, queue="batch")
     await materialize_next(store, other, available_at=T0 + MIN)
-    assert await store.relay(T0 + 2 * MIN, 100, T0) == 1
+    assert (await store.relay(T0 + 2 * MIN, 100, T0)).moved == 1
     await store.claim(["default"], "w", 2, LEASE, T0 + 2 * SEC)
     stats = {q.queue: q for q in await store.queue_stats(T0 + 10 * SEC)}
     assert set(stats) == {"batch", "default"}
@@ -106,7 +106,7 @@ async def test_start_lag_histogram_counts_every_run_due_at_the_instant(store: St
     await materialize_next(store, late)
     missed = await add_schedule(store, "missed", next_run_at=T0)
     await materialize_next(store, missed, state=OccurrenceState.MISSED, reason="missed")
-    assert await store.relay(T0 + MIN, 100, T0 - 30 * SEC) == 13
+    assert (await store.relay(T0 + MIN, 100, T0 - 30 * SEC)).moved == 13
     for at in (1, 1, 1, 2, 5, 9, 11):  # one claim per instant: lags of 1, 1, 1, 2, 5, 9 and 11 s
         assert len(await store.claim(["default"], "w", 1, LEASE, T0 + at * SEC)) == 1
     # At T0+12s the other five (and the one due at T0+1s) still wait: they count 12 s so far.
@@ -134,13 +134,6 @@ async def test_dead_count_and_not_run_counts_by_reason(store: Store) -> None:
     counts = await store.not_run_counts(T0, T0 + 30 * MIN)
     assert counts == {(OccurrenceState.MISSED, "misfire"): 1}
     assert await store.not_run_counts(T0 + 30 * MIN, T0 + 40 * MIN) == {}
-
-
-async def test_enqueue_lags_are_due_minus_staged(store: Store) -> None:
-    await five_due(store)  # staged at T0-30s
-    lags = sorted(await store.enqueue_lags(T0, T0 + 3 * SEC, 100))
-    assert lags == pytest.approx([-32.0, -31.0, -30.0])
-    assert len(await store.enqueue_lags(T0, T0 + MIN, 2)) == 2
 
 
 # -- clockctl status's document -----------------------------------------------------------------

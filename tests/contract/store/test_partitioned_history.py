@@ -43,7 +43,7 @@ async def claimed(store: PostgresStore, count: int, at: datetime = T0) -> list[A
     occurrences = [planned(schedule, at + i * SEC) for i in range(count)]
     cursor = CursorAdvance(schedule.id, 1, at, at + count * SEC)
     assert (await store.materialize(FENCE, occurrences, [cursor], at - MIN)).inserted == count
-    assert await store.relay(at + MIN, count, at) == count
+    assert (await store.relay(at + MIN, count, at)).moved == count
     claims = await store.claim(["default"], "w", count, LEASE, at + MIN)
     assert len(claims) == count
     return claims

@@ -258,7 +258,7 @@ async def test_the_claim_judges_a_run_by_the_policy_its_row_carries(store: Store
     schedule = await add_schedule(store, "job", next_run_at=T0, overlap=OverlapPolicy.SKIP)
     rows = [planned(schedule, T0 + i * SEC, overlap=OverlapPolicy.ALLOW) for i in range(2)]
     await store.materialize(FENCE, rows, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
-    assert await store.relay(T0 + MIN, 10, T0 - MIN) == 2
+    assert (await store.relay(T0 + MIN, 10, T0 - MIN)).moved == 2
     assert len(await store.claim([QUEUE], "w", 10, LEASE, T0 + 5 * SEC)) == 2
 
 
@@ -268,7 +268,7 @@ async def test_a_row_written_before_0018_is_judged_by_its_schedules_policy(store
     schedule = await add_schedule(store, "job", next_run_at=T0, overlap=OverlapPolicy.SKIP)
     rows = [planned(schedule, T0 + i * SEC, overlap=None) for i in range(2)]
     await store.materialize(FENCE, rows, [CursorAdvance(schedule.id, 1, T0, T0 + MIN)], T0 - MIN)
-    assert await store.relay(T0 + MIN, 10, T0 - MIN) == 2
+    assert (await store.relay(T0 + MIN, 10, T0 - MIN)).moved == 2
     [first] = await store.claim([QUEUE], "w", 10, LEASE, T0 + 5 * SEC)
     assert first.occurrence_id == rows[0].id
     assert await state_of(store, rows[1].id) is OccurrenceState.SKIPPED_OVERLAP

@@ -67,7 +67,7 @@ async def fill_queue(store: PostgresStore, count: int) -> None:
     cursor = CursorAdvance(schedule.id, 1, T0, T0 + count * US)
     result = await store.materialize(FENCE, occurrences, [cursor], T0 - MIN)
     assert result.inserted == count
-    assert await store.relay(T0 + MIN, count, T0 - MIN) == count
+    assert (await store.relay(T0 + MIN, count, T0 - MIN)).moved == count
 
 
 def claim_params(queues: list[str], limit: int) -> dict[str, Any]:
@@ -532,7 +532,7 @@ async def fill_queue_of_distinct_schedules(store: PostgresStore, count: int, ove
         FENCE, [planned(s, T0) for s in schedules], [CursorAdvance(s.id, 1, T0, T0 + MIN) for s in schedules], T0 - MIN
     )
     assert result.inserted == count
-    assert await store.relay(T0 + MIN, count, T0 - MIN) == count
+    assert (await store.relay(T0 + MIN, count, T0 - MIN)).moved == count
 
 
 @pytest.mark.parametrize("overlap", [None, OverlapPolicy.ALLOW, OverlapPolicy.SKIP])
@@ -660,7 +660,7 @@ async def test_the_relay_the_claim_and_the_finish_update_occurrences_heap_only(p
         cursor = CursorAdvance(schedule.id, 1, T0, T0 + count * SEC)
         assert (await store.materialize(FENCE, occurrences, [cursor], T0 - MIN)).inserted == count
         start = await updates()
-        assert await store.relay(T0 + MIN, count, T0) == count
+        assert (await store.relay(T0 + MIN, count, T0)).moved == count
         relayed = await updates()
         claims = await store.claim(["default"], "w", count, LEASE, T0 + MIN)
         assert len(claims) == count

@@ -31,22 +31,22 @@ async def test_relay_moves_only_rows_available_by_until(store: Store) -> None:
     b = await add_schedule(store, "b", next_run_at=T0 + MIN)
     await materialize_next(store, a)
     await materialize_next(store, b)
-    assert await store.relay(T0 + 30 * SEC, 100, T0 - 10 * SEC) == 1
+    assert (await store.relay(T0 + 30 * SEC, 100, T0 - 10 * SEC)).moved == 1
     backlog = await store.backlog(T0)
     assert (backlog.outbox, backlog.queued) == (1, 1)
-    assert await store.relay(T0 + MIN, 100, T0 + 50 * SEC) == 1
+    assert (await store.relay(T0 + MIN, 100, T0 + 50 * SEC)).moved == 1
     assert (await store.backlog(T0)).outbox == 0
 
 
 async def test_relay_marks_enqueued_and_is_idempotent(store: Store) -> None:
     a = await add_schedule(store, "a", next_run_at=T0)
     _, oid = await materialize_next(store, a)
-    assert await store.relay(T0, 100, T0 - 5 * SEC) == 1
+    assert (await store.relay(T0, 100, T0 - 5 * SEC)).moved == 1
     occ = await store.get_occurrence(oid)
     assert occ is not None
     assert occ.state is OccurrenceState.ENQUEUED
     assert occ.enqueued_at == T0 - 5 * SEC
-    assert await store.relay(T0, 100, T0) == 0
+    assert (await store.relay(T0, 100, T0)).moved == 0
     backlog = await store.backlog(T0)
     assert (backlog.outbox, backlog.queued, backlog.running) == (0, 1, 0)
     assert backlog.oldest_queued_at == T0
@@ -57,16 +57,16 @@ async def test_relay_respects_limit_oldest_first(store: Store) -> None:
     ids = []
     for s in reversed(schedules):
         ids.append((await materialize_next(store, s))[1])
-    assert await store.relay(T0 + MIN, 2, T0) == 2
+    assert (await store.relay(T0 + MIN, 2, T0)).moved == 2
     enqueued = {o.id for o in await store.list_occurrences() if o.state is OccurrenceState.ENQUEUED}
     assert enqueued == set(ids[-2:])  # T0 and T0+1s
-    assert await store.relay(T0 + MIN, 10, T0) == 3
+    assert (await store.relay(T0 + MIN, 10, T0)).moved == 3
 
 
 async def test_relay_staged_ahead_is_invisible_until_available_at(store: Store) -> None:
     a = await add_schedule(store, "a", next_run_at=T0)
     await materialize_next(store, a, available_at=T0 + 7 * SEC)
-    assert await store.relay(T0 + MIN, 100, T0 - MIN) == 1
+    assert (await store.relay(T0 + MIN, 100, T0 - MIN)).moved == 1
     assert await store.claim(["default"], "w", 10, LEASE, T0 + 6 * SEC) == []
     claims = await store.claim(["default"], "w", 10, LEASE, T0 + 7 * SEC)
     assert len(claims) == 1

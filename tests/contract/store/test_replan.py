@@ -65,7 +65,7 @@ async def test_an_update_replans_pending_instants_under_the_new_version(store: S
     assert (fresh.version, fresh.scheduled_for, fresh.state, fresh.attempts) == (2, T0 + 2 * MIN, S.SCHEDULED, 0)
     # It goes the whole way: outbox → queue → a worker, which runs the new definition.
     assert (await store.backlog(T0 + 2 * MIN)).outbox == 1
-    assert await store.relay(T0 + 10 * MIN, 10, T0 + 2 * MIN) == 1
+    assert (await store.relay(T0 + 10 * MIN, 10, T0 + 2 * MIN)).moved == 1
     claim = await claim_one(store, T0 + 2 * MIN)
     assert (claim.occurrence_id, claim.version, claim.target) == (new_id, 2, new_def.target)
 
@@ -152,7 +152,7 @@ async def test_the_materializer_never_plans_a_replanned_instant_twice(store: Sto
         (2, T0, S.SCHEDULED),
     ]
     assert (await store.backlog(T0)).outbox == 1
-    assert await store.relay(T0 + MIN, 10, T0) == 1
+    assert (await store.relay(T0 + MIN, 10, T0)).moved == 1
     assert len(await store.claim(["default"], "w", 10, LEASE, T0)) == 1
 
 

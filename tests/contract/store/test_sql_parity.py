@@ -114,7 +114,7 @@ STATE_LITERALS_ALLOWED = frozenset(
     {
         "attempts_list", "prune", "claim_judge", "claim_lease", "overlap_unpark", "overlap_release",
         "misfire_pick", "overlap_stale", "occurrences_running", "dlq_list", "dlq_list_by_schedule",
-        "start_lag", "start_lag_histogram", "dead_count", "not_run_counts", "enqueue_lags",
+        "start_lag", "start_lag_histogram", "dead_count", "not_run_counts",
     }
 )  # fmt: skip
 _STATE_NAMES = "|".join([s.value for s in OccurrenceState] + [o.value for o in AttemptOutcome])
