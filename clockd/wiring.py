@@ -60,17 +60,27 @@ if TYPE_CHECKING:
 # -- adapters ---------------------------------------------------------------------------------
 
 
+# How long PostgreSQL lets a connection of clockctl (or `clockd migrate`) sit inside a
+# transaction before it ends the session: an operator's command suspended there (Ctrl-Z,
+# a paused terminal) would otherwise hold its row locks — a schedule row the
+# materializer's cursor move then waits on — until resumed. Generous: the gaps between a
+# command's statements are milliseconds (the reconciler's snapshot is exempt, as in the
+# daemon); `clockd run` uses the shorter daemon_stall_limit.
+OPERATOR_STALL_LIMIT: Final = timedelta(minutes=1)
+
+
 def make_store(
     location: StoreLocation | str | None,
     *,
     daemon: bool = False,
     create: bool = True,
-    idle_in_transaction_timeout: timedelta | None = None,
+    idle_in_transaction_timeout: timedelta | None = OPERATOR_STALL_LIMIT,
 ) -> Store:
     """``daemon``: the embedded store's owner rule and integrity check (``clockd run``,
     ``migrate``); ``create``: a missing embedded store may be made (writing verbs);
     ``idle_in_transaction_timeout``: how long PostgreSQL lets a connection sit inside a
-    transaction before it ends the session (``clockd run``'s, see ``daemon_stall_limit``)."""
+    transaction before it ends the session (``OPERATOR_STALL_LIMIT`` unless given:
+    ``clockd run`` gives ``daemon_stall_limit``)."""
     if not isinstance(location, StoreLocation):
         location = resolve_store(location)
     if location.kind == "postgresql":

@@ -16,7 +16,7 @@ from clockd.modes.materializer import Materializer
 from clockd.modes.supervisor import Supervisor
 from clockd.store.postgres import PostgresStore
 from clockd.store.sqlite import SqliteStore
-from clockd.wiring import MODES, Faults, build_daemon
+from clockd.wiring import MODES, OPERATOR_STALL_LIMIT, Faults, build_daemon, make_store
 
 
 def test_every_mode_the_settings_accept_has_a_builder() -> None:
@@ -92,6 +92,14 @@ async def test_a_daemon_on_postgresql_limits_how_long_a_session_sits_inside_a_tr
         assert daemon.store.driver.idle_in_transaction_timeout == timedelta(seconds=limit)
     finally:
         await daemon.runner.aclose()
+
+
+def test_an_operators_connections_are_limited_too_but_generously() -> None:
+    # clockctl suspended (Ctrl-Z) inside its transaction must not hold its row locks for
+    # as long as it stays suspended; a minute is far above any gap between its statements.
+    store = make_store("postgresql://clockd@127.0.0.1:1/clockd")  # composes only
+    assert isinstance(store, PostgresStore)
+    assert store.driver.idle_in_transaction_timeout == OPERATOR_STALL_LIMIT == timedelta(minutes=1)
 
 
 async def test_the_supervisor_drains_while_it_still_holds_its_leases(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ locked queue row (its worker is finishing it), a new shard owner waits on the fe
 Without a limit, a worker frozen inside a heartbeat kept its run from ever being
 redelivered. PostgreSQL ends such a session after the limit (its transaction rolls back;
 the process, once it runs again, gets ``StoreUnavailable`` and reconnects). The CLI's
-connections have no limit, and the reconciler's read-only snapshot lifts it for its own
+connections get a minute (``clockd.wiring.OPERATOR_STALL_LIMIT``: a ``clockctl``
+suspended inside its transaction), and the reconciler's read-only snapshot lifts it for its own
 transaction (``snapshot_read``: it locks no row and decodes between its statements).
 
 Schema: ``open()`` only *checks* it (unlike SQLite it never migrates: several
