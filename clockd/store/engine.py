@@ -48,6 +48,7 @@ from clockd.core.model import (
     NoopTarget,
     Occurrence,
     OccurrenceState,
+    OverlapPolicy,
     Schedule,
     ScheduleDef,
     ScheduleKind,
@@ -143,6 +144,9 @@ _PLANNED_STATES = states.targets("materialize")
 # tests/contract/store/test_sql_parity.py checks both against the table).
 _RELEASED: Final = {"fresh": S.ENQUEUED.value, "again": S.RETRY_WAIT.value}
 _OUTCOMES: Final = {"attempt_running": AttemptOutcome.RUNNING.value, "attempt_lost": AttemptOutcome.LOST.value}
+# A queue row carrying this policy (schema 0019) was claimed without an overlap slot, so
+# its finish has no slot to release (NULL, a row written before 0019, may hold one).
+_ALLOW: Final = OverlapPolicy.ALLOW.value
 _OCCURRENCE_COLUMNS: Final = ("ids", "schedule_ids", "versions", "tenants", "queues", "scheduled_for",
                               "available_at", "states", "max_attempts", "reasons", "finished_at",
                               "overlaps")  # fmt: skip
@@ -1157,8 +1161,8 @@ class SqlStore:
             rows: list[tuple[Any, ...]] = []
             recorded: list[tuple[Any, ...]] = []  # the rows finish_attempts writes
             retry: list[tuple[int, Any]] = []
-            ended: list[str] = []
-            for dispatch_id, occ, token, attempt, _, _, worker_id, started_at in held:
+            ended: list[str] = []  # of those, the ones that may hold an overlap slot
+            for dispatch_id, occ, token, attempt, _, _, worker_id, started_at, overlap in held:
                 c = by_token[token]
                 reason = dead_reason(c, attempt) if c.next_state is S.DEAD else None
                 # Who ran the attempt and since when: the lease is the running attempt's
@@ -1174,7 +1178,7 @@ class SqlStore:
                     recorded.append(row)
                 if c.next_state is S.RETRY_WAIT:
                     retry.append((dispatch_id, stamp if c.retry_at is None else d.instant(c.retry_at)))
-                else:
+                elif overlap != _ALLOW:  # an 'allow' row's claim took no slot: nothing to release
                     ended.append(occ)
             columns = ("occurrence_ids", "attempts", "outcomes", "exit_codes", "signals", "outputs", "errors",
                        "next_states", "reasons", "lease_tokens", "worker_ids", "started_at",

@@ -335,9 +335,10 @@ RETURNING lease_token;
 -- name: leases_held
 -- The claims behind these tokens, if still held (finish, release), with their
 -- occurrence's state (the engine keeps the RUNNING ones), worker and the attempt's start
--- (leased_at; a lease taken by a clockd before schema 0008 has none: the first start).
+-- (leased_at; a lease taken by a clockd before schema 0008 has none: the first start),
+-- and the queue row's overlap policy ('allow': the claim took no slot; NULL before 0019).
 SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state, d.worker_id,
-       coalesce(d.leased_at, o.started_at)
+       coalesce(d.leased_at, o.started_at), d.overlap
 FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
 WHERE d.lease_token IN (SELECT value FROM json_each(:tokens));
 
