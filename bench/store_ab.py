@@ -25,6 +25,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import relayed
+
 HERE = str(Path(__file__).resolve().parent.parent)
 PHASES = ("apply", "materialize", "relay", "claim", "finish", "reads")
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -72,7 +74,7 @@ async def workload(where: str) -> dict[str, float]:
         await store.materialize(Fence("shard:0", 1), occurrences, [CursorAdvance(s.id, 1, T0, T0 + 40 * MIN)], T0)
     out["materialize"] = time.perf_counter() - started
     started = time.perf_counter()
-    while (await store.relay(T0 + 60 * MIN, 1000, T0)).moved:
+    while relayed(await store.relay(T0 + 60 * MIN, 1000, T0)):
         pass
     out["relay"] = time.perf_counter() - started
     batches = []

@@ -37,6 +37,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench import relayed
+
 HERE = str(Path(__file__).resolve().parent.parent)
 BIN = Path(sys.executable).parent
 GOAL_US = 30.0  # the worker's share of issue 18's 60 µs per execution across all processes
@@ -80,7 +82,7 @@ async def workload(dsn: str, count: int, schedules: int = SCHEDULES) -> dict[str
         cursors = [CursorAdvance(s.id, 1, t0, until) for s in batch]
         await store.materialize(Fence("shard:0", 1), occurrences, cursors, t0)
     total = per * schedules
-    while (await store.relay(t0 + timedelta(hours=1), 10_000, t0)).moved:
+    while relayed(await store.relay(t0 + timedelta(hours=1), 10_000, t0)):
         pass
     worker = Worker(store, make_runner(), SystemClock(), WorkerSettings(concurrency=1000))
     stopping = asyncio.Event()
