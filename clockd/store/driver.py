@@ -183,9 +183,10 @@ class Driver(Protocol):
         version, scheduled_for, max_attempts) in start order."""
         ...
 
-    def relay(self, params: dict[str, Any]) -> Body[list[Any]]:
+    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[float]]]:
         """``Store.relay``'s move (``params``: ``until``, ``limit``, ``now``, ``expected``,
-        ``next``); the ``available_at`` (driver instant) of each row it queued."""
+        ``next``): the number of rows it queued, and how late (seconds after their
+        ``available_at``) the ones queued late were."""
         ...
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:

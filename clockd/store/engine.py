@@ -1044,9 +1044,8 @@ class SqlStore:
         }
 
         def body() -> Body[Relayed]:
-            staged = yield from d.relay(params)  # each moved row's available_at
-            lags = tuple(max(0.0, (now - d.read(at)).total_seconds()) for at in staged)
-            return Relayed(len(lags), lags)
+            moved, late = yield from d.relay(params)
+            return Relayed(moved, (0.0,) * (moved - len(late)) + tuple(late))  # staged ahead: 0
 
         result: Relayed = await self._write(body())
         return result

@@ -468,9 +468,9 @@ class PostgresDriver:
         yield Run("claim_unlease_unstarted", tokens, "none")
         return started
 
-    def relay(self, params: dict[str, Any]) -> Body[list[Any]]:
-        rows = yield Run("relay_dispatch", params)
-        return [at for (at,) in rows]
+    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[float]]]:
+        moved, late = yield Run("relay_dispatch", params, "one")
+        return int(moved), list(late)
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # One statement (data-modifying CTEs): a failure undoes all of it.

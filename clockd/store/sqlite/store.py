@@ -557,16 +557,18 @@ class SqliteDriver:
             yield Run("overlap_slots_take", {"rows": dumps(taken)}, "none")
         return [(occ, tokens[occ], *started[occ][1:]) for occ in tokens if occ in started]
 
-    def relay(self, params: dict[str, Any]) -> Body[list[Any]]:
+    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[float]]]:
         taken = [row[0] for row in (yield Run("relay_take", params))]
         if not taken:
-            return []
+            return 0, []
         enqueued = yield Run("relay_enqueue", {**params, "ids": dumps(taken)})
         if not enqueued:
-            return []
-        # Only the rows relay_dispatch queued (ON CONFLICT skips one already there).
+            return 0, []
+        # The rows relay_dispatch queued (ON CONFLICT skips one already there), as
+        # PostgreSQL's statement counts them: their visible_at, µs integers here.
         queued = yield Run("relay_dispatch", {"ids": dumps([row[0] for row in enqueued])})
-        return [at for (at,) in queued]
+        now = params["now"]
+        return len(queued), [(now - at) / 1e6 for (at,) in queued if at < now]
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # SQLite cannot chain INSERTs in one statement: three, all reading the same JSON
