@@ -183,10 +183,10 @@ class Driver(Protocol):
         version, scheduled_for, max_attempts) in start order."""
         ...
 
-    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[float]]]:
+    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[Any]]]:
         """``Store.relay``'s move (``params``: ``until``, ``limit``, ``now``, ``expected``,
-        ``next``): the number of rows it queued, and how late (seconds after their
-        ``available_at``) the ones queued late were."""
+        ``next``): the number of rows it queued, and ``now - available_at`` (a lag column,
+        see ``seconds``) of at least those it queued late."""
         ...
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
@@ -197,15 +197,15 @@ class Driver(Protocol):
         leaves none of them written, and the engine redoes the batch row by row."""
         ...
 
-    def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
-        """Insert the occurrences and the outbox rows of the SCHEDULED ones; the number inserted."""
+    def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        """Insert the occurrences and the outbox rows of the SCHEDULED ones; the (id, state)
+        of each occurrence inserted."""
         ...
 
-    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         """``direct_dispatch``'s insert: the occurrences, SCHEDULED ones written ENQUEUED
         (``enqueued_at`` = ``now``), and the ``dispatch`` rows of those inserted ENQUEUED
-        (what the relay would write for them); the number of occurrences inserted and the
-        ids of those inserted ENQUEUED."""
+        (what the relay would write for them); the (id, state) of each occurrence inserted."""
         ...
 
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:

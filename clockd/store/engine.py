@@ -147,6 +147,7 @@ _OUTCOMES: Final = {"attempt_running": AttemptOutcome.RUNNING.value, "attempt_lo
 # A queue row carrying this policy (schema 0019) was claimed without an overlap slot, so
 # its finish has no slot to release (NULL, a row written before 0019, may hold one).
 _ALLOW: Final = OverlapPolicy.ALLOW.value
+_ENQUEUED: Final = states.target("relay").value  # what staging writes (relay or direct dispatch)
 _OCCURRENCE_COLUMNS: Final = ("ids", "schedule_ids", "versions", "tenants", "queues", "scheduled_for",
                               "available_at", "states", "max_attempts", "reasons", "finished_at",
                               "overlaps")  # fmt: skip
@@ -971,13 +972,12 @@ class SqlStore:
                 found = yield Run("materialize_advance", advance)
                 moved = {(sid, int(version)) for sid, version in found}
             rows = [row for key, row in planned if key in moved]
-            if not direct:
-                inserted = yield from self._insert_planned(rows, stamp)
-                return MaterializeResult(inserted, len(moved), len(cursors) - len(moved))
-            inserted, enqueued = yield from self._insert_planned_enqueued(rows, stamp)
-            due = {o.id: o.available_at for o in occurrences}
-            lags = tuple(max(0.0, (now - due[oid]).total_seconds()) for oid in enqueued)
-            return MaterializeResult(inserted, len(moved), len(cursors) - len(moved), lags)
+            written = yield from self._insert_planned(rows, stamp, direct=direct)
+            lags: tuple[float, ...] = ()
+            if direct:  # staged here, now: how late each row written ENQUEUED was
+                due = {o.id: o.available_at for o in occurrences}
+                lags = tuple(max(0.0, (now - due[oid]).total_seconds()) for oid, state in written if state == _ENQUEUED)
+            return MaterializeResult(len(written), len(moved), len(cursors) - len(moved), lags)
 
         result: MaterializeResult = await self._write(body())
         return result
@@ -1005,28 +1005,24 @@ class SqlStore:
             for o in occurrences
         ]  # fmt: skip
 
-    def _insert_planned(self, rows: Sequence[tuple[Any, ...]], stamp: Any) -> Body[int]:
+    def _insert_planned(
+        self, rows: Sequence[tuple[Any, ...]], stamp: Any, *, direct: bool = False
+    ) -> Body[list[Sequence[Any]]]:
         """Insert planned occurrence rows (``_planned_rows``) and the outbox rows of the
-        SCHEDULED ones (an id or (schedule, version, instant) already there is skipped).
-        The number inserted. ``_insert_planned_enqueued`` is ``direct_dispatch``'s."""
+        SCHEDULED ones — or, ``direct`` (``direct_dispatch``), SCHEDULED ones written
+        already ENQUEUED and their ``dispatch`` rows (what the relay's ``relay_dispatch``
+        would write for them): the materializer's one insert path (an id or (schedule,
+        version, instant) already there is skipped). The (id, state) of each row inserted."""
         if not rows:
-            return 0
+            return []
         d = self.driver
         table = d.table("occurrences", _OCCURRENCE_COLUMNS, rows)
-        inserted: int = yield from d.materialize_insert({**table, "scheduled": S.SCHEDULED.value})
-        return inserted
-
-    def _insert_planned_enqueued(self, rows: Sequence[tuple[Any, ...]], stamp: Any) -> Body[tuple[int, list[str]]]:
-        """``materialize(direct=True)``'s writes: the occurrences, SCHEDULED ones already
-        ENQUEUED, and the ``dispatch`` rows of those inserted ENQUEUED (what the relay's
-        ``relay_dispatch`` would write for them). The occurrences inserted, and the ids of
-        those written ENQUEUED."""
-        if not rows:
-            return 0, []
-        d = self.driver
-        table = d.table("occurrences", _OCCURRENCE_COLUMNS, rows)
-        rule = {"scheduled": S.SCHEDULED.value, "enqueued": states.target("relay").value, "now": stamp}
-        written: tuple[int, list[str]] = yield from d.materialize_insert_enqueued({**table, **rule})
+        written: list[Sequence[Any]]
+        if direct:
+            rule = {"scheduled": S.SCHEDULED.value, "enqueued": _ENQUEUED, "now": stamp}
+            written = yield from d.materialize_insert_enqueued({**table, **rule})
+        else:
+            written = yield from d.materialize_insert({**table, "scheduled": S.SCHEDULED.value})
         return written
 
     # -- relay ---------------------------------------------------------------------------------
@@ -1040,12 +1036,15 @@ class SqlStore:
             "limit": limit,
             "now": d.instant(now),
             "expected": states.sources("relay")[0].value,
-            "next": states.target("relay").value,
+            "next": _ENQUEUED,
         }
 
         def body() -> Body[Relayed]:
-            moved, late = yield from d.relay(params)
-            return Relayed(moved, (0.0,) * (moved - len(late)) + tuple(late))  # staged ahead: 0
+            # A driver may leave out the rows staged ahead (lag 0): PostgreSQL's statement
+            # answers only the late ones; SQLite's hands back every row's, clamped here.
+            moved, lags = yield from d.relay(params)
+            late = tuple(max(0.0, d.seconds(lag)) for lag in lags)
+            return Relayed(moved, (0.0,) * (moved - len(late)) + late)
 
         result: Relayed = await self._write(body())
         return result

@@ -468,22 +468,21 @@ class PostgresDriver:
         yield Run("claim_unlease_unstarted", tokens, "none")
         return started
 
-    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[float]]]:
+    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[Any]]]:
         moved, late = yield Run("relay_dispatch", params, "one")
-        return int(moved), list(late)
+        return int(moved), late
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # One statement (data-modifying CTEs): a failure undoes all of it.
         yield Run("schedule_insert_many", params, "none", True)
 
-    def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
-        rows = yield Run("materialize_insert", params)
-        return len(rows)
+    def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        rows: list[Sequence[Any]] = yield Run("materialize_insert", params)
+        return rows
 
-    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
-        rows = yield Run("materialize_insert_enqueued", params)
-        enqueued = params["enqueued"]
-        return len(rows), [oid for oid, state in rows if state == enqueued]
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        rows: list[Sequence[Any]] = yield Run("materialize_insert_enqueued", params)
+        return rows
 
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
         return (Run("overlap_release", params, "none"),)

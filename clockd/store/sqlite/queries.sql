@@ -293,11 +293,12 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :expected
 RETURNING id;
 
 -- name: relay_dispatch
+-- Returns :now - visible_at (µs) of each row queued: how late it was staged.
 INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
 SELECT id, queue, tenant, available_at, overlap FROM occurrences
 WHERE id IN (SELECT value FROM json_each(:ids))
 ON CONFLICT (occurrence_id) DO NOTHING
-RETURNING visible_at;
+RETURNING :now - visible_at;
 
 -- ------------------------------------------------------------------ worker
 

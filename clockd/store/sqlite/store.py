@@ -557,18 +557,16 @@ class SqliteDriver:
             yield Run("overlap_slots_take", {"rows": dumps(taken)}, "none")
         return [(occ, tokens[occ], *started[occ][1:]) for occ in tokens if occ in started]
 
-    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[float]]]:
+    def relay(self, params: dict[str, Any]) -> Body[tuple[int, list[Any]]]:
         taken = [row[0] for row in (yield Run("relay_take", params))]
         if not taken:
             return 0, []
         enqueued = yield Run("relay_enqueue", {**params, "ids": dumps(taken)})
         if not enqueued:
             return 0, []
-        # The rows relay_dispatch queued (ON CONFLICT skips one already there), as
-        # PostgreSQL's statement counts them: their visible_at, µs integers here.
-        queued = yield Run("relay_dispatch", {"ids": dumps([row[0] for row in enqueued])})
-        now = params["now"]
-        return len(queued), [(now - at) / 1e6 for (at,) in queued if at < now]
+        # One lag per row relay_dispatch queued (ON CONFLICT skips one already there).
+        queued = yield Run("relay_dispatch", {"ids": dumps([row[0] for row in enqueued]), "now": params["now"]})
+        return len(queued), [lag for (lag,) in queued]
 
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # SQLite cannot chain INSERTs in one statement: three, all reading the same JSON
@@ -577,11 +575,10 @@ class SqliteDriver:
         yield Run("schedule_version_insert_many", params, "none")
         yield Run("schedule_labels_insert_many", params, "none")
 
-    def materialize_insert(self, params: dict[str, Any]) -> Body[int]:
-        inserted, _ = yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params)
-        return inserted
+    def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        return (yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params))
 
-    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
+    def materialize_insert_enqueued(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         return (
             yield from _insert_then_queue("materialize_insert_enqueued", "dispatch_insert_enqueued", "enqueued", params)
         )
@@ -601,16 +598,16 @@ class SqliteDriver:
         return ending
 
 
-def _insert_then_queue(insert: str, queue: str, state: str, params: dict[str, Any]) -> Body[tuple[int, list[str]]]:
+def _insert_then_queue(insert: str, queue: str, state: str, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
     """The materializer's insert in two statements (SQLite cannot chain an INSERT on
     another's RETURNING, as PostgreSQL's one statement does): the occurrences, then the
     outbox or dispatch rows (``queue``) of those inserted in ``params[state]``; the
-    number of occurrences inserted and the ids of those queued."""
-    inserted = yield Run(insert, params)
+    (id, state) of each occurrence inserted."""
+    inserted: list[Sequence[Any]] = yield Run(insert, params)
     queued = [oid for oid, written in inserted if written == params[state]]
     if queued:
         yield Run(queue, {"ids": dumps(queued), state: params[state]}, "none")
-    return len(inserted), queued
+    return inserted
 
 
 class SqliteStore(SqlStore):
