@@ -85,8 +85,9 @@ def test_loader_splits_named_blocks() -> None:
         "-- header comment\n\n-- name: one\n-- what it does\nSELECT 1;\n\n-- name: two_b\nSELECT\n  2\n"
     )
     assert list(queries) == ["one", "two_b"]
-    assert queries["one"] == "-- what it does\nSELECT 1"
-    assert queries["two_b"] == "SELECT\n  2"
+    # Sent without the comments, named (pg_stat_statements shows the name).
+    assert queries["one"] == "/* one */\nSELECT 1"
+    assert queries["two_b"] == "/* two_b */\nSELECT\n  2"
     with pytest.raises(KeyError, match="three"):
         queries["three"]
 
