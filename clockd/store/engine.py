@@ -1233,6 +1233,7 @@ class SqlStore:
 
         def body() -> Body[list[Reaped]]:
             yield from self._advance_fence(fence)
+            yield Run("reap_by_index", {}, "none")  # see PostgreSQL's block
             picked = yield Run("reap_pick", {"now": stamp, "limit": limit})
             if not picked:
                 return []
@@ -1699,7 +1700,8 @@ ENGINE_QUERIES: Final = frozenset(
         "attempts_list", "due_schedules", "due_shards", "materialize_advance", "schedule_definitions",
         "leases_extend", "leases_held", "finish_attempts", "finish_occurrences", "dispatch_delete",
         "dispatch_retry", "tenant_running_release", "release_attempts", "release_occurrences",
-        "dispatch_unlease", "reap_pick", "reap_attempts", "reap_retry", "reap_dead", "prune", "misfire_pick",
+        "dispatch_unlease", "reap_by_index", "reap_pick", "reap_attempts", "reap_retry", "reap_dead", "prune",
+        "misfire_pick",
         "misfire_mark", "overlap_stale", "occurrences_running", "dlq_list", "dlq_list_by_schedule",
         "dlq_replay", "dlq_drop", "dlq_dispatch", "tenant_limits_upsert", "tenant_running_recount",
         "tenant_limits_all", "tenant_usage", "backlog", "queue_ready", "reconcile_versions", "reconcile_occurrences",

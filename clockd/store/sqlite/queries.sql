@@ -406,6 +406,11 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state = :running;
 
 -- ------------------------------------------------------------------ leader
 
+-- name: reap_by_index
+-- PostgreSQL's reaper turns sequential scans off for its transaction (see there): SQLite's
+-- planner has no row estimate to mislead here (it takes the index its WHERE names).
+SELECT 1;
+
 -- name: reap_pick
 -- The leased rows through dispatch_lease_token, all of them (schema 0010 dropped the
 -- lease_until index, one entry fewer per claim).
