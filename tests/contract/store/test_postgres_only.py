@@ -103,6 +103,16 @@ async def waiting_on_a_lock(dsn: str, count: int, *, statement: str = "") -> Non
         await asyncio.sleep(0.01)
 
 
+async def published(store: PostgresStore) -> None:
+    """Until the backend of ``store``'s one pooled connection has published its counters to
+    pg_stat_* (pg_stat_force_next_flush(): at once, no waiting)."""
+
+    async def flush(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+        await conn.execute("SELECT pg_stat_force_next_flush()")
+
+    await store._call(flush, write=False)
+
+
 # -- several processes on one database -------------------------------------------------------
 
 
@@ -663,11 +673,8 @@ async def test_the_reaper_reads_the_leases_by_index_without_statistics(pg_dsn: s
     await store.open()
     try:
 
-        async def flush(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
-            await conn.execute("SELECT pg_stat_force_next_flush()")
-
         async def queue_scans() -> int:
-            await store._call(flush, write=False)
+            await published(store)
             return int(await scalar(pg_dsn, "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'dispatch'"))
 
         await fill_queue(store, 2000)  # never analyzed
@@ -696,11 +703,8 @@ async def test_the_relay_the_claim_and_the_finish_update_occurrences_heap_only(p
     await store.open()
     try:
 
-        async def flush(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
-            await conn.execute("SELECT pg_stat_force_next_flush()")
-
         async def updates() -> tuple[int, int]:
-            await store._call(flush, write=False)
+            await published(store)
             query = (  # every partition's (schema 0017)
                 "SELECT array[sum(n_tup_upd), sum(n_tup_hot_upd)]::bigint[] FROM pg_stat_user_tables "
                 "WHERE relid IN (SELECT relid FROM pg_partition_tree('occurrences'))"
@@ -740,11 +744,8 @@ async def test_the_direct_materialize_reads_none_of_the_occurrences_it_writes(pg
     await store.open()
     try:
 
-        async def flush(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
-            await conn.execute("SELECT pg_stat_force_next_flush()")
-
         async def fetched() -> int:
-            await store._call(flush, write=False)
+            await published(store)
             query = (  # every partition's (schema 0017)
                 "SELECT sum(coalesce(idx_tup_fetch, 0) + seq_tup_read) FROM pg_stat_user_tables "
                 "WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))"
