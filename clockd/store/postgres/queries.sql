@@ -1120,21 +1120,22 @@ WITH RECURSIVE queues (queue) AS (
     -- (test_postgres_only.py: test_a_misfire_sweep_reads_only_the_rows_it_looks_at)
     SELECT d.id AS dispatch_id, o.id, o.schedule_id, o.scheduled_for, d.visible_at,
            coalesce(s.spec->>'misfire', %(default_misfire)s::text) AS misfire,
-           coalesce((s.spec->>'max_lateness_us')::bigint, %(default_max_lateness_us)s::bigint) AS max_lateness_us,
+           r.max_lateness_us,
            coalesce((s.spec->>'catch_up_limit')::integer, %(default_catch_up_limit)s::integer) AS catch_up_limit
     FROM unnest(ARRAY(SELECT schedule_id FROM late_schedules)) AS l(schedule_id)
     JOIN schedules AS s ON s.id = l.schedule_id
+    CROSS JOIN LATERAL (  -- the schedule's rule, once: late when visible before late_before
+        SELECT us AS max_lateness_us, %(now)s::timestamptz - us * interval '1 microsecond' AS late_before
+        FROM (SELECT coalesce((s.spec->>'max_lateness_us')::bigint, %(default_max_lateness_us)s::bigint) AS us) AS x
+    ) AS r
     JOIN occurrences AS o ON o.schedule_id = l.schedule_id
     CROSS JOIN LATERAL (SELECT dispatch.id, dispatch.lease_token, dispatch.visible_at FROM dispatch
                         WHERE dispatch.occurrence_id = o.id LIMIT 1) AS q
     CROSS JOIN LATERAL (SELECT dispatch.id, dispatch.lease_token, dispatch.visible_at FROM dispatch
                         WHERE dispatch.id = q.id LIMIT 1 FOR UPDATE SKIP LOCKED) AS d
     WHERE o.state IN ('ENQUEUED', 'RETRY_WAIT') AND NOT o.manual
-      AND q.lease_token IS NULL AND d.lease_token IS NULL
-      AND q.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, %(default_max_lateness_us)s::bigint)
-                                   * interval '1 microsecond'
-      AND d.visible_at < %(now)s::timestamptz - coalesce((s.spec->>'max_lateness_us')::bigint, %(default_max_lateness_us)s::bigint)
-                                   * interval '1 microsecond'
+      AND q.lease_token IS NULL AND q.visible_at < r.late_before   -- what to lock
+      AND d.lease_token IS NULL AND d.visible_at < r.late_before   -- still so, locked
 )
 SELECT late.dispatch_id, late.id, late.visible_at, late.misfire, late.max_lateness_us,
        late.catch_up_limit,
