@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import relayed
+from bench import overlap, relayed
 
 HERE = str(Path(__file__).resolve().parent.parent)
 PHASES = ("apply", "materialize", "relay", "claim", "finish", "reads")
@@ -68,9 +68,10 @@ async def workload(where: str) -> dict[str, float]:
     for s in created:
         instants = [T0 + k * MIN for k in range(40)]
         occurrences = [
-            NewOccurrence(occurrence_id(s.id, 1, at), s.id, 1, at, at, "default", s.definition.tenant, 3)
+            NewOccurrence(occurrence_id(s.id, 1, at), s.id, 1, at, at, "default", s.definition.tenant, 3,
+                          **overlap(NewOccurrence, s))
             for at in instants
-        ]
+        ]  # fmt: skip
         await store.materialize(Fence("shard:0", 1), occurrences, [CursorAdvance(s.id, 1, T0, T0 + 40 * MIN)], T0)
     out["materialize"] = time.perf_counter() - started
     started = time.perf_counter()

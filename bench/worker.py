@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import relayed
+from bench import overlap, relayed
 
 HERE = str(Path(__file__).resolve().parent.parent)
 BIN = Path(sys.executable).parent
@@ -75,10 +75,11 @@ async def workload(dsn: str, count: int, schedules: int = SCHEDULES) -> dict[str
     for first in range(0, len(created), 1_000):  # a materializer's batches
         batch = created[first : first + 1_000]
         occurrences = [
-            NewOccurrence(occurrence_id(s.id, 1, at), s.id, 1, at, at, "default", s.definition.tenant, 3)
+            NewOccurrence(occurrence_id(s.id, 1, at), s.id, 1, at, at, "default", s.definition.tenant, 3,
+                          **overlap(NewOccurrence, s))
             for s in batch
             for at in instants
-        ]
+        ]  # fmt: skip
         cursors = [CursorAdvance(s.id, 1, t0, until) for s in batch]
         await store.materialize(Fence("shard:0", 1), occurrences, cursors, t0)
     total = per * schedules
