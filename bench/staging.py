@@ -12,11 +12,12 @@ PostgreSQL, A/B interleaved in the same run:
   statement that chains the ``dispatch`` insert on the occurrences' RETURNING (until
   2026-12-03 it was two statements, the second reading each occurrence again by id).
 
-Then the price of direct writes with a minutes-ahead horizon: the claim (``claim_lease``,
-through ``Store.claim``) with only due rows in ``dispatch``, and with the horizon's future
+Then the price of direct writes with a minutes-ahead horizon: the claim (through
+``Store.claim``) with only due rows in ``dispatch``, and with the horizon's future
 rows there too (``FUTURE`` rows, as 2 minutes at the sustained rate would leave).
 
-Figures: database µs per occurrence of each path (total_exec_time / rows), and claim µs
+Figures: database µs per occurrence of each path (total_exec_time / the occurrences: the
+inserts' rows, the relay's own count), and claim µs
 per claimed row in both queue shapes; the load average beside them.
 """
 
@@ -108,16 +109,19 @@ def run(quick: bool) -> list[dict[str, object]]:
             relay = {"until": datetime.now(UTC) + timedelta(days=1), "limit": BATCH,
                      "expected": "SCHEDULED", "next": "ENQUEUED"}  # fmt: skip
             began = time.perf_counter()
+            moved = 0  # the relay answers one row (its count), not a row per occurrence moved
             for i in range(rounds):  # interleaved: the two-step path, then direct as clockd runs it
                 conn.execute(Q["materialize_insert"], {**_params(schedule_id, past, BATCH, 2 * i * BATCH), **RULE})
-                conn.execute(Q["relay_dispatch"], {**relay, "now": datetime.now(UTC)})
+                answer = conn.execute(Q["relay_dispatch"], {**relay, "now": datetime.now(UTC)}).fetchone()
+                moved += int(answer[0]) if answer else 0
                 params = _params(schedule_id, past, BATCH, (2 * i + 1) * BATCH)
                 conn.execute(Q["materialize_insert_enqueued"], {**params, **RULE})
             log(f"staging: {2 * rounds * BATCH:,} occurrences in {time.perf_counter() - began:.1f}s; {_load()}")
             mat_ms, mat_rows = statement_stats(conn, "INSERT INTO outbox")
-            relay_ms, relay_rows = statement_stats(conn, "DELETE FROM outbox")
+            relay_ms, _ = statement_stats(conn, "DELETE FROM outbox")
+            assert moved == rounds * BATCH, f"the relay moved {moved} of {rounds * BATCH} occurrences"
             direct_ms, direct_rows = statement_stats(conn, "ELSE u.state END")  # materialize_insert_enqueued
-            two_step = (mat_ms / max(mat_rows, 1) + relay_ms / max(relay_rows, 1)) * 1000
+            two_step = (mat_ms / max(mat_rows, 1) + relay_ms / max(moved, 1)) * 1000
             direct = direct_ms / max(direct_rows, 1) * 1000
             # The claim: due rows only, then with the horizon's future rows in the queue.
             (queued,) = conn.execute("SELECT count(*) FROM dispatch").fetchone() or (0,)
