@@ -13,8 +13,9 @@ Scenarios, each on a fresh database of the same server, each with its own proces
 (``materializer``, ``relay``, ``leader`` and two ``worker`` processes, one mode each):
 
 0. **bare SQL** (``bench.baseline``): the claim/complete pattern with no clockd code,
-   N rows due at one instant, 2 processes, batches of 1000. Its figures are the
-   denominators of the ratios printed next to clockd's.
+   N rows due at one instant, 2 processes, batches of 1000, run twice (``BARE_RUNS``);
+   the faster run's figures are the denominators of the ratios printed next to
+   clockd's, so a slow bare run cannot make a drill pass.
 1. **top-of-hour drill**: N ``once`` schedules (no-op target) all due at T. The
    processes start first; the schedules are created (a sample through
    ``Store.apply_schedules``, the rest with ``COPY`` when that path is too slow for
@@ -190,30 +191,45 @@ def _start_all(cluster: Cluster, *, horizon: str, concurrency: int = 1000, worke
 # -- 0. bare SQL ---------------------------------------------------------------------------
 
 
+BARE_RUNS = 2  # the baseline is the faster of this many bare-SQL drills (see ``bare``)
+
+
 def bare(srv: Servers, n: int) -> tuple[BareResult, float, list[Row]]:
-    """The bare-SQL drill; also returns its database time per row claimed and completed
-    (µs: the claim's ``UPDATE`` and the complete's ``DELETE … INSERT``, pg_stat_statements)."""
-    dsn = srv.new_database("bare")
-    try:
-        log(f"bare SQL: {n:,} rows due at one instant, 2 processes, batches of 1000")
-        r = baseline.drill(dsn, n)
-        claim_ms = srv.db_time_ms(dsn, like="%UPDATE bench_queue%")
-        complete_ms = srv.db_time_ms(dsn, like="%DELETE FROM bench_queue%")
-    finally:
-        _finish(srv, dsn, "bare")
-    db_per_row = (
-        (claim_ms + complete_ms) * 1000 / r.done if claim_ms is not None and complete_ms is not None and r.done
-        else float("nan")
-    )  # fmt: skip
+    """The bare-SQL drill, run ``BARE_RUNS`` times, each on a fresh database; the one
+    with the lowest claim lag p99 is the baseline (a single run of the 20,000 drill
+    lasts ~0.3 s, so one hiccup — a checkpoint, another process's burst — could double
+    it and let clockd's drill pass on the baseline's bad luck: run EE1's 0.513 s against
+    0.29 s in the run after). Also returns that run's database time per row claimed and
+    completed (µs: the claim's ``UPDATE`` and the complete's ``DELETE … INSERT``,
+    pg_stat_statements)."""
+    runs: list[tuple[BareResult, float]] = []
+    for attempt in range(1, BARE_RUNS + 1):
+        dsn = srv.new_database("bare")
+        try:
+            log(f"bare SQL, run {attempt} of {BARE_RUNS}: {n:,} rows due at one instant, 2 processes, "
+                "batches of 1000")  # fmt: skip
+            r = baseline.drill(dsn, n)
+            claim_ms = srv.db_time_ms(dsn, like="%UPDATE bench_queue%")
+            complete_ms = srv.db_time_ms(dsn, like="%DELETE FROM bench_queue%")
+        finally:
+            _finish(srv, dsn, "bare")
+        db_per_row = (
+            (claim_ms + complete_ms) * 1000 / r.done if claim_ms is not None and complete_ms is not None and r.done
+            else float("nan")
+        )  # fmt: skip
+        runs.append((r, db_per_row))
+    r, db_per_row = min(runs, key=lambda run: run[0].lag_p99)
     label = f"bare SQL {n // 1000}k"
     rows = [
         row(f"{label}: INSERT…SELECT", r.stage_rate, "/s"),
         row(f"{label}: database time per row (claim+complete)", db_per_row, "µs"),
         row(f"{label}: claim lag p50", r.lag_p50, "s"),
         row(f"{label}: claim lag p99", r.lag_p99, "s"),
+        row(f"{label}: claim lag p99 of each run (the lowest is the baseline)",
+            " / ".join(f"{run.lag_p99:.3f}" for run, _ in runs), "s"),
         row(f"{label}: claim+complete", r.rate, "/s"),
-        row(f"{label}: done", r.done, "", f"= {n:,}", r.done == n),
-    ]
+        row(f"{label}: done", r.done, "", f"= {n:,}", all(run.done == n for run, _ in runs)),
+    ]  # fmt: skip
     return r, db_per_row, rows
 
 
