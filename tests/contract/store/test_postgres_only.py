@@ -195,14 +195,19 @@ async def test_a_worker_stalled_inside_a_transaction_loses_its_locks_and_its_run
     try:
         _, claim = await running(worker)
         stopped = asyncio.Event()  # the worker's process, stopped between two statements
+        locked = asyncio.Event()  # its heartbeat holds the row lock: only then may the reaper look
 
         async def heartbeat_then_stop(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
             await conn.execute(
                 "UPDATE dispatch SET lease_until = lease_until WHERE lease_token = %s", (claim.lease_token,)
             )
+            locked.set()
             await stopped.wait()
 
         stalled = asyncio.create_task(worker._call(heartbeat_then_stop, write=True))
+        # Without this wait a reap could come first (a loaded machine: CI, 2026-12-06), find
+        # the row unlocked and reap it, and the heartbeat then matched nothing and committed.
+        await asyncio.wait_for(locked.wait(), 20)
         deadline = time.monotonic() + 20
         while not (reaped := await leader.reap_expired(FENCE, 100, T0 + LEASE + SEC)):
             assert time.monotonic() < deadline, "the stalled worker's run was never reaped"
