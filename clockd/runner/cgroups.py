@@ -45,7 +45,14 @@ left by an unprivileged process, and its children follow their parent, so:
   after the grace, ``cgroup.kill`` (v2, Linux ≥ 5.14) or SIGKILL each member until the
   group is empty. A job whose main process exits normally leaves its background
   processes running (cron semantics); its group is removed once empty (checked again
-  at each later attempt and at shutdown).
+  at each later attempt and at shutdown, where the daemon waits up to ``CLOSE_SETTLE``
+  seconds for the last of them: processes a job killed without waiting for them, or
+  background ones told to stop with the daemon, are often still ending; a group given
+  up on at once would be left behind, to the next start's sweep).
+* **Names**: job groups are numbered per process (``job-<n>``, one counter for every
+  :class:`Cgroups` in the process), and a name already taken — a group left behind,
+  or a dead daemon's group whose pid this process reuses — is skipped, so a leftover
+  never makes a later job run uncontained.
 * **Leftovers of a killed daemon** (:meth:`Cgroups.sweep_stale`): a daemon that was
   SIGKILLed never ran :meth:`Cgroups.close`, and the jobs it was running go on in its
   ``clockd-<pid>`` groups. Their attempts can no longer be recorded: their leases end
@@ -64,6 +71,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import re
@@ -80,6 +88,10 @@ log = logging.getLogger(__name__)
 V1_LIMITS: Final = ("pids", "memory")
 # How often a daemon looks for the job groups of daemons that died (before starting a job).
 SWEEP_EVERY: Final = 2.0
+# How long shutdown waits for the last processes of its job groups (see the module docstring).
+CLOSE_SETTLE: Final = 2.0
+# Job group numbers, one sequence per process (see "Names" in the module docstring).
+_JOB_NUMBERS: Final = itertools.count(1)
 # The leaf a delegated daemon moves itself into (see the module docstring).
 DAEMON_LEAF: Final = "clockd-daemon"
 # A daemon's parent group (``clockd-<pid>``); DAEMON_LEAF does not match it.
@@ -277,7 +289,6 @@ class Cgroups:
         self.join_in_child = join_in_child
         self._lock = threading.Lock()
         self._lingering: list[JobGroup] = []
-        self._counter = 0
         self._swept_at = float("-inf")  # time.monotonic() of the last sweep_stale
 
     def create(self, memory: int | None, nproc: int | None) -> JobGroup | None:
@@ -290,13 +301,10 @@ class Cgroups:
         now = time.monotonic()
         if now - self._swept_at >= SWEEP_EVERY:  # before the job: it may be a dead daemon's run again
             self.sweep_stale()
-        with self._lock:
-            self._counter += 1
-            name = f"job-{self._counter}"
         parent = f"clockd-{os.getpid()}"
         made: list[Path] = []
         try:
-            v2 = self._mkdir(support.v2 / parent, name, made)
+            name, v2 = self._make_job_group(support.v2 / parent, made)
         except OSError as exc:
             log.warning(
                 "cannot make a cgroup for a job (%s): it runs as a process group only",
@@ -341,6 +349,17 @@ class Cgroups:
                     (group / "memory.memsw.limit_in_bytes").write_text(str(value))
             return
         raise OSError(f"no {controller} controller available")
+
+    @classmethod
+    def _make_job_group(cls, parent: Path, made: list[Path]) -> tuple[str, Path]:
+        """The next ``job-<n>`` below ``parent`` (v2) whose name is free."""
+        for _ in range(1000):
+            name = f"job-{next(_JOB_NUMBERS)}"
+            try:
+                return name, cls._mkdir(parent, name, made)
+            except FileExistsError:
+                continue  # left behind (see "Names" in the module docstring)
+        raise OSError(f"no free job group name below {parent}")
 
     @staticmethod
     def _mkdir(parent: Path, name: str, made: list[Path]) -> Path:
@@ -432,12 +451,26 @@ class Cgroups:
             )
         return removed
 
-    def close(self) -> None:
-        """At shutdown: remove what is empty, the ``clockd-<pid>`` parents included."""
+    def close(self, settle: float = CLOSE_SETTLE) -> None:
+        """At shutdown: remove the job groups and the ``clockd-<pid>`` parents, waiting up
+        to ``settle`` seconds for the last processes of groups not yet empty (see the
+        module docstring). Blocks: :meth:`ProcessRunner.aclose` runs it in a thread."""
+        deadline = time.monotonic() + settle
+        interval = 0.01
         self.collect()
+        while self._lingering and (remaining := deadline - time.monotonic()) > 0:
+            time.sleep(min(interval, remaining))
+            interval = min(interval * 2, 0.1)
+            self.collect()
         for base in self._bases():
             with contextlib.suppress(OSError):
                 (base / f"clockd-{os.getpid()}").rmdir()
+        if self._lingering:
+            log.warning(
+                "%d job cgroups still have running processes at shutdown: the next start kills them",
+                len(self._lingering),
+                extra={"action": "cgroup_left_running", "groups": len(self._lingering)},
+            )
 
     def collect(self) -> None:
         """Remove groups whose leftover background processes have ended."""

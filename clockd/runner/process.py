@@ -145,9 +145,10 @@ class ProcessRunner:
         self._cgroups = cgroups  # None: process groups only (see clockd.runner.cgroups)
 
     async def aclose(self) -> None:
-        """At shutdown: remove the (empty) cgroups this runner made."""
+        """At shutdown: remove the cgroups this runner made (waiting, bounded, for their
+        last processes: ``Cgroups.close``)."""
         if self._cgroups is not None:
-            self._cgroups.close()
+            await asyncio.to_thread(self._cgroups.close)
 
     async def run(self, request: RunRequest, stop: asyncio.Event) -> RunResult:
         target = request.target

@@ -123,13 +123,66 @@ async def test_nproc_limit_holds_for_a_root_job(tmp_path: Path, cleanup: list[Pr
         "    except OSError:\n"
         "        break\n"
         "print(ok)\n"
-        "for p in procs: p.kill()\n"
+        "for p in procs: p.kill(); p.wait()\n"  # its own children: a tidy job reaps them
     )
     runner = ProcessRunner(cgroups=Cgroups(SUPPORT))
     cleanup.append(runner)
     result = await runner.run(request(CommandTarget(argv=(PY, "-c", code), nproc_limit=5)), asyncio.Event())
     assert result.outcome is AttemptOutcome.SUCCEEDED, result.error
     assert int(result.output.split()[-1]) < 5  # the job itself counts as one
+
+
+@needs_cgroups
+async def test_shutdown_waits_for_a_jobs_last_processes_and_removes_its_groups(
+    tmp_path: Path, cleanup: list[ProcessRunner]
+) -> None:
+    """A job that exits while its processes are still ending (it killed its children without
+    waiting; a background process about to finish) leaves a group that cannot be removed
+    yet. Shutdown gave up on it at once and left ``clockd-<pid>/job-<n>`` behind (a CI run,
+    2026-12-06); it now waits (bounded: CLOSE_SETTLE) and removes it."""
+    marker = tmp_path / "bg"
+    job = CommandTarget(argv=(f"sh -c 'echo $$ > {marker}; exec sleep 1' >/dev/null 2>&1 &",), shell=True)
+    runner = ProcessRunner(cgroups=Cgroups(SUPPORT))
+    result = await runner.run(request(job), asyncio.Event())
+    assert result.outcome is AttemptOutcome.SUCCEEDED, result.error
+    assert SUPPORT.v2 is not None
+    parent = SUPPORT.v2 / f"clockd-{os.getpid()}"
+    await until(lambda: marker.exists() and marker.read_text().strip() != "", within=10, what="the background pid")
+    background = int(marker.read_text())
+    assert running(background), "the background process ended before the run did: the test proves nothing"
+    assert [p.name for p in parent.iterdir() if p.is_dir()], "its group awaits its last process"
+    await runner.aclose()
+    assert not running(background)
+    assert not parent.exists(), f"left behind: {sorted(p.name for p in parent.iterdir() if p.is_dir())}"
+
+
+@needs_cgroups
+def test_a_group_left_behind_never_makes_a_later_job_run_uncontained() -> None:
+    """Two runners in one process (a test run; a daemon rebuilt in place) each numbered their
+    groups from ``job-1``: the second collided with the first's leftover, and its jobs ran
+    without a cgroup (no limits, no kill of what escaped the process group). Names are now
+    one sequence per process, and a name already taken is skipped."""
+    first, second = Cgroups(SUPPORT), Cgroups(SUPPORT)
+    taken: list[Path] = []
+    made = [first.create(None, None)]
+    try:
+        assert made[0] is not None
+        number = int(made[0].v2.name.removeprefix("job-"))
+        for i in (1, 2):  # as if left behind
+            taken.append(made[0].v2.parent / f"job-{number + i}")
+            taken[-1].mkdir()
+        made.append(second.create(None, None))
+        assert made[1] is not None, "the second runner's job got no cgroup"
+        assert made[1].v2.parent == made[0].v2.parent
+        assert made[1].v2 not in (made[0].v2, *taken)
+    finally:
+        for group in made:
+            if group is not None:
+                group.remove()
+        for path in taken:
+            path.rmdir()
+        first.close()
+        second.close()
 
 
 def test_status_says_what_jobs_run_in(tmp_path: Path) -> None:
