@@ -251,13 +251,14 @@ class Worker:
                 if await wait_or_stop(stopping, self.settings.poll):
                     return
                 continue
+            asked_at = self.clock.now()
             try:
                 claims = await self.store.claim(
                     self.settings.queues,
                     self.settings.worker_id,
                     min(free, self.settings.claim_batch),
                     self.settings.lease_for,
-                    self.clock.now(),
+                    asked_at,
                 )
                 backoff.ok()
             except StoreError as exc:
@@ -276,8 +277,23 @@ class Worker:
             if len(claims) == min(free, self.settings.claim_batch) and claims:
                 await asyncio.sleep(0)
                 continue
-            if await wait_or_stop(stopping, self.settings.poll):
+            wait = self.settings.poll if claims else await self._idle_wait(asked_at)
+            if await wait_or_stop(stopping, wait):
                 return
+
+    async def _idle_wait(self, asked_at: datetime) -> float:
+        """After a claim that found nothing: the poll, or less when a queued row becomes
+        visible sooner — a run queued ahead of 10:00:00 starts at 10:00:00, not up to a
+        poll later (``Store.next_visible``). Only when idle: a worker that claimed
+        something waits its poll, so that under load its claims stay batches."""
+        poll = self.settings.poll
+        try:
+            at = await self.store.next_visible(self.settings.queues, asked_at)
+        except StoreError:
+            return poll  # the next claim says what is wrong
+        if at is None:
+            return poll
+        return min(poll, max(0.0, (at - self.clock.now()).total_seconds()))
 
     def _start(self, claim: Claim, now: datetime | None = None) -> None:
         """Start ``claim`` (``now``: when it was taken; default the clock's time)."""

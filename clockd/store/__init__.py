@@ -551,6 +551,14 @@ class Store(Protocol):
     # A RETRY_WAIT holder keeps its slot until it ends; finish (SUCCEEDED / DEAD), reap
     # (DEAD) and the misfire sweep hand the slot to the waiter, which is claimable at once.
 
+    async def next_visible(self, queues: Sequence[str], now: datetime) -> datetime | None:
+        """When the next unleased row of ``queues`` becomes visible: the earliest
+        ``visible_at`` after ``now`` (a run queued ahead of its time, a retry waiting out
+        its backoff), or None. Not a promise that it will be claimable then (caps, overlap,
+        another worker): an idle worker wakes at this time instead of at its next poll, and
+        a claim decides."""
+        ...
+
     async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:
         """Heartbeat: push ``lease_until`` to ``now + lease_for`` for the tokens still held.
         Returns the tokens that are still held (a missing one was reaped: stop that job).

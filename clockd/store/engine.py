@@ -1549,6 +1549,21 @@ class SqlStore:
         result: list[QueueStats] = await self._read(body())
         return result
 
+    async def next_visible(self, queues: Sequence[str], now: datetime) -> datetime | None:
+        d = self.driver
+        stamp = d.instant(now)
+
+        def body() -> Body[datetime | None]:
+            found: list[datetime] = []
+            for queue in dict.fromkeys(queues):  # one index probe each (dispatch_ready)
+                row = yield Run("next_visible", {"queue": queue, "now": stamp}, "one")
+                if row is not None:
+                    found.append(d.read(row[0]))
+            return min(found, default=None)
+
+        result: datetime | None = await self._read(body())
+        return result
+
     async def start_lag(self, since: datetime, now: datetime) -> LagStats:
         d = self.driver
 
@@ -1705,7 +1720,7 @@ ENGINE_QUERIES: Final = frozenset(
         "misfire_mark", "overlap_stale", "occurrences_running", "dlq_list", "dlq_list_by_schedule",
         "dlq_replay", "dlq_drop", "dlq_dispatch", "tenant_limits_upsert", "tenant_running_recount",
         "tenant_limits_all", "tenant_usage", "backlog", "queue_ready", "reconcile_versions", "reconcile_occurrences",
-        "reconcile_versions_of", "reconcile_occurrences_of", "queue_stats", "start_lag",
+        "reconcile_versions_of", "reconcile_occurrences_of", "queue_stats", "next_visible", "start_lag",
         "live_schedules_count", "dead_count", "not_run_counts",
         "api_token_insert", "api_token_get", "api_tokens_list", "api_token_revoke", "audit_insert", "audit_page",
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",

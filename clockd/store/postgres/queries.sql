@@ -1262,6 +1262,14 @@ FROM occurrences AS o JOIN schedules AS s ON s.id = o.schedule_id
 WHERE o.schedule_id = %(schedule_id)s AND o.scheduled_for >= %(start)s
   AND o.scheduled_for <= %(end)s AND NOT o.manual;
 
+-- name: next_visible
+-- When the asked queue's next unleased row becomes visible (the earliest visible_at after
+-- :now; NULL: none staged): an idle worker sleeps until then rather than a whole poll.
+-- dispatch_ready's first entry past :now.
+SELECT visible_at FROM dispatch
+WHERE queue = %(queue)s AND lease_token IS NULL AND visible_at > %(now)s
+ORDER BY visible_at LIMIT 1;
+
 -- name: queue_stats
 -- The queue per queue name. `staged` includes rows waiting out a retry backoff and
 -- queue_one's parked waiter.

@@ -159,6 +159,23 @@ async def test_claim_across_queues_is_oldest_first(store: Store) -> None:
     assert [c.schedule_name for c in claims] == ["b", "c", "a"]
 
 
+async def test_next_visible_is_when_the_asked_queues_next_unleased_row_becomes_claimable(store: Store) -> None:
+    """What an idle worker sleeps until (instead of a whole poll): only rows not yet
+    visible at ``now``, only unleased ones, only the asked queues."""
+    for name, queue, offset in [("a", "q1", 30), ("b", "q2", 10), ("c", "q1", 20), ("d", "q3", 5)]:
+        s = await add_schedule(store, name, queue=queue, next_run_at=T0 + offset * SEC)
+        await enqueue(store, s)
+    assert await store.next_visible(["q1", "q2"], T0) == T0 + 10 * SEC
+    assert await store.next_visible(["q1", "q1"], T0) == T0 + 20 * SEC
+    assert await store.next_visible(["q1", "q2"], T0 + 10 * SEC) == T0 + 20 * SEC  # b: visible already
+    assert await store.next_visible(["q1"], T0 + 30 * SEC) is None
+    assert await store.next_visible(["nothing-here"], T0) is None
+    assert await store.next_visible([], T0) is None
+    [c] = await store.claim(["q1"], "w", 1, LEASE, T0 + 25 * SEC)
+    assert c.schedule_name == "c"
+    assert await store.next_visible(["q1"], T0) == T0 + 30 * SEC  # c is leased
+
+
 async def test_two_claims_in_a_row_never_share_a_row(store: Store) -> None:
     for i in range(5):
         await enqueue(store, await add_schedule(store, f"s{i}", next_run_at=T0))
