@@ -79,7 +79,7 @@ bench: install servers ## Run the benchmarks and compare them with the issues' g
 	$(BIN)/python -m bench
 
 .PHONY: bench-quick
-bench-quick: install servers ## The benchmarks at reduced scale (under 2 minutes)
+bench-quick: install servers ## The benchmarks at reduced scale (a few minutes)
 	$(BIN)/python -m bench --quick
 
 PREFIX ?= /usr/local
