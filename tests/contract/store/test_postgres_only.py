@@ -621,6 +621,21 @@ async def test_the_backlog_sample_reads_only_the_rows_claimable_now(stores: list
     assert [(q.queue, q.ready, q.staged) for q in await stores[1].queue_stats(now)] == [("default", 100, 1900)]
 
 
+async def test_an_idle_workers_next_visible_reads_one_row_of_a_queue_never_analyzed(
+    stores: list[PostgresStore], pg_dsn: str
+) -> None:
+    """An idle worker asks every poll (0.1 s) when the next row becomes visible; before a
+    burst the queue holds the horizon's rows (500,000 in the drill), never analyzed. The
+    answer is dispatch_ready's first entry past now, never a scan of the queue."""
+    await fill_queue(stores[0], 2000)  # visible at T0 + i µs, never analyzed
+    now = T0 + 99 * US  # 100 visible already, 1,900 staged for later
+    plan = await analyzed_plan(pg_dsn, "next_visible", {"queue": "default", "now": now})
+    assert not [n for n in plan if n["Node Type"] == "Seq Scan"], plan
+    read = sum(n["Actual Rows"] * n["Actual Loops"] for n in plan if n.get("Relation Name") == "dispatch")
+    assert read == 1, plan
+    assert await stores[1].next_visible(["default"], now) == T0 + 100 * US
+
+
 async def test_the_backlog_sample_counts_due_schedules_by_shard_range(stores: list[PostgresStore], pg_dsn: str) -> None:
     """The leader's 10-second sample counts the due schedules per shard over schedules_due's
     range up to now, not by reading every active schedule's index entry (the index leads
