@@ -28,6 +28,9 @@ the process, once it runs again, gets ``StoreUnavailable`` and reconnects). The 
 connections get a minute (``clockd.wiring.OPERATOR_STALL_LIMIT``: a ``clockctl``
 suspended inside its transaction), and the reconciler's read-only snapshot lifts it for its own
 transaction (``snapshot_read``: it locks no row and decodes between its statements).
+A DSN's own ``options`` are kept, but clockd's settings come after them and so win
+(PostgreSQL takes the last ``-c`` of a name): a longer limit in the DSN would let a
+stalled daemon keep the reaper from its runs for longer than its leases protect them.
 
 Schema: ``open()`` only *checks* it (unlike SQLite it never migrates: several
 processes share the database, and an upgrade is an operator's decision) and raises
