@@ -34,18 +34,17 @@ SUITES = (
 )
 
 
-def _short(suite: str) -> str:
-    return suite.rsplit(".", 1)[1]
+NAMES = tuple(suite.rsplit(".", 1)[1] for suite in SUITES)  # what --only takes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="reduced scale, finishes in under 2 minutes")
+    parser.add_argument("--quick", action="store_true", help="reduced scale, finishes in a few minutes")
     parser.add_argument(
         "--only",
         action="append",
         metavar="SUITE[,SUITE…]",
-        help=f"run only these suites (repeatable or comma-separated): {', '.join(_short(s) for s in SUITES)}",
+        help=f"run only these suites (repeatable or comma-separated): {', '.join(NAMES)}",
     )
     parser.add_argument(
         "--store",
@@ -65,9 +64,9 @@ def main() -> int:
     parser.add_argument("--profile", metavar="DIR", help="py-spy record every clockd process into DIR")
     args = parser.parse_args()
     only = {name.strip() for value in args.only or () for name in value.split(",") if name.strip()}
-    unknown = sorted(only - {_short(s) for s in SUITES})
+    unknown = sorted(only - set(NAMES))
     if unknown:  # an unknown name used to run nothing and print "all goals met"
-        parser.error(f"no suite named {', '.join(unknown)}; the suites: {', '.join(_short(s) for s in SUITES)}")
+        parser.error(f"no suite named {', '.join(unknown)}; the suites: {', '.join(NAMES)}")
     for key, value in (
         ("BENCH_STORE", args.store),
         ("BENCH_ETCD", args.etcd),
@@ -81,8 +80,7 @@ def main() -> int:
 
     machine = Machine()  # the machine's speed, beside the figures (bench.machine)
     rows: list[dict[str, Any]] = []
-    for name in SUITES:
-        short = _short(name)
+    for name, short in zip(SUITES, NAMES, strict=True):
         if only and short not in only:
             continue
         started = time.monotonic()

@@ -1551,15 +1551,11 @@ class SqlStore:
 
     async def next_visible(self, queues: Sequence[str], now: datetime) -> datetime | None:
         d = self.driver
-        stamp = d.instant(now)
+        params = {"queues": d.array(list(dict.fromkeys(queues))), "now": d.instant(now)}
 
         def body() -> Body[datetime | None]:
-            found: list[datetime] = []
-            for queue in dict.fromkeys(queues):  # one index probe each (dispatch_ready)
-                row = yield Run("next_visible", {"queue": queue, "now": stamp}, "one")
-                if row is not None:
-                    found.append(d.read(row[0]))
-            return min(found, default=None)
+            row = yield Run("next_visible", params, "one")
+            return d.opt_read(row[0]) if row is not None else None
 
         result: datetime | None = await self._read(body())
         return result

@@ -1263,12 +1263,15 @@ WHERE o.schedule_id = %(schedule_id)s AND o.scheduled_for >= %(start)s
   AND o.scheduled_for <= %(end)s AND NOT o.manual;
 
 -- name: next_visible
--- When the asked queue's next unleased row becomes visible (the earliest visible_at after
+-- When the asked queues' next unleased row becomes visible (the earliest visible_at after
 -- :now; NULL: none staged): an idle worker sleeps until then rather than a whole poll.
--- dispatch_ready's first entry past :now.
-SELECT visible_at FROM dispatch
-WHERE queue = %(queue)s AND lease_token IS NULL AND visible_at > %(now)s
-ORDER BY visible_at LIMIT 1;
+-- dispatch_ready's first entry past :now in each queue, one statement for all of them.
+SELECT min(n.visible_at) FROM unnest(%(queues)b::text[]) AS q(queue)
+CROSS JOIN LATERAL (
+    SELECT d.visible_at FROM dispatch AS d
+    WHERE d.queue = q.queue AND d.lease_token IS NULL AND d.visible_at > %(now)s
+    ORDER BY d.visible_at LIMIT 1
+) AS n;
 
 -- name: queue_stats
 -- The queue per queue name. `staged` includes rows waiting out a retry backoff and

@@ -921,12 +921,13 @@ WHERE o.schedule_id = :schedule_id AND o.scheduled_for >= :start AND o.scheduled
   AND o.manual = 0;
 
 -- name: next_visible
--- When the asked queue's next unleased row becomes visible (the earliest visible_at after
+-- When the asked queues' next unleased row becomes visible (the earliest visible_at after
 -- :now; NULL: none staged): an idle worker sleeps until then rather than a whole poll.
--- dispatch_ready's first entry past :now.
-SELECT visible_at FROM dispatch
-WHERE queue = :queue AND lease_token IS NULL AND visible_at > :now
-ORDER BY visible_at LIMIT 1;
+-- dispatch_ready's first entry past :now in each queue (:queues = JSON array).
+SELECT min((SELECT d.visible_at FROM dispatch AS d
+            WHERE d.queue = q.value AND d.lease_token IS NULL AND d.visible_at > :now
+            ORDER BY d.visible_at LIMIT 1))
+FROM json_each(:queues) AS q;
 
 -- name: queue_stats
 -- The queue per queue name. `staged` includes rows waiting out a retry backoff and

@@ -629,7 +629,7 @@ async def test_an_idle_workers_next_visible_reads_one_row_of_a_queue_never_analy
     answer is dispatch_ready's first entry past now, never a scan of the queue."""
     await fill_queue(stores[0], 2000)  # visible at T0 + i µs, never analyzed
     now = T0 + 99 * US  # 100 visible already, 1,900 staged for later
-    plan = await analyzed_plan(pg_dsn, "next_visible", {"queue": "default", "now": now})
+    plan = await analyzed_plan(pg_dsn, "next_visible", {"queues": ["default"], "now": now})
     assert not [n for n in plan if n["Node Type"] == "Seq Scan"], plan
     read = sum(n["Actual Rows"] * n["Actual Loops"] for n in plan if n.get("Relation Name") == "dispatch")
     assert read == 1, plan
