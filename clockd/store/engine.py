@@ -1147,6 +1147,7 @@ class SqlStore:
         ending = [t for t, c in by_token.items() if c.next_state is not S.RETRY_WAIT]
 
         def body() -> Body[set[str]]:
+            yield Run("finish_by_index", {}, "none")  # see PostgreSQL's block
             # The claims that end leave the queue as they are taken (end_leases: one write
             # per queue row, not a lock and then a delete); a retry's row stays, unleased.
             held: list[Sequence[Any]] = []
@@ -1711,7 +1712,7 @@ ENGINE_QUERIES: Final = frozenset(
         "attempts_list", "due_schedules", "due_shards", "materialize_advance", "schedule_definitions",
         "leases_extend", "leases_held", "finish_attempts", "finish_occurrences", "dispatch_delete",
         "dispatch_retry", "tenant_running_release", "release_attempts", "release_occurrences",
-        "dispatch_unlease", "reap_by_index", "reap_pick", "reap_attempts", "reap_retry", "reap_dead", "prune",
+        "dispatch_unlease", "finish_by_index", "reap_by_index", "reap_pick", "reap_attempts", "reap_retry", "reap_dead", "prune",
         "misfire_pick",
         "misfire_mark", "overlap_stale", "occurrences_running", "dlq_list", "dlq_list_by_schedule",
         "dlq_replay", "dlq_drop", "dlq_dispatch", "tenant_limits_upsert", "tenant_running_recount",

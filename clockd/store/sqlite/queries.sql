@@ -362,6 +362,11 @@ SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = 
     signal = excluded.signal, output = excluded.output, error = excluded.error
 WHERE a.outcome = :attempt_running;
 
+-- name: finish_by_index
+-- PostgreSQL's finish turns sequential scans off for its transaction (see there): SQLite
+-- looks the occurrences up by the key its WHERE names.
+SELECT 1;
+
 -- name: finish_occurrences
 -- :rows as finish_attempts'; inline_attempt_worker is the worker of an attempt whose
 -- record is this row (schema 0013), NULL for the others.

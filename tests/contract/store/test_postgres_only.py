@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import time
 import uuid
@@ -706,6 +707,80 @@ async def test_the_reaper_reads_the_leases_by_index_without_statistics(pg_dsn: s
         await store.close()
     assert sorted(r.occurrence_id for r in reaped) == sorted(c.occurrence_id for c in claims)
     assert after == before, "the reap scanned the whole queue"
+
+
+async def test_a_finish_finds_its_leases_by_index_without_statistics(pg_dsn: str) -> None:
+    """A finish finds its queue rows by index, whatever the statistics. Right after a
+    burst, before ANALYZE or VACUUM has seen the queue, the planner estimated the finish's
+    leases at 228 rows and deleted their queue rows through a hash join over a scan of the
+    whole queue (other states gave a merge join over a full index scan; in one 20,000
+    drill every finish of 500 took 1.2 s). One pooled connection:
+    pg_stat_force_next_flush() makes that backend publish its counters."""
+    store = PostgresStore(pg_dsn, min_size=1, max_size=1)
+    await store.open()
+    try:
+
+        async def queue_scans() -> int:
+            await published(store)
+            return int(await scalar(pg_dsn, "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'dispatch'"))
+
+        await fill_queue(store, 20_000)  # never analyzed nor vacuumed
+        claims = await store.claim(["default"], "w", 500, LEASE, T0 + MIN)
+        assert len(claims) == 500
+        before = await queue_scans()
+        done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
+        assert len(await store.finish(done, T0 + MIN + SEC)) == 500
+        after = await queue_scans()
+    finally:
+        await store.close()
+    assert after == before, "the finish scanned the queue"
+
+
+async def test_a_finish_updates_its_occurrences_by_key_not_by_a_scan_of_their_partition(pg_dsn: str) -> None:
+    """A worker's finish looks its occurrences up by key, whatever the planner thinks of
+    the partition. At the default random_page_cost a batch of 500 over an analyzed weekly
+    partition of 20,000 rows (the 20,000 drill) was a hash join over a scan of the whole
+    partition: ~16 µs of database time per execution against ~9 by key, and a scan that
+    grows with the week. One pooled connection: pg_stat_force_next_flush() makes that
+    backend publish its counters."""
+    store = PostgresStore(pg_dsn, min_size=1, max_size=1)
+    await store.open()
+    try:
+
+        async def partition_scans() -> int:
+            await published(store)
+            query = (  # every partition's (schema 0017)
+                "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables "
+                "WHERE relid IN (SELECT relid FROM pg_partition_tree('occurrences'))"
+            )
+            return int(await scalar(pg_dsn, query))
+
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute("SELECT clockd_history_extend(%s, %s)", (T0, T0))  # T0's week
+        # The drill's 20,000 rows: many schedules' instants, so a batch's ids lie all over
+        # the partition (one schedule's, written in time order, lie side by side).
+        schedule = await add_schedule(store, "bulk", next_run_at=T0)
+        occurrences = [planned(schedule, T0 + i * US) for i in range(20_000)]
+        random.Random(18).shuffle(occurrences)
+        cursor = CursorAdvance(schedule.id, 1, T0, T0 + MIN)
+        assert (await store.materialize(FENCE, occurrences, [cursor], T0 - MIN, direct=True)).inserted == 20_000
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute("ANALYZE")  # what autovacuum does within a minute of the load
+        claims = await store.claim(["default"], "w", 500, LEASE, T0 + MIN)
+        assert len(claims) == 500
+        before = await partition_scans()
+        done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
+        assert len(await store.finish(done, T0 + MIN + SEC)) == 500
+        after = await partition_scans()
+        states = await scalar(
+            pg_dsn,
+            "SELECT array_agg(DISTINCT state) FROM occurrences WHERE id = ANY(%s)",
+            ([c.occurrence_id for c in claims],),
+        )
+    finally:
+        await store.close()
+    assert states == ["SUCCEEDED"]
+    assert after == before, "the finish scanned the occurrences' partition"
 
 
 # -- HOT updates (schema 0004) -------------------------------------------------------------------
