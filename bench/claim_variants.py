@@ -1,7 +1,7 @@
 """The claim's database time per claimed row, clockd's claim against variants of it
 (issue 18: "where the time goes, to be measured rather than assumed").
 
-``python -m bench.claim_variants [--rounds R] [--schedules N] [--per K]``: on a durable
+``python -m bench.claim_variants [--rounds R] [--schedules N] [--per K] [--tenants T]``: on a durable
 PostgreSQL with ``pg_stat_statements`` (``bench.servers``), each round makes a fresh
 database with N schedules and K due occurrences each in the queue (materialized and
 relayed by the store, untimed), then claims through the store 500 rows at a time — the
@@ -10,8 +10,10 @@ finishes it — until the queue is empty. The figure is each variant's
 ``total_exec_time + total_plan_time`` over its rows (planning counts: every claim is
 planned afresh, see ``clockd.store.postgres.store``), from its own ``pg_stat_statements``
 entry (a comment names it), per round and the median over rounds; only the ratios within
-a round are evidence on a shared machine. The queue is one tenant's, every run allowing
-overlap: the case ``claim_plain`` (schema 0019) serves.
+a round are evidence on a shared machine. Every run allows overlap and no tenant is
+capped: the case ``claim_plain`` (schema 0019) serves; the queue is one tenant's, or with
+``--tenants T`` the schedules' are dealt out to T tenants (the plain claim's round-robin
+since 2026-12-06; before, such a claim was ``claim_lease``'s, the ``judged`` variant).
 
 Variants (each runs in ``claim_plain``'s place; rewrites of this release's statements,
 not product code):
@@ -81,7 +83,7 @@ def variants(plain: str, claim: str) -> dict[str, str]:
     return {name: f"/* claim variant: {name} */\n{text}" for name, text in found.items()}
 
 
-async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
+async def one_round(dsn: str, schedules: int, per: int, tenants: int = 1) -> dict[str, float]:
     """One database: the queue filled, then emptied by the variants in turn. µs per row."""
     import psycopg
     from psycopg import sql
@@ -106,7 +108,14 @@ async def one_round(dsn: str, schedules: int, per: int) -> dict[str, float]:
     news = [
         NewSchedule(
             new_schedule_id(),
-            ScheduleDef(name=f"c{i}", kind=ScheduleKind.CRON, expr="* * * * *", tz="UTC", target=noop),
+            ScheduleDef(
+                name=f"c{i}",
+                kind=ScheduleKind.CRON,
+                expr="* * * * *",
+                tz="UTC",
+                target=noop,
+                tenant=f"t{i % tenants}" if tenants > 1 else "default",
+            ),
             0,
             t0,
         )
@@ -165,6 +174,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--schedules", type=int, default=20_000)
     parser.add_argument("--per", type=int, default=6, help="due occurrences per schedule")
+    parser.add_argument("--tenants", type=int, default=1, help="tenants the schedules are dealt out to")
     args = parser.parse_args()
     from bench.servers import log, servers
 
@@ -173,7 +183,7 @@ def main() -> None:
         for r in range(args.rounds):
             dsn = found.new_database("claim")
             try:
-                got = asyncio.run(one_round(dsn, args.schedules, args.per))
+                got = asyncio.run(one_round(dsn, args.schedules, args.per, args.tenants))
             finally:
                 found.drop_database(dsn)
             log(f"round {r + 1}: " + ", ".join(f"{name} {us:.1f} µs/row" for name, us in got.items()))

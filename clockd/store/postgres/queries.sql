@@ -571,10 +571,10 @@ ORDER BY trank, visible_at, dispatch_id;
 
 -- name: claim_plain
 -- The claim when there is nothing to judge (schema 0019), tried before claim_lease: the
--- queues' oldest :limit visible rows leased and started in queue order, without reading
--- their occurrences first or running claim_lease's judging steps. It leases only when
--- its answer is claim_lease's: one tenant has unleased rows in the claimed queues (no
--- round-robin to make), it has no running or per-minute cap (no room to count), and
+-- queues' visible rows leased and started in claim_lease's order — the round-robin
+-- across tenants included — without reading their occurrences first or running
+-- claim_lease's judging steps. It leases only when its answer is claim_lease's: no
+-- tenant among the rows picked has a running or per-minute cap (no room to count), and
 -- every row picked carries the overlap policy `allow` (no slot involved; a row without a
 -- policy of its own, NULL, is not known to allow). Otherwise it leases nothing and
 -- answers with a last row (occurrence id NULL, 'judge' in the token column): the driver
@@ -585,20 +585,35 @@ ORDER BY trank, visible_at, dispatch_id;
 -- claimable (no writer leaves one so) is leased and not started: the statement then adds
 -- a row with 'unstarted' in the token column, and the driver gives those leases back
 -- (claim_unlease_unstarted), so the row is left in the queue unleased, as claim_lease
--- leaves it. The tenant probe stops at a queue's second tenant (enough to say "not plain").
--- `tenants` and `picked` repeat claim_lease's tenant probe and its oldest-rows branch (a
--- named block cannot include another): a change to either is made in both.
-WITH RECURSIVE tenants (queue, tenant, depth) AS (
+-- leaves it.
+-- `tenants`, `ready` and `picked` repeat claim_lease's, and `starters` ranks as its
+-- `eligible` and `starters` do when every row is allowed and no tenant is capped (a
+-- named block cannot include another): a change to either is made in both. With one
+-- tenant, `picked` is the queues' oldest :limit rows and the ranks are queue order.
+WITH RECURSIVE tenants (queue, tenant) AS (
     SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = q.queue
-                     ORDER BY d.tenant LIMIT 1), 1
+                     ORDER BY d.tenant LIMIT 1)
     FROM unnest(%(queues)b::text[]) AS q(queue)
     UNION ALL
     SELECT t.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = t.queue AND d.tenant > t.tenant
-                     ORDER BY d.tenant LIMIT 1), 2
-    FROM tenants AS t WHERE t.tenant IS NOT NULL AND t.depth = 1
+                     ORDER BY d.tenant LIMIT 1)
+    FROM tenants AS t WHERE t.tenant IS NOT NULL
+), ready AS (
+    SELECT queue, tenant, count(*) OVER (PARTITION BY queue) AS n
+    FROM tenants WHERE tenant IS NOT NULL
 ), picked AS (
+    SELECT f.id FROM ready AS r
+    CROSS JOIN LATERAL (
+        SELECT dispatch.id FROM dispatch
+        WHERE dispatch.lease_token IS NULL AND dispatch.queue = r.queue
+          AND dispatch.tenant = r.tenant AND dispatch.visible_at <= %(now)s
+        ORDER BY dispatch.visible_at, dispatch.id LIMIT (%(limit)s + r.n - 1) / r.n
+        FOR UPDATE SKIP LOCKED
+    ) AS f
+    WHERE r.n > 1
+    UNION
     SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT dispatch.id FROM dispatch
@@ -611,16 +626,17 @@ WITH RECURSIVE tenants (queue, tenant, depth) AS (
     SELECT d.id, d.tenant, d.visible_at, d.overlap FROM dispatch AS d
     WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
 ), plain AS MATERIALIZED (
-    SELECT (SELECT count(DISTINCT tenant) FROM tenants) <= 1
-       AND NOT EXISTS (SELECT 1 FROM cand WHERE overlap IS DISTINCT FROM 'allow')
+    SELECT NOT EXISTS (SELECT 1 FROM cand WHERE overlap IS DISTINCT FROM 'allow')
        AND NOT EXISTS (SELECT 1 FROM tenant_limits AS l
                        WHERE l.tenant = ANY(ARRAY(SELECT DISTINCT tenant FROM cand))
                          AND (l.max_running IS NOT NULL OR l.max_triggers_per_minute IS NOT NULL))
        AS ok
 ), starters AS MATERIALIZED (
-    SELECT c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS start_no
-    FROM cand AS c WHERE (SELECT ok FROM plain)
-    ORDER BY c.visible_at, c.id LIMIT %(limit)s
+    SELECT r.id, row_number() OVER (ORDER BY r.trank, r.visible_at, r.id) AS start_no
+    FROM (SELECT c.id, c.visible_at,
+                 row_number() OVER (PARTITION BY c.tenant ORDER BY c.visible_at, c.id) AS trank
+          FROM cand AS c WHERE (SELECT ok FROM plain)) AS r
+    ORDER BY r.trank, r.visible_at, r.id LIMIT %(limit)s
 ), leased AS (
     UPDATE dispatch
     SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,

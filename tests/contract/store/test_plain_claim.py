@@ -1,6 +1,6 @@
 """Schema 0019: a queue row carries its occurrence's overlap policy (every store), and
-PostgreSQL's claim tries ``claim_plain`` first — the claim with nothing to judge: one
-tenant ready, no cap, every row allowing overlap — and hands a batch with anything to
+PostgreSQL's claim tries ``claim_plain`` first — the claim with nothing to judge: no
+tenant capped, every row allowing overlap — and hands a batch with anything to
 judge to ``claim_lease`` in the same transaction. What a claim hands out is the same
 either way (the policy tests in test_policies.py run through both); these tests hold
 the row's policy, the hand-over and a queue row whose occurrence cannot be claimed."""
@@ -75,14 +75,29 @@ async def test_a_claim_with_nothing_to_judge_is_the_plain_one(pg_store: Postgres
     assert pg_store.driver.judged_streak == 0
 
 
-async def _two_tenants(store: Store) -> None:
-    await queued(store, "a", 2, tenant="acme")
-    await queued(store, "b", 2, tenant="beta")
+async def test_tenants_sharing_a_queue_are_claimed_plain_in_turns(pg_store: PostgresStore) -> None:
+    """Several tenants, none capped, every row allowing overlap: the plain claim, in
+    claim_lease's round-robin (each tenant's oldest first, then each one's second, ...),
+    not claim_lease's judging. Before, a second tenant in the queue was a reason to
+    judge, so every claim of a queue that tenants share paid claim_lease's price."""
+    _, acme = await queued(pg_store, "a", 4, tenant="acme")
+    _, beta = await queued(pg_store, "b", 2, at=T0 + 10 * SEC, tenant="beta")
+    _, gamma = await queued(pg_store, "c", 1, at=T0 + 20 * SEC, tenant="gamma")
+    claims = await pg_store.claim([QUEUE], "w", 5, LEASE, T0 + MIN)
+    assert [c.occurrence_id for c in claims] == [acme[0], beta[0], gamma[0], acme[1], beta[1]]
+    assert pg_store.driver.judged_streak == 0
+    rest = await pg_store.claim([QUEUE], "w", 5, LEASE, T0 + MIN)
+    assert [c.occurrence_id for c in rest] == [acme[2], acme[3]]
 
 
 async def _capped(store: Store) -> None:
     await store.set_tenant_limits(TenantLimits("acme", max_running=1), T0)
     await queued(store, "a", 2, tenant="acme")
+
+
+async def _capped_beside_another(store: Store) -> None:
+    await _capped(store)
+    await queued(store, "b", 2, tenant="beta")
 
 
 async def _overlap_skip(store: Store) -> None:
@@ -99,8 +114,8 @@ async def _queued_by_an_older_release(store: Store) -> None:
 
 @pytest.mark.parametrize(
     ("setup", "started"),
-    [(_two_tenants, 4), (_capped, 1), (_overlap_skip, 1), (_queued_by_an_older_release, 2)],
-    ids=["two tenants", "a capped tenant", "overlap skip", "queued by an older release"],
+    [(_capped, 1), (_capped_beside_another, 3), (_overlap_skip, 1), (_queued_by_an_older_release, 2)],
+    ids=["a capped tenant", "a capped tenant beside another", "overlap skip", "queued by an older release"],
 )
 async def test_a_claim_with_something_to_judge_is_claim_leases(
     pg_store: PostgresStore, setup: Callable[[Store], Awaitable[None]], started: int
