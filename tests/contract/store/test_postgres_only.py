@@ -114,6 +114,17 @@ async def published(store: PostgresStore) -> None:
     await store._call(flush, write=False)
 
 
+async def sequential_scans(store: PostgresStore, dsn: str, table: str) -> int:
+    """Sequential scans of ``table`` so far (of all its partitions, schema 0017), once the
+    backend of ``store``'s one pooled connection has published its counters."""
+    await published(store)
+    query = (
+        "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables "
+        "WHERE relid IN (SELECT relid FROM pg_partition_tree(%s::regclass))"
+    )
+    return int(await scalar(dsn, query, (table,)))
+
+
 # -- several processes on one database -------------------------------------------------------
 
 
@@ -693,16 +704,11 @@ async def test_the_reaper_reads_the_leases_by_index_without_statistics(pg_dsn: s
     store = PostgresStore(pg_dsn, min_size=1, max_size=1)
     await store.open()
     try:
-
-        async def queue_scans() -> int:
-            await published(store)
-            return int(await scalar(pg_dsn, "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'dispatch'"))
-
         await fill_queue(store, 2000)  # never analyzed
         claims = await store.claim(["default"], "w", 100, LEASE, T0 + MIN)
-        before = await queue_scans()
+        before = await sequential_scans(store, pg_dsn, "dispatch")
         reaped = await store.reap_expired(FENCE, 1000, T0 + MIN + LEASE + SEC)
-        after = await queue_scans()
+        after = await sequential_scans(store, pg_dsn, "dispatch")
     finally:
         await store.close()
     assert sorted(r.occurrence_id for r in reaped) == sorted(c.occurrence_id for c in claims)
@@ -719,18 +725,13 @@ async def test_a_finish_finds_its_leases_by_index_without_statistics(pg_dsn: str
     store = PostgresStore(pg_dsn, min_size=1, max_size=1)
     await store.open()
     try:
-
-        async def queue_scans() -> int:
-            await published(store)
-            return int(await scalar(pg_dsn, "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'dispatch'"))
-
         await fill_queue(store, 20_000)  # never analyzed nor vacuumed
         claims = await store.claim(["default"], "w", 500, LEASE, T0 + MIN)
         assert len(claims) == 500
-        before = await queue_scans()
+        before = await sequential_scans(store, pg_dsn, "dispatch")
         done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
         assert len(await store.finish(done, T0 + MIN + SEC)) == 500
-        after = await queue_scans()
+        after = await sequential_scans(store, pg_dsn, "dispatch")
     finally:
         await store.close()
     assert after == before, "the finish scanned the queue"
@@ -746,15 +747,6 @@ async def test_a_finish_updates_its_occurrences_by_key_not_by_a_scan_of_their_pa
     store = PostgresStore(pg_dsn, min_size=1, max_size=1)
     await store.open()
     try:
-
-        async def partition_scans() -> int:
-            await published(store)
-            query = (  # every partition's (schema 0017)
-                "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_user_tables "
-                "WHERE relid IN (SELECT relid FROM pg_partition_tree('occurrences'))"
-            )
-            return int(await scalar(pg_dsn, query))
-
         async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
             await conn.execute("SELECT clockd_history_extend(%s, %s)", (T0, T0))  # T0's week
         # The drill's 20,000 rows: many schedules' instants, so a batch's ids lie all over
@@ -768,10 +760,10 @@ async def test_a_finish_updates_its_occurrences_by_key_not_by_a_scan_of_their_pa
             await conn.execute("ANALYZE")  # what autovacuum does within a minute of the load
         claims = await store.claim(["default"], "w", 500, LEASE, T0 + MIN)
         assert len(claims) == 500
-        before = await partition_scans()
+        before = await sequential_scans(store, pg_dsn, "occurrences")
         done = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
         assert len(await store.finish(done, T0 + MIN + SEC)) == 500
-        after = await partition_scans()
+        after = await sequential_scans(store, pg_dsn, "occurrences")
         states = await scalar(
             pg_dsn,
             "SELECT array_agg(DISTINCT state) FROM occurrences WHERE id = ANY(%s)",
