@@ -10,7 +10,12 @@ An adapter keeps its SQL as SQL, reviewed as SQL, in ``<adapter>/queries.sql``::
     UPDATE dispatch SET ...
 
 Every block starts at a ``-- name: <snake_case>`` line and runs to the next one; a
-trailing ``;`` is dropped so a block is always exactly one statement. The comment lines
+trailing ``;`` is dropped so a block is always exactly one statement. A block that starts
+at ``-- fragment: <snake_case>`` instead is no statement: it is a part that statements
+share, and a line ``-- include: <fragment>`` in a later block stands for its code lines
+(the claim's pick, which ``claim_plain`` and ``claim_lease`` both start with, is written
+once). A fragment is not a query: it has no name in the map, and may end mid-statement.
+The comment lines
 and blank lines of a block are for its readers and are not sent: the statement sent
 is ``/* name */`` and the block's other lines, so ``pg_stat_statements``,
 ``pg_stat_activity`` and the server's log name the block (they showed the first line of
@@ -48,7 +53,8 @@ SCHEMA_QUERIES: Final = frozenset(
     {"schema_migrations_create", "schema_migrations_exists", "schema_migrations_list", "schema_migration_record"}
 )
 
-_NAME_LINE = re.compile(r"^--\s*name:\s*(\S+)\s*$")
+_NAME_LINE = re.compile(r"^--\s*(name|fragment):\s*(\S+)\s*$")
+_INCLUDE_LINE = re.compile(r"^--\s*include:\s*(\S+)\s*$")
 _VALID_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -85,18 +91,37 @@ def trusted_sql(text: str) -> LiteralString:
 
 
 def parse_queries(text: str, origin: str = "<string>") -> Queries:
-    """Split ``text`` into named blocks. Raises ``ValueError`` on a duplicate or badly
-    formed name, an empty block, or a statement before the first name."""
+    """Split ``text`` into named blocks, fragments included where a block says so. Raises
+    ``ValueError`` on a duplicate or badly formed name, an empty block, a statement before
+    the first name, or an include of a fragment not defined above it."""
     queries: dict[str, LiteralString] = {}
-    name: str | None = None
+    fragments: dict[str, list[str]] = {}
+    kind, name = "name", None
     body: list[str] = []
+
+    def code_of(lines: list[str]) -> list[str]:
+        code: list[str] = []
+        for line in lines:
+            include = _INCLUDE_LINE.match(line.strip())
+            if include is not None:
+                if include.group(1) not in fragments:
+                    raise ValueError(f"{origin}: {name!r} includes {include.group(1)!r}, not a fragment above it")
+                code += fragments[include.group(1)]
+            elif line.strip() and not line.lstrip().startswith("--"):
+                code.append(line)
+        return code
 
     def flush() -> None:
         if name is None:
             if any(line.strip() and not line.lstrip().startswith("--") for line in body):
                 raise ValueError(f"{origin}: SQL before the first '-- name:' line")
             return
-        code = [line for line in body if line.strip() and not line.lstrip().startswith("--")]
+        code = code_of(body)
+        if kind == "fragment":
+            if not code:
+                raise ValueError(f"{origin}: fragment {name!r} is empty")
+            fragments[name] = code
+            return
         statement = "\n".join(code).strip().removesuffix(";").rstrip()
         if not statement:
             raise ValueError(f"{origin}: query {name!r} is empty")
@@ -108,11 +133,12 @@ def parse_queries(text: str, origin: str = "<string>") -> Queries:
             body.append(line)
             continue
         flush()
-        name = match.group(1)
+        kind, name = match.group(1), match.group(2)
+        what = "query" if kind == "name" else "fragment"
         if not _VALID_NAME.match(name):
-            raise ValueError(f"{origin}: bad query name {name!r} (use snake_case)")
-        if name in queries:
-            raise ValueError(f"{origin}: query {name!r} is defined twice")
+            raise ValueError(f"{origin}: bad {what} name {name!r} (use snake_case)")
+        if name in queries or name in fragments:
+            raise ValueError(f"{origin}: {what} {name!r} is defined twice")
         body = []
     flush()
     return Queries(queries, origin)

@@ -371,29 +371,13 @@ FROM queued;
 
 -- ------------------------------------------------------------------ worker
 
--- name: claim_lease
--- The claim, one statement chain. SQLite runs its steps as statements of their own
--- (SqliteDriver.claim: claim_tenants, claim_pick_fair and claim_pick pick, claim_judge
--- decides, then claim_losers, dispatch_delete, claim_lease, claim_start,
--- tenant_claims_count, overlap_slots_take write). The rules come in as parameters from
--- core (clockd.store.engine): the claimable states, the default overlap policy, the
--- reason templates. Here:
+-- fragment: claim_ready
+-- The claim's pick, the start of claim_plain and of claim_lease (one text, included by
+-- both; see claim_lease for what each step does):
 --   tenants   the tenants with unleased rows per queue (a skip scan of dispatch_ready_tenant);
 --   picked    per queue, a share of each tenant's oldest visible rows (when it has more
 --             than one tenant) and the queue's oldest :limit, locked SKIP LOCKED: an ordered
---             scan of dispatch alone (an unleased row's occurrence is ENQUEUED or RETRY_WAIT,
---             written so in the same transactions; cand checks it). A semi-join to
---             occurrences here let the planner pick hash joins over both whole tables and a
---             sort, 0.4 s per claim with 50 k rows queued;
---   limits    the capped tenants among them, locked SKIP LOCKED and read fresh (a row
---             another claimer holds gives that tenant no room this time);
---   slot      the overlap slots of their schedules, locked SKIP LOCKED and read fresh (a
---             schedule whose slot another claimer holds is left alone this time);
---   judged    claim_judge's decisions: start / skip / park (the waiter leaves the queue,
---             still ENQUEUED, as its slot's waiting_id);
--- then the writes, one data-modifying CTE each, on disjoint rows. One row per start,
--- in round-robin order across tenants. No attempt row is written: until the attempt
--- ends, the lease is its record (leased_at its start; schema 0005).
+--             scan of dispatch alone.
 WITH RECURSIVE tenants (queue, tenant) AS (
     SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = q.queue
@@ -426,6 +410,32 @@ WITH RECURSIVE tenants (queue, tenant) AS (
         ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS g
+
+-- name: claim_lease
+-- The claim, one statement chain. SQLite runs its steps as statements of their own
+-- (SqliteDriver.claim: claim_tenants, claim_pick_fair and claim_pick pick, claim_judge
+-- decides, then claim_losers, dispatch_delete, claim_lease, claim_start,
+-- tenant_claims_count, overlap_slots_take write). The rules come in as parameters from
+-- core (clockd.store.engine): the claimable states, the default overlap policy, the
+-- reason templates. Here:
+--   tenants   the tenants with unleased rows per queue (a skip scan of dispatch_ready_tenant);
+--   picked    per queue, a share of each tenant's oldest visible rows (when it has more
+--             than one tenant) and the queue's oldest :limit, locked SKIP LOCKED: an ordered
+--             scan of dispatch alone (an unleased row's occurrence is ENQUEUED or RETRY_WAIT,
+--             written so in the same transactions; cand checks it). A semi-join to
+--             occurrences here let the planner pick hash joins over both whole tables and a
+--             sort, 0.4 s per claim with 50 k rows queued. These two (and `ready` between
+--             them) are the fragment claim_ready, which claim_plain starts with too;
+--   limits    the capped tenants among them, locked SKIP LOCKED and read fresh (a row
+--             another claimer holds gives that tenant no room this time);
+--   slot      the overlap slots of their schedules, locked SKIP LOCKED and read fresh (a
+--             schedule whose slot another claimer holds is left alone this time);
+--   judged    claim_judge's decisions: start / skip / park (the waiter leaves the queue,
+--             still ENQUEUED, as its slot's waiting_id);
+-- then the writes, one data-modifying CTE each, on disjoint rows. One row per start,
+-- in round-robin order across tenants. No attempt row is written: until the attempt
+-- ends, the lease is its record (leased_at its start; schema 0005).
+-- include: claim_ready
 ), cand AS MATERIALIZED (
     -- The overlap policy from the occurrence row (schema 0018); the schedule's spec is
     -- read only for a row written without one (coalesce evaluates it only then).
@@ -586,42 +596,11 @@ ORDER BY trank, visible_at, dispatch_id;
 -- a row with 'unstarted' in the token column, and the driver gives those leases back
 -- (claim_unlease_unstarted), so the row is left in the queue unleased, as claim_lease
 -- leaves it.
--- `tenants`, `ready` and `picked` repeat claim_lease's, and `starters` ranks as its
--- `eligible` and `starters` do when every row is allowed and no tenant is capped (a
--- named block cannot include another): a change to either is made in both. With one
--- tenant, `picked` is the queues' oldest :limit rows and the ranks are queue order.
-WITH RECURSIVE tenants (queue, tenant) AS (
-    SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
-                     WHERE d.lease_token IS NULL AND d.queue = q.queue
-                     ORDER BY d.tenant LIMIT 1)
-    FROM unnest(%(queues)b::text[]) AS q(queue)
-    UNION ALL
-    SELECT t.queue, (SELECT d.tenant FROM dispatch AS d
-                     WHERE d.lease_token IS NULL AND d.queue = t.queue AND d.tenant > t.tenant
-                     ORDER BY d.tenant LIMIT 1)
-    FROM tenants AS t WHERE t.tenant IS NOT NULL
-), ready AS (
-    SELECT queue, tenant, count(*) OVER (PARTITION BY queue) AS n
-    FROM tenants WHERE tenant IS NOT NULL
-), picked AS (
-    SELECT f.id FROM ready AS r
-    CROSS JOIN LATERAL (
-        SELECT dispatch.id FROM dispatch
-        WHERE dispatch.lease_token IS NULL AND dispatch.queue = r.queue
-          AND dispatch.tenant = r.tenant AND dispatch.visible_at <= %(now)s
-        ORDER BY dispatch.visible_at, dispatch.id LIMIT (%(limit)s + r.n - 1) / r.n
-        FOR UPDATE SKIP LOCKED
-    ) AS f
-    WHERE r.n > 1
-    UNION
-    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
-    CROSS JOIN LATERAL (
-        SELECT dispatch.id FROM dispatch
-        WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
-          AND dispatch.visible_at <= %(now)s
-        ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS g
+-- `tenants`, `ready` and `picked` are claim_lease's (the fragment claim_ready), and
+-- `starters` ranks as claim_lease's `eligible` and `starters` do when every row is allowed
+-- and no tenant is capped: a change to that ranking is made in both. With one tenant,
+-- `picked` is the queues' oldest :limit rows and the ranks are queue order.
+-- include: claim_ready
 ), cand AS MATERIALIZED (
     SELECT d.id, d.tenant, d.visible_at, d.overlap FROM dispatch AS d
     WHERE d.id = ANY(ARRAY(SELECT id FROM picked))

@@ -92,10 +92,24 @@ def test_loader_splits_named_blocks() -> None:
         queries["three"]
 
 
+def test_a_fragment_is_written_once_and_sent_where_a_block_includes_it() -> None:
+    queries = parse_queries(
+        "-- fragment: pick\n-- shared\nWITH picked AS (\n    SELECT 1 AS id\n\n"
+        "-- name: one\n-- include: pick\n)\nSELECT id FROM picked;\n\n"
+        "-- name: two\n-- include: pick\n)\nSELECT id + 1 FROM picked\n"
+    )
+    assert list(queries) == ["one", "two"]  # a fragment is no query
+    assert queries["one"] == "/* one */\nWITH picked AS (\n    SELECT 1 AS id\n)\nSELECT id FROM picked"
+    assert queries["two"] == "/* two */\nWITH picked AS (\n    SELECT 1 AS id\n)\nSELECT id + 1 FROM picked"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("SELECT 0;\n-- name: one\nSELECT 1", "before the first"),
+        ("-- name: one\n-- include: pick\nSELECT 1\n-- fragment: pick\nSELECT 2", "not a fragment above it"),
+        ("-- fragment: pick\nSELECT 1\n-- name: pick\nSELECT 2", "twice"),
+        ("-- fragment: pick\n-- only a comment\n-- name: one\nSELECT 1", "fragment 'pick' is empty"),
         ("-- name: one\nSELECT 1\n-- name: one\nSELECT 2", "twice"),
         ("-- name: one\n-- only a comment\n", "empty"),
         ("-- name: Bad-Name\nSELECT 1", "bad query name"),
