@@ -1,6 +1,6 @@
 """The bench suites that run clockd's own statements with parameters they build themselves
 (``bench.staging``, ``bench.occurrence_keys``) supply every parameter those statements
-name. ``make test`` runs no bench code, so a schema change that adds a column to the
+name, and ``bench.claim_variants`` finds the parts of the claim it rewrites. ``make test`` runs no bench code, so a schema change that adds a column to the
 occurrence insert (0018 did) used to surface only as ``make bench`` stopping at the
 staging suite, twenty minutes in."""
 
@@ -45,3 +45,14 @@ def test_the_claim_variants_are_made_from_this_releases_claim_statements() -> No
     for name, text in found.items():
         assert text.startswith(f"/* claim variant: {name} */")
         assert "FOR UPDATE SKIP LOCKED" in text and "UPDATE dispatch" in text
+
+
+def test_the_claim_variants_still_find_what_they_rewrite_in_the_claim() -> None:
+    """``bench.claim_variants`` rewrites parts of claim_lease it finds by their text, and
+    stops (SystemExit) when a part is gone: a change to the claim surfaced only when that
+    suite ran."""
+    from bench import claim_variants
+
+    found = claim_variants.variants(Q["claim_plain"], Q["claim_lease"])
+    assert list(found) == ["clockd", "judged", "judged, schedule probe", "judged, no re-fetch"]
+    assert all(text.startswith(f"/* claim variant: {name} */") for name, text in found.items())
