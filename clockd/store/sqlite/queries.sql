@@ -363,8 +363,8 @@ SET finished_at = excluded.finished_at, outcome = excluded.outcome, exit_code = 
 WHERE a.outcome = :attempt_running;
 
 -- name: finish_by_index
--- PostgreSQL's finish turns sequential scans off for its transaction (see there): SQLite
--- looks the occurrences up by the key its WHERE names.
+-- PostgreSQL's finish plans key probes only for its transaction (no sequential scan,
+-- hash or merge join; see there): SQLite looks the rows up by the keys its WHEREs name.
 SELECT 1;
 
 -- name: finish_occurrences
