@@ -1,8 +1,9 @@
 """The bench suites that run clockd's own statements with parameters they build themselves
 (``bench.staging``, ``bench.occurrence_keys``) supply every parameter those statements
-name, and ``bench.claim_variants`` finds the parts of the claim it rewrites. ``make test`` runs no bench code, so a schema change that adds a column to the
-occurrence insert (0018 did) used to surface only as ``make bench`` stopping at the
-staging suite, twenty minutes in."""
+name, and ``bench.claim_variants`` finds the parts of the claim it rewrites. ``make
+test`` runs no bench code, so a schema change that adds a column to the occurrence
+insert (0018 did) used to surface only as ``make bench`` stopping at the staging suite,
+twenty minutes in."""
 
 from __future__ import annotations
 

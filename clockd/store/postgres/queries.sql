@@ -377,7 +377,9 @@ FROM queued;
 --   tenants   the tenants with unleased rows per queue (a skip scan of dispatch_ready_tenant);
 --   picked    per queue, a share of each tenant's oldest visible rows (when it has more
 --             than one tenant) and the queue's oldest :limit, locked SKIP LOCKED: an ordered
---             scan of dispatch alone.
+--             scan of dispatch alone. The two may list a row twice; cand's `d.id = ANY(…)`
+--             reads it once. A UNION deduplicated them in a hash table sized for the
+--             planner's guess at the shares (100 tenants' worth: 3 MB), ~0.5 ms a claim.
 WITH RECURSIVE tenants (queue, tenant) AS (
     SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = q.queue
@@ -401,7 +403,7 @@ WITH RECURSIVE tenants (queue, tenant) AS (
         FOR UPDATE SKIP LOCKED
     ) AS f
     WHERE r.n > 1
-    UNION
+    UNION ALL
     SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
     CROSS JOIN LATERAL (
         SELECT dispatch.id FROM dispatch
