@@ -12,8 +12,9 @@ planned afresh, see ``clockd.store.postgres.store``), from its own ``pg_stat_sta
 entry (a comment names it), per round and the median over rounds; only the ratios within
 a round are evidence on a shared machine. Every run allows overlap and no tenant is
 capped: the case ``claim_plain`` (schema 0019) serves; the queue is one tenant's, or with
-``--tenants T`` the schedules' are dealt out to T tenants (the plain claim's round-robin
-since 2026-12-06; before, such a claim was ``claim_lease``'s, the ``judged`` variant).
+``--tenants T`` the schedules' are dealt out to T tenants and the ``clockd`` variant is
+``claim_shared``, the round-robin without judging (since 2026-12-06; before, such a claim
+was ``claim_lease``'s, the ``judged`` variant).
 
 Variants (each runs in ``claim_plain``'s place; rewrites of this release's statements,
 not product code):
@@ -40,6 +41,7 @@ from typing import LiteralString
 
 BATCH = 500
 PLAIN = "claim_plain"
+SHARED = "claim_shared"  # the plain claim of tenants sharing a queue (runs in PLAIN's place)
 JUDGED = "claim_lease"
 
 _PICK_FAIR = """    SELECT f.id FROM ready AS r
@@ -138,7 +140,7 @@ async def one_round(dsn: str, schedules: int, per: int, tenants: int = 1) -> dic
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("VACUUM ANALYZE")
         await conn.execute("SELECT pg_stat_statements_reset()")
-    texts = variants(Q[PLAIN], Q[JUDGED])
+    texts = variants(Q[PLAIN] if tenants == 1 else Q[SHARED], Q[JUDGED])
     names = list(texts)
     queries = Q._queries  # the bench swaps one statement's text between claims (private: not a product path)
     original = queries[PLAIN]

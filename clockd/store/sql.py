@@ -13,7 +13,7 @@ Every block starts at a ``-- name: <snake_case>`` line and runs to the next one;
 trailing ``;`` is dropped so a block is always exactly one statement. A block that starts
 at ``-- fragment: <snake_case>`` instead is no statement: it is a part that statements
 share, and a line ``-- include: <fragment>`` in a later block stands for its code lines
-(the claim's pick, which ``claim_plain`` and ``claim_lease`` both start with, is written
+(the claim's pick, which ``claim_shared`` and ``claim_lease`` both start with, is written
 once). A fragment is not a query: it has no name in the map, and may end mid-statement.
 The comment lines
 and blank lines of a block are for its readers and are not sent: the statement sent

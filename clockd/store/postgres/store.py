@@ -96,9 +96,9 @@ KNOWN_VERSION: Final = MIGRATIONS[-1].version if MIGRATIONS else 0
 
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 # After a claim that had something to judge, this many claims go straight to claim_lease:
-# where tenants share a queue (or caps or overlap policies are in play) claim_plain would
-# only find so again, a wasted pick each time; one try in this many finds out whether the
-# queue has become plain.
+# where caps or overlap policies are in play claim_plain would only find so again, a
+# wasted pick each time; one try in this many finds out whether the queue has become
+# plain. Likewise to claim_shared after claim_plain found tenants sharing the queues.
 JUDGED_STREAK: Final = 64
 # Every connection of the store, set at connection start (no round trip).
 SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c TimeZone=UTC"
@@ -107,6 +107,7 @@ SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c Tim
 DRIVER_QUERIES: Final = frozenset(
     {
         "claim_plain",
+        "claim_shared",
         "claim_lease",
         "claim_unlease_unstarted",
         "relay_dispatch",
@@ -150,6 +151,7 @@ class PostgresDriver:
         self.migrations = MIGRATIONS  # what migrate() applies (an upgrade test stops short)
         self.history: HistoryPartitions | None = _WeeklyPartitions()
         self.judged_streak = 0  # claims left that go straight to claim_lease (JUDGED_STREAK)
+        self.shared_streak = 0  # claims left that go straight to claim_shared (as long)
 
     def _connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of every connection: the session settings are appended to
@@ -456,13 +458,22 @@ class PostgresDriver:
             self.judged_streak -= 1
             judged: list[Sequence[Any]] = yield Run("claim_lease", params)
             return judged
-        # claim_plain first: most claims have nothing to judge (see the statement). Its
-        # answer rows are in start order; at most one more, last, has no occurrence id and
-        # says what was left undone ('judge' leases nothing, so never comes with 'unstarted').
-        rows: list[Sequence[Any]] = yield Run("claim_plain", params)
+        # claim_plain first: most claims have nothing to judge (see the statement); or
+        # claim_shared while tenants share the queues. The answer rows are in start order;
+        # at most one more, last, has no occurrence id and says what was left undone
+        # ('shared' and 'judge' lease nothing, so never come with 'unstarted').
+        first = "claim_plain"
+        if self.shared_streak > 0:
+            self.shared_streak -= 1
+            first = "claim_shared"
+        rows: list[Sequence[Any]] = yield Run(first, params)
+        if rows and rows[-1][0] is None and rows[-1][1] == "shared":  # the round-robin's
+            self.shared_streak = JUDGED_STREAK
+            rows = yield Run("claim_shared", params)
         if not rows or rows[-1][0] is not None:
             return rows
         if rows[-1][1] == "judge":  # the whole claim is claim_lease's
+            self.shared_streak = 0
             self.judged_streak = JUDGED_STREAK
             judged = yield Run("claim_lease", params)
             return judged

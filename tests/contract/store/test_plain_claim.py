@@ -85,9 +85,23 @@ async def test_tenants_sharing_a_queue_are_claimed_plain_in_turns(pg_store: Post
     _, gamma = await queued(pg_store, "c", 1, at=T0 + 20 * SEC, tenant="gamma")
     claims = await pg_store.claim([QUEUE], "w", 5, LEASE, T0 + MIN)
     assert [c.occurrence_id for c in claims] == [acme[0], beta[0], gamma[0], acme[1], beta[1]]
-    assert pg_store.driver.judged_streak == 0
-    rest = await pg_store.claim([QUEUE], "w", 5, LEASE, T0 + MIN)
+    assert (pg_store.driver.judged_streak, pg_store.driver.shared_streak) == (0, JUDGED_STREAK)
+    rest = await pg_store.claim([QUEUE], "w", 5, LEASE, T0 + MIN)  # claim_shared at once
     assert [c.occurrence_id for c in rest] == [acme[2], acme[3]]
+    assert pg_store.driver.shared_streak == JUDGED_STREAK - 1
+
+
+async def test_one_tenant_left_in_a_shared_queue_is_claimed_plain_again(pg_store: PostgresStore) -> None:
+    """After claims of a shared queue, the one-tenant claim is tried again once the streak
+    of round-robin claims has run out."""
+    _, acme = await queued(pg_store, "a", 3, tenant="acme")
+    pg_store.driver.shared_streak = 1
+    claims = await pg_store.claim([QUEUE], "w", 2, LEASE, T0 + MIN)  # claim_shared, one tenant
+    assert [c.occurrence_id for c in claims] == acme[:2]
+    assert pg_store.driver.shared_streak == 0
+    rest = await pg_store.claim([QUEUE], "w", 2, LEASE, T0 + MIN)  # claim_plain
+    assert [c.occurrence_id for c in rest] == acme[2:]
+    assert (pg_store.driver.judged_streak, pg_store.driver.shared_streak) == (0, 0)
 
 
 async def _capped(store: Store) -> None:
