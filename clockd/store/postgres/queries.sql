@@ -581,6 +581,27 @@ SELECT id, lease_token, attempts, schedule_id, schedule_version, scheduled_for, 
 FROM started
 ORDER BY trank, visible_at, dispatch_id;
 
+-- fragment: claim_start
+-- The end of claim_plain and of claim_shared (one text, included by both): lease the
+-- `starters`, the n-th the engine's n-th token, and start their runs, each checked
+-- claimable as it starts (a row whose occurrence is not is leased and not started: see
+-- claim_plain).
+), leased AS (
+    UPDATE dispatch
+    SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
+        worker_id = %(worker_id)s, leased_at = %(now)s
+    FROM starters AS s
+    WHERE dispatch.id = s.id
+    RETURNING dispatch.occurrence_id, dispatch.lease_token, s.start_no
+), started AS (
+    UPDATE occurrences AS o
+    SET state = %(running_state)s::text, attempts = o.attempts + 1,
+        started_at = coalesce(o.started_at, %(now)s)
+    FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
+    RETURNING o.id, leased.lease_token, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for,
+              o.max_attempts, leased.start_no
+)
+
 -- name: claim_plain
 -- The claim of one tenant's queue when there is nothing to judge (schema 0019), tried
 -- first: the queues' oldest :limit visible rows leased and started in queue order,
@@ -638,21 +659,7 @@ WITH RECURSIVE tenants (queue, tenant, depth) AS (
     SELECT c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS start_no
     FROM cand AS c WHERE (SELECT ok FROM plain)
     ORDER BY c.visible_at, c.id LIMIT %(limit)s
-), leased AS (
-    UPDATE dispatch
-    SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
-        worker_id = %(worker_id)s, leased_at = %(now)s
-    FROM starters AS s
-    WHERE dispatch.id = s.id
-    RETURNING dispatch.occurrence_id, dispatch.lease_token, s.start_no
-), started AS (
-    UPDATE occurrences AS o
-    SET state = %(running_state)s::text, attempts = o.attempts + 1,
-        started_at = coalesce(o.started_at, %(now)s)
-    FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
-    RETURNING o.id, leased.lease_token, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for,
-              o.max_attempts, leased.start_no
-)
+-- include: claim_start
 SELECT id, lease_token, attempts, schedule_id, schedule_version, scheduled_for, max_attempts
 FROM (SELECT * FROM started
       UNION ALL
@@ -702,21 +709,7 @@ ORDER BY start_no NULLS LAST;
                  row_number() OVER (PARTITION BY c.tenant ORDER BY c.visible_at, c.id) AS trank
           FROM cand AS c WHERE (SELECT ok FROM plain)) AS r
     ORDER BY r.trank, r.visible_at, r.id LIMIT %(limit)s
-), leased AS (
-    UPDATE dispatch
-    SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
-        worker_id = %(worker_id)s, leased_at = %(now)s
-    FROM starters AS s
-    WHERE dispatch.id = s.id
-    RETURNING dispatch.occurrence_id, dispatch.lease_token, s.start_no
-), started AS (
-    UPDATE occurrences AS o
-    SET state = %(running_state)s::text, attempts = o.attempts + 1,
-        started_at = coalesce(o.started_at, %(now)s)
-    FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
-    RETURNING o.id, leased.lease_token, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for,
-              o.max_attempts, leased.start_no
-)
+-- include: claim_start
 SELECT id, lease_token, attempts, schedule_id, schedule_version, scheduled_for, max_attempts
 FROM (SELECT * FROM started
       UNION ALL
