@@ -90,6 +90,11 @@ def trusted_sql(text: str) -> LiteralString:
     return text
 
 
+def _is_code(line: str) -> bool:
+    """A line that is sent: neither blank nor a comment line."""
+    return bool(line.strip()) and not line.lstrip().startswith("--")
+
+
 def parse_queries(text: str, origin: str = "<string>") -> Queries:
     """Split ``text`` into named blocks, fragments included where a block says so. Raises
     ``ValueError`` on a duplicate or badly formed name, an empty block, a statement before
@@ -107,13 +112,13 @@ def parse_queries(text: str, origin: str = "<string>") -> Queries:
                 if include.group(1) not in fragments:
                     raise ValueError(f"{origin}: {name!r} includes {include.group(1)!r}, not a fragment above it")
                 code += fragments[include.group(1)]
-            elif line.strip() and not line.lstrip().startswith("--"):
+            elif _is_code(line):
                 code.append(line)
         return code
 
     def flush() -> None:
         if name is None:
-            if any(line.strip() and not line.lstrip().startswith("--") for line in body):
+            if any(_is_code(line) for line in body):
                 raise ValueError(f"{origin}: SQL before the first '-- name:' line")
             return
         code = code_of(body)
