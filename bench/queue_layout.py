@@ -21,6 +21,9 @@ Layouts (the statements are the shape of clockd's, not clockd's own; not product
   id`` of the leased rows) dropped; the reaper reads the leased rows through
   ``dispatch_lease_token``, whose price is the reaper-pass figure.
 * ``0009, one ready index``: (b)'s upper bound — ``dispatch_ready_tenant`` dropped.
+* ``0010, UNLOGGED``: 0010's layout in an ``UNLOGGED`` table — the queue writes no WAL
+  (it would be rebuilt from the ENQUEUED and RUNNING occurrences after a crash or a
+  failover, which truncate it). Measured to see what the queue's WAL costs the hot path.
 * ``leases table``: (a) — the claim DELETEs the ready row and INSERTs a ``leases`` row
   (key ``lease_token``, index ``lease_until`` for the reaper); finish deletes the lease.
   The ready indexes need no predicate. Keeping the ready row and inserting a lease row
@@ -121,17 +124,21 @@ _FINISH_MOVE = "/* ql:{s} */ DELETE FROM {s}.leases WHERE lease_token = ANY(%(to
 LAYOUTS: dict[str, tuple[str, str, bool, bool]] = {
     "0009": ("ql_today", "unique", True, False),
     "0010: no dispatch_leased": ("ql_noleased", "unique", True, False),
+    "0010, UNLOGGED": ("ql_unlogged", "unique", True, False),
     "0009, occurrence index not UNIQUE": ("ql_plain", "plain", True, False),
     "0009, no occurrence index": ("ql_nouniq", "none", True, False),
     "0009, one ready index": ("ql_oneready", "unique", False, False),
     "leases table": ("ql_leases", "unique", True, True),
     "leases table, no occurrence index": ("ql_leases_nouniq", "none", True, True),
 }
+_NO_LEASED = ("ql_noleased", "ql_unlogged")  # 0010's layout: no dispatch_leased
+_UNLOGGED = ("ql_unlogged",)
 
 
 def _create(conn: psycopg.Connection[Any], schema: str, occurrence: str, tenant: bool, leases: bool) -> None:
     conn.execute(f"CREATE SCHEMA {schema}")
-    conn.execute(_DISPATCH.format(s=schema, unique="UNIQUE" if occurrence == "unique" else ""))
+    table = _DISPATCH.format(s=schema, unique="UNIQUE" if occurrence == "unique" else "")
+    conn.execute(table.replace("CREATE TABLE", "CREATE UNLOGGED TABLE") if schema in _UNLOGGED else table)
     if occurrence == "plain":
         conn.execute(f"CREATE INDEX ON {schema}.dispatch (occurrence_id)")
     if leases:
@@ -142,7 +149,7 @@ def _create(conn: psycopg.Connection[Any], schema: str, occurrence: str, tenant:
         conn.execute(f"CREATE INDEX ON {schema}.leases (lease_until)")
         return
     for ddl in _LEASED_INDEXES + ((_TENANT_INDEX,) if tenant else ()):
-        if schema != "ql_noleased" or "lease_until" not in ddl:
+        if schema not in _NO_LEASED or "lease_until" not in ddl:
             conn.execute(ddl.format(s=schema))
 
 
@@ -241,8 +248,13 @@ def run(quick: bool) -> list[dict[str, object]]:
                     "FROM pg_stat_statements WHERE query LIKE %s GROUP BY 1 ORDER BY 1",
                     (f"/* ql:{schema} */", f"/* ql:{schema} */%"),
                 ).fetchall()
+                (wal,) = conn.execute(
+                    "SELECT coalesce(sum(wal_bytes), 0) FROM pg_stat_statements WHERE query LIKE %s",
+                    (f"/* ql:{schema} */%",),
+                ).fetchone() or (0,)
                 log(f"queue_layout: {name}: " + ", ".join(
-                    f"{verb} {ms * 1000 / rows:.1f}" for verb, ms in phases) + " µs per row; × 0009 by round: "
+                    f"{verb} {ms * 1000 / rows:.1f}" for verb, ms in phases)
+                    + f" µs per row; WAL {float(wal) / rows:,.0f} bytes per row; × 0009 by round: "
                     + ", ".join(f"{r:.2f}" for r in ratios[name]))  # fmt: skip
             # What dropping dispatch_leased costs the reaper: each pass reads every live lease.
             held = 2_000 if quick else 5_000
