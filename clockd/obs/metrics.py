@@ -240,6 +240,11 @@ class _DefinitionCacheCollector(Collector):
             "Claimed occurrences whose definition was read from the store",
             value=misses,
         )
+        yield CounterMetricFamily(
+            "clockd_definition_cache_read_ahead",
+            "Definitions an idle worker read into the cache before their claims",
+            value=float(getattr(cache, "read_ahead", 0)),
+        )
         yield GaugeMetricFamily("clockd_definition_cache_entries", "Definitions cached", value=float(len(cache)))
         yield GaugeMetricFamily(
             "clockd_definition_cache_capacity",

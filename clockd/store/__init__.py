@@ -301,6 +301,23 @@ class Backlog:
     queues: tuple[QueueReady, ...] = ()  # per queue with an unleased row, by name
 
 
+# A queue row's place in claim order: (visible_at, dispatch id).
+QueuePosition = tuple[datetime, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAhead:
+    """What one ``read_ahead_definitions`` call did: queue rows ``looked_at``, definitions
+    ``read`` into the claim cache, where the next call goes on (``after``: the last row
+    looked at, or the position it was given when it found none) and the ``room`` left in
+    the cache (0: reading ahead would only be refused)."""
+
+    looked_at: int
+    read: int
+    after: QueuePosition | None
+    room: int
+
+
 @dataclass(frozen=True, slots=True)
 class LateRow:
     """A queued row the misfire sweep looks at (``misfire_pick``)."""
@@ -557,6 +574,20 @@ class Store(Protocol):
         its backoff), or None. Not a promise that it will be claimable then (caps, overlap,
         another worker): an idle worker wakes at this time instead of at its next poll, and
         a claim decides."""
+        ...
+
+    async def read_ahead_definitions(
+        self, queues: Sequence[str], after: QueuePosition | None, now: datetime, limit: int
+    ) -> ReadAhead:
+        """Read into the claim path's definition cache what the claims of the next ``limit``
+        unleased rows of ``queues`` will take from their definitions: the rows after
+        ``after`` in claim order (visible_at, id), or from ``now`` on when None. An idle
+        worker calls it before a burst staged in the queue is due, so that the burst's
+        claims find their definitions cached instead of reading them inside the claim's
+        transaction. Reads only (nothing locked), only definitions not cached yet, and
+        nothing once the cache is full (it would evict what the claims use). The position
+        returned (``ReadAhead.after``) is where the next call goes on: rows staged after
+        it since."""
         ...
 
     async def extend_leases(self, tokens: Sequence[str], lease_for: timedelta, now: datetime) -> set[str]:

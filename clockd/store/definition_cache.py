@@ -13,13 +13,19 @@ missed definition, in the place of a random entry: the cached set changes slowly
 schedules is still given back. Hits and misses are counted for the
 ``clockd_definition_cache_*`` metrics.
 
-Invariants: at most ``capacity`` entries; ``get`` never returns a definition stored
-under another key; one thread at a time (the store's writer).
+An idle worker fills it ahead of a burst staged in the queue
+(``Store.read_ahead_definitions``: ``unknown`` and ``put`` with ``ahead``, counted in
+``read_ahead``), only while it has room: a full cache keeps what it holds.
+
+Invariants: at most ``capacity`` entries; ``found`` never returns a definition stored
+under another key; safe from two threads (the claim fills it on the store's writer,
+the read-ahead on a reader: SQLite runs them on threads of their own).
 """
 
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
@@ -43,6 +49,8 @@ class DefinitionCache(Generic[V]):
         self.hits = 0
         self.misses = 0
         self._refused = 0  # inserts into the full cache since the last replacement
+        self.read_ahead = 0  # definitions put ahead of their claims
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -52,17 +60,36 @@ class DefinitionCache(Generic[V]):
         entries = self._entries
         hits: dict[Key, V] = {}
         missing: list[Key] = []
-        for key in keys:
-            entry = entries.get(key)
-            if entry is None:
-                missing.append(key)
-            else:
-                hits[key] = entry[1]
-        self.hits += len(hits)
-        self.misses += len(missing)
+        with self._lock:
+            for key in keys:
+                entry = entries.get(key)
+                if entry is None:
+                    missing.append(key)
+                else:
+                    hits[key] = entry[1]
+            self.hits += len(hits)
+            self.misses += len(missing)
         return hits, missing
 
-    def put(self, key: Key, definition: V) -> None:
+    def unknown(self, keys: Iterable[Key]) -> list[Key]:
+        """The keys of ``keys`` not cached, in their order, once each (not counted: no claim
+        asked for them)."""
+        entries = self._entries
+        with self._lock:
+            return [key for key in dict.fromkeys(keys) if key not in entries]
+
+    @property
+    def room(self) -> int:
+        """Entries that can still be added without replacing one."""
+        return max(0, self.capacity - len(self._keys))
+
+    def put(self, key: Key, definition: V, *, ahead: bool = False) -> None:
+        """Cache ``definition``; ``ahead``: read before any claim asked for it, admitted only
+        into free room (never in place of an entry the claims use)."""
+        with self._lock:
+            self._put(key, definition, ahead)
+
+    def _put(self, key: Key, definition: V, ahead: bool) -> None:
         entries, keys = self._entries, self._keys
         entry = entries.get(key)
         if entry is not None:
@@ -71,6 +98,9 @@ class DefinitionCache(Generic[V]):
         if len(keys) < self.capacity:
             entries[key] = (len(keys), definition)
             keys.append(key)
+            self.read_ahead += ahead
+            return
+        if ahead:
             return
         self._refused += 1
         if self._refused < REPLACE_EVERY:

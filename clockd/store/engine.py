@@ -77,8 +77,10 @@ from clockd.store import (
     NewOccurrence,
     NewSchedule,
     OccurrencePage,
+    QueuePosition,
     QueueReady,
     QueueStats,
+    ReadAhead,
     Reaped,
     ReconcileRows,
     Relayed,
@@ -1561,6 +1563,38 @@ class SqlStore:
         result: datetime | None = await self._read(body())
         return result
 
+    async def read_ahead_definitions(
+        self, queues: Sequence[str], after: QueuePosition | None, now: datetime, limit: int
+    ) -> ReadAhead:
+        cache = self.definitions
+        if limit <= 0 or not queues or cache.room == 0:
+            return ReadAhead(0, 0, after, cache.room)
+        d = self.driver
+        # From `now` on: past every row visible at `now` (ids are positive).
+        after_at, after_id = after if after is not None else (now, 2**63 - 1)
+        params = {
+            "queues": d.array(list(dict.fromkeys(queues))),
+            "after_at": d.instant(after_at),
+            "after_id": after_id,
+            "limit": limit,
+        }
+
+        def body() -> Body[tuple[list[Sequence[Any]], list[Sequence[Any]]]]:
+            rows = yield Run("queue_upcoming_definitions", params)
+            wanted = cache.unknown((schedule_id, int(version)) for _, _, schedule_id, version in rows)[: cache.room]
+            if not wanted:
+                return rows, []
+            found = yield Run("schedule_definitions", d.table("keys", ("schedule_ids", "versions"), wanted))
+            return rows, found
+
+        rows, found = await self._read(body())
+        for schedule_id, version, name, target, retry, timeout_us in found:
+            cache.put((schedule_id, int(version)), claim_parts(name, target, retry, timeout_us), ahead=True)
+        if rows:
+            last_at, last_id = rows[-1][0], rows[-1][1]
+            after = (d.read(last_at), int(last_id))
+        return ReadAhead(len(rows), len(found), after, cache.room)
+
     async def start_lag(self, since: datetime, now: datetime) -> LagStats:
         d = self.driver
 
@@ -1724,7 +1758,7 @@ ENGINE_QUERIES: Final = frozenset(
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram", "occurrences_started_after", "schedule_cursor_move",
         "schedules_page_state", "schedules_page_label", "schedule_labels_insert", "schedule_labels_delete",
-        "queue_vacuum_allowed", "queue_vacuum", "write_probe",
+        "queue_vacuum_allowed", "queue_vacuum", "write_probe", "queue_upcoming_definitions",
     }
 )  # fmt: skip
 

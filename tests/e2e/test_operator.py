@@ -40,6 +40,7 @@ FAMILIES = (
     "clockd_tzdata_info",
     "clockd_definition_cache_hits",  # the claims' definition cache (hit rate = hits / (hits + misses))
     "clockd_definition_cache_misses",
+    "clockd_definition_cache_read_ahead",
     "clockd_definition_cache_entries",
     "clockd_definition_cache_capacity",
 )

@@ -37,3 +37,17 @@ def test_a_working_set_that_fits_is_all_hits_after_the_first_cycle() -> None:
     found, missing = cache.found(keys)
     assert missing == [] and sorted(found) == sorted(keys) and cache.hits == 100
     assert all(found[k].name == k[0] for k in keys)
+
+
+def test_read_ahead_takes_only_free_room_and_never_replaces_an_entry() -> None:
+    """What an idle worker reads ahead goes into free room only: once the cache is full it
+    keeps what the claims use (a claim's miss may still take a random place)."""
+    cache: DefinitionCache[ScheduleDef] = DefinitionCache(3)
+    cache.put(("used", 1), definition("used"))
+    assert cache.unknown([("used", 1), ("a", 1), ("a", 1), ("b", 1)]) == [("a", 1), ("b", 1)]
+    assert (cache.hits, cache.misses, cache.room) == (0, 0, 2)  # unknown() counts nothing
+    for name in ("a", "b", "c", "d"):
+        cache.put((name, 1), definition(name), ahead=True)
+    assert (len(cache), cache.read_ahead, cache.room) == (3, 2, 0)
+    found, missing = cache.found([("used", 1), ("a", 1), ("b", 1), ("c", 1)])
+    assert sorted(found) == [("a", 1), ("b", 1), ("used", 1)] and missing == [("c", 1)]

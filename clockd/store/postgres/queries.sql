@@ -1368,6 +1368,27 @@ CROSS JOIN LATERAL (
     ORDER BY d.visible_at LIMIT 1
 ) AS n;
 
+-- name: queue_upcoming_definitions
+-- The definitions (schedule_id, version) of the asked queues' unleased rows after the
+-- position (:after_at, :after_id) in queue order (visible_at, id), the first :limit of
+-- them with their positions: what an idle worker reads into its claim cache ahead of a
+-- burst staged in the queue (Store.read_ahead_definitions). dispatch_ready from the
+-- position in each queue, then one probe of each row's occurrence (LIMIT 1: a nested
+-- loop of probes, never a join over a scan of the history, whatever the estimates).
+SELECT u.visible_at, u.id, o.schedule_id, o.schedule_version
+FROM (SELECT n.visible_at, n.id, n.occurrence_id
+      FROM unnest(%(queues)b::text[]) AS q(queue)
+      CROSS JOIN LATERAL (
+          SELECT d.visible_at, d.id, d.occurrence_id FROM dispatch AS d
+          WHERE d.queue = q.queue AND d.lease_token IS NULL
+            AND (d.visible_at, d.id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+          ORDER BY d.visible_at, d.id LIMIT %(limit)s
+      ) AS n
+      ORDER BY n.visible_at, n.id LIMIT %(limit)s) AS u
+CROSS JOIN LATERAL (SELECT o.schedule_id, o.schedule_version FROM occurrences AS o
+                    WHERE o.id = u.occurrence_id LIMIT 1) AS o
+ORDER BY u.visible_at, u.id;
+
 -- name: queue_stats
 -- The queue per queue name. `staged` includes rows waiting out a retry backoff and
 -- queue_one's parked waiter.

@@ -934,6 +934,20 @@ SELECT min((SELECT d.visible_at FROM dispatch AS d
             ORDER BY d.visible_at LIMIT 1))
 FROM json_each(:queues) AS q;
 
+-- name: queue_upcoming_definitions
+-- The definitions (schedule_id, version) of the asked queues' unleased rows after the
+-- position (:after_at, :after_id) in queue order (visible_at, id), the first :limit of
+-- them with their positions (:queues = JSON array): what an idle worker reads into its
+-- claim cache ahead of a burst (Store.read_ahead_definitions). dispatch_ready (its rowid
+-- is the id) from the position, one probe of each row's occurrence.
+SELECT d.visible_at, d.id, o.schedule_id, o.schedule_version
+FROM json_each(:queues) AS q
+JOIN dispatch AS d ON d.queue = q.value AND d.lease_token IS NULL
+                  AND (d.visible_at, d.id) > (:after_at, :after_id)
+JOIN occurrences AS o ON o.id = d.occurrence_id
+ORDER BY d.visible_at, d.id
+LIMIT :limit;
+
 -- name: queue_stats
 -- The queue per queue name. `staged` includes rows waiting out a retry backoff and
 -- queue_one's parked waiter.

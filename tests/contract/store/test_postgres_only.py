@@ -648,6 +648,26 @@ async def test_an_idle_workers_next_visible_reads_one_row_of_a_queue_never_analy
     assert await stores[1].next_visible(["default"], now) == T0 + 100 * US
 
 
+async def test_reading_ahead_reads_a_chunk_of_the_queue_and_probes_only_its_occurrences(
+    stores: list[PostgresStore], pg_dsn: str
+) -> None:
+    """An idle worker reads ahead a chunk of the rows staged next (2,000 of the 500,000 drill's
+    at a time): dispatch_ready from the position on, one probe of each row's occurrence —
+    never a scan of the queue or a join over the history, analyzed or not."""
+    await fill_queue(stores[0], 2000)  # visible at T0 + i µs
+    params = {"queues": ["default"], "after_at": T0 + 999 * US, "after_id": 2**63 - 1, "limit": 100}
+    for analyze in ("", "dispatch, occurrences"):
+        plan = await analyzed_plan(pg_dsn, "queue_upcoming_definitions", params, analyze=analyze)
+        ran = [n for n in plan if n.get("Actual Loops")]  # the empty weeks' scans are pruned as it runs
+        assert not [n for n in ran if n["Node Type"] in ("Seq Scan", "Hash Join", "Merge Join")], plan
+        tables = [(n.get("Relation Name", ""), n["Actual Rows"] * n["Actual Loops"]) for n in ran]
+        read = {t: sum(rows for name, rows in tables if name.startswith(t)) for t in ("dispatch", "occurrences")}
+        assert read == {"dispatch": 100, "occurrences": 100}, plan
+    done = await stores[1].read_ahead_definitions(["default"], None, T0 + 999 * US, 100)
+    assert (done.looked_at, done.read) == (100, 1)  # the rows of one schedule
+    assert done.after is not None and done.after[0] == T0 + 1099 * US
+
+
 async def test_the_backlog_sample_counts_due_schedules_by_shard_range(stores: list[PostgresStore], pg_dsn: str) -> None:
     """The leader's 10-second sample counts the due schedules per shard over schedules_due's
     range up to now, not by reading every active schedule's index entry (the index leads
