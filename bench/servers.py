@@ -19,6 +19,7 @@ import contextlib
 import os
 import secrets
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,6 +236,32 @@ def machine_busy() -> tuple[float, float]:
     return float(sum(values[:8]) - idle), float(sum(values[:8]))
 
 
+# The throwaway cluster also logs the plan (EXPLAIN, not ANALYZE: no cost to the others) of
+# every statement that ran for more than a second. A drill that once drained 30 times
+# slower than the runs around it (2026-12-06: the finish's statements at ~1.2 s per call,
+# PostgreSQL's CPU saturated) could not be explained afterwards; next time the plans are
+# kept (_keep_slow_plans).
+SLOW_PLANS = {
+    "shared_preload_libraries": "'pg_stat_statements,auto_explain'",
+    "auto_explain.log_min_duration": "1000",
+    "auto_explain.log_analyze": "off",
+}
+
+
+def _keep_slow_plans(pg: PostgresServer) -> None:
+    """Copy the server's log out of its throwaway directory when a statement's plan is in it."""
+    try:
+        text = pg.logfile.read_text(errors="replace")
+    except OSError:
+        return
+    slow = text.count("duration:")
+    if slow:
+        fd, path = tempfile.mkstemp(prefix="clockd-bench-slow-plans-", suffix=".log")
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        log(f"postgres: {slow} statement(s) ran over 1 s; their plans are kept in {path}")
+
+
 @contextlib.contextmanager
 def servers(store: str | None = None, etcd: str | None = None) -> Iterator[Servers]:
     """PostgreSQL and etcd for the run: the given ones, or throwaway ones (stopped after)."""
@@ -247,7 +274,7 @@ def servers(store: str | None = None, etcd: str | None = None) -> Iterator[Serve
         if store is None:
             # pg_stat_statements always (the sustained run prints database time per
             # execution); every nested statement only when profiling.
-            settings = dict(PG_SETTINGS) | {"shared_preload_libraries": "'pg_stat_statements'"}
+            settings = dict(PG_SETTINGS) | SLOW_PLANS
             if os.environ.get("BENCH_PROFILE"):
                 settings |= {"pg_stat_statements.track": "all"}
             pg = PostgresServer(durable=True, settings=settings).start()
@@ -268,4 +295,5 @@ def servers(store: str | None = None, etcd: str | None = None) -> Iterator[Serve
         if etcd_server is not None:
             etcd_server.stop()
         if pg is not None:
+            _keep_slow_plans(pg)
             pg.stop()
