@@ -371,6 +371,18 @@ FROM queued;
 
 -- ------------------------------------------------------------------ worker
 
+-- fragment: claim_oldest
+-- The queues' oldest :limit visible unleased rows, locked SKIP LOCKED (their ids): the last
+-- branch of claim_ready's pick and the whole of claim_plain's (one text, included by both).
+    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
+    CROSS JOIN LATERAL (
+        SELECT dispatch.id FROM dispatch
+        WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
+          AND dispatch.visible_at <= %(now)s
+        ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS g
+
 -- fragment: claim_ready
 -- The claim's pick, the start of claim_shared and of claim_lease (one text, included by
 -- both; see claim_lease for what each step does):
@@ -404,14 +416,7 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     ) AS f
     WHERE r.n > 1
     UNION ALL
-    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
-    CROSS JOIN LATERAL (
-        SELECT dispatch.id FROM dispatch
-        WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
-          AND dispatch.visible_at <= %(now)s
-        ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS g
+-- include: claim_oldest
 
 -- name: claim_lease
 -- The claim, one statement chain. SQLite runs its steps as statements of their own
@@ -623,8 +628,9 @@ ORDER BY trank, visible_at, dispatch_id;
 -- a row with 'unstarted' in the token column, and the driver gives those leases back
 -- (claim_unlease_unstarted), so the row is left in the queue unleased, as claim_lease
 -- leaves it. The tenant probe stops at a queue's second tenant (enough to say "shared").
--- `tenants` and `picked` repeat the first and last steps of claim_ready (its tenant
--- probe and its oldest-rows branch, without the shares): a change to either is made here.
+-- `tenants` repeats claim_ready's first step (its tenant probe, stopped at the second
+-- tenant): a change to it is made here too; `picked` is claim_ready's oldest-rows branch,
+-- the fragment claim_oldest (without the shares).
 WITH RECURSIVE tenants (queue, tenant, depth) AS (
     SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = q.queue
@@ -636,14 +642,7 @@ WITH RECURSIVE tenants (queue, tenant, depth) AS (
                      ORDER BY d.tenant LIMIT 1), 2
     FROM tenants AS t WHERE t.tenant IS NOT NULL AND t.depth = 1
 ), picked AS (
-    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
-    CROSS JOIN LATERAL (
-        SELECT dispatch.id FROM dispatch
-        WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
-          AND dispatch.visible_at <= %(now)s
-        ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS g
+-- include: claim_oldest
 ), cand AS MATERIALIZED (
     SELECT d.id, d.tenant, d.visible_at, d.overlap FROM dispatch AS d
     WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
