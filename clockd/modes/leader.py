@@ -13,8 +13,9 @@ and free overlap slots whose holder ended without releasing them (canceled or
 missed while waiting to retry); every ``prune_every``, delete terminal history
 older than ``retention``; every ``queue_vacuum_every``, vacuum the queue table
 (``Store.vacuum_queue``: autovacuum comes at most once a minute, and the claims walk
-the dead entries it leaves behind until then) and ANALYZE it when its statistics say
-"nearly empty" under a staged burst (planned as one row otherwise); sample backlog, queue, dead-letter
+the dead entries it leaves behind until then) and ANALYZE it, or a partition of
+history, when its statistics say "nearly empty" while it fills (planned as one row
+otherwise); sample backlog, queue, dead-letter
 and reconciler figures (``clockd.modes.sampler``).
 
 With a ``Notifier``: a reaped attempt is a ``failure`` (and ``dead`` when it was

@@ -736,12 +736,13 @@ class Store(Protocol):
         delete) and their entries at the head of the ready indexes, which every claim
         walks until a vacuum removes them; autovacuum visits a table at most once per
         ``autovacuum_naptime`` (a minute by default, server-wide), by when 10,000
-        executions/s have left ~600,000 (README "Round two"). Then, when the queue's
-        statistics count fewer rows than it has pages and over 1,000 rows changed since
-        its last ANALYZE, ``ANALYZE (SKIP_LOCKED) dispatch``: a queue VACUUMed empty keeps
-        its pages, and a burst staged into them is otherwise planned as one row until
-        autovacuum's next ANALYZE (a claim of 500 took seconds; the SQL of
-        ``queue_analyze_due`` says when it runs). Returns False when this role may not
+        executions/s have left ~600,000 (README "Round two"). Then ``ANALYZE (SKIP_LOCKED)``
+        of each hot table — the queue, the history's partitions — whose statistics count
+        fewer rows than it has pages while over 1,000 rows changed since its last ANALYZE:
+        a queue VACUUMed empty keeps its pages, a week's partition counted beside the first
+        batch written to it counts none, and either is otherwise planned as one row until
+        autovacuum's next ANALYZE (claims and finishes of 500 took seconds; the SQL of
+        ``stale_statistics_analyze`` says why). Returns False when this role may not
         vacuum the table (only its owner, the database's owner or a superuser may; the
         same for ANALYZE), having done nothing. SQLite: nothing to reclaim, True."""
         ...

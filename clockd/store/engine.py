@@ -339,16 +339,14 @@ class SqlStore:
     async def vacuum_queue(self) -> bool:
         """See the port. A ``read``: PostgreSQL runs it as autocommit statements (VACUUM
         refuses to run in a transaction); each dialect's SQL says what the steps are: may this
-        role, the VACUUM, whether the queue's statistics have fallen behind, the ANALYZE."""
+        role, the queue's VACUUM, the ANALYZE of hot tables whose statistics say "empty"."""
 
         def body() -> Body[bool]:
             allowed = yield Run("queue_vacuum_allowed", fetch="one")
             if allowed is None or not allowed[0]:
                 return False
             yield Run("queue_vacuum", fetch="none")
-            due = yield Run("queue_analyze_due", fetch="one")
-            if due is not None and due[0]:
-                yield Run("queue_analyze", fetch="none")
+            yield Run("stale_statistics_analyze", fetch="none")
             return True
 
         result: bool = await self._read(body())
@@ -1762,7 +1760,7 @@ ENGINE_QUERIES: Final = frozenset(
         "schedules_page", "occurrences_page", "run_summaries", "occurrences_set_reason",
         "start_lag_histogram", "occurrences_started_after", "schedule_cursor_move",
         "schedules_page_state", "schedules_page_label", "schedule_labels_insert", "schedule_labels_delete",
-        "queue_vacuum_allowed", "queue_vacuum", "queue_analyze_due", "queue_analyze", "write_probe",
+        "queue_vacuum_allowed", "queue_vacuum", "stale_statistics_analyze", "write_probe",
         "queue_upcoming_definitions",
     }
 )  # fmt: skip

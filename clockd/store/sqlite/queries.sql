@@ -478,12 +478,9 @@ SELECT 1;
 -- row versions), and the file's free pages are reused by the next inserts.
 SELECT 1;
 
--- name: queue_analyze_due
--- Never: the embedded store's statistics are PRAGMA optimize's, run as it closes
+-- name: stale_statistics_analyze
+-- Nothing: the embedded store's statistics are PRAGMA optimize's, run as it closes
 -- (SqliteStore._close), not kept up at the leader's tick.
-SELECT 0;
-
--- name: queue_analyze
 SELECT 1;
 
 -- ------------------------------------------------------------------ observation
