@@ -10,11 +10,16 @@ occurrences are inserted if absent, and outbox rows are written. A zombie
 whose lease passed its deadline does not even try (``lease.valid``), and if it
 was paused between that check and the commit, the fence rejects it.
 
-Pipelined: while one shard's batch is being written, the next shard's due schedules
+Pipelined: while shard batches are being written, the next shard's due schedules
 are read (another connection) and planned (this process's CPU), so the database and
-the planner work at the same time instead of taking turns; one write is in flight at a
-time, in the order of the shards, and a failed write ends the tick as before. Each
-write still checks its own lease right before it starts, and is fenced.
+the planner work at the same time instead of taking turns. Up to ``writes_in_flight``
+writes (two) are in flight at once, each its own transaction on its own connection,
+started in the order of the shards; a shard has one batch per tick, so its own writes
+never overlap. A failed write ends the tick (the others in flight commit or fail on
+their own, never cut). Each write still checks its own lease right before it starts,
+and is fenced. Why two: on a database whose cores are busy, each backend gets at most
+its fair share of them, and one writing backend could not keep up with 10,000
+occurrences a second beside the workers' (README, "Two materializer writes in flight").
 
 Cursor semantics: ``next_run_at`` is the earliest instant not yet materialized.
 Materializing never moves it backwards and never writes an instant twice
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -83,6 +89,11 @@ class MaterializerSettings:
     hold_while: str | None = None
     # Seconds between reads of what the live workers honour (clockd.core.capabilities).
     capabilities_every: float = 2.0
+    # Shard batches being written at once, each in its own transaction (and connection).
+    # Two, not one: on a busy database server a backend gets at most its fair share of the
+    # cores, and the materializer's one backend fell behind at 10,000 occurrences/s while
+    # the workers' backends kept up (README, "Two materializer writes in flight").
+    writes_in_flight: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +162,7 @@ class Materializer:
         await self._read_rates()
         await self._read_offered()
         more = False
-        writing: asyncio.Task[None] | None = None  # the previous shard's write, in flight
+        writing: deque[asyncio.Task[None]] = deque()  # earlier shards' writes, in flight
         try:
             for shard in shards:
                 lease = leases[shard]
@@ -162,16 +173,17 @@ class Materializer:
                 if not due:
                     continue
                 plan = self._plan_shard(lease, due)
-                if writing is not None:
-                    await writing  # one write at a time, in shard order; its error ends the tick
-                writing = asyncio.create_task(self._write_shard(plan))
-            if writing is not None:
-                await writing
+                while len(writing) >= max(1, self.settings.writes_in_flight):
+                    await writing.popleft()  # the oldest first; its error ends the tick
+                writing.append(asyncio.create_task(self._write_shard(plan)))
+            while writing:
+                await writing.popleft()
         finally:
-            # A read that failed (or a stop) while a write was in flight: the write is one
-            # transaction, left to commit or fail on its own rather than cut in the middle.
-            if writing is not None and not writing.done():
-                await asyncio.gather(writing, return_exceptions=True)
+            # A read or a write that failed (or a stop) while other writes were in flight:
+            # each is one transaction, left to commit or fail on its own rather than cut in
+            # the middle (the error that ends the tick is the one already raised).
+            if writing:
+                await asyncio.gather(*writing, return_exceptions=True)
         return more
 
     async def _read_rates(self) -> None:

@@ -493,7 +493,7 @@ class Store(Protocol):
         """The shards among ``shards`` with at least one active schedule whose
         ``next_run_at <= until``, each with its earliest such cursor, the earliest first
         (ties by shard number). One index probe per shard: the materializer's idle tick
-        costs one round trip, and its busy ticks read and write one shard at a time; the
+        costs one round trip, and its busy ticks read and write shard by shard; the
         earliest cursors give how far ahead the shards are planned
         (``clockd_materializer_lead_seconds``)."""
         ...
