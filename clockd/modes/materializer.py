@@ -13,13 +13,15 @@ was paused between that check and the commit, the fence rejects it.
 Pipelined: while shard batches are being written, the next shard's due schedules
 are read (another connection) and planned (this process's CPU), so the database and
 the planner work at the same time instead of taking turns. Up to ``writes_in_flight``
-writes (two) are in flight at once, each its own transaction on its own connection,
-started in the order of the shards; a shard has one batch per tick, so its own writes
-never overlap. A failed write ends the tick (the others in flight commit or fail on
-their own, never cut). Each write still checks its own lease right before it starts,
-and is fenced. Why two: on a database whose cores are busy, each backend gets at most
-its fair share of them, and one writing backend could not keep up with 10,000
-occurrences a second beside the workers' (README, "Two materializer writes in flight").
+writes (two) are in flight at once, each its own transaction (on PostgreSQL on its own
+connection; SQLite's store runs one transaction at a time on its thread, so there the
+second waits its turn), started in the order of the shards; a shard has one batch per
+tick, so its own writes never overlap. A failed write ends the tick (the others in
+flight commit or fail on their own, never cut). Each write still checks its own lease
+right before it starts, and is fenced. Why two: on a database whose cores are busy,
+each backend gets at most its fair share of them, and one writing backend could not
+keep up with 10,000 occurrences a second beside the workers' (README, "Two materializer
+writes in flight").
 
 Cursor semantics: ``next_run_at`` is the earliest instant not yet materialized.
 Materializing never moves it backwards and never writes an instant twice
@@ -89,7 +91,8 @@ class MaterializerSettings:
     hold_while: str | None = None
     # Seconds between reads of what the live workers honour (clockd.core.capabilities).
     capabilities_every: float = 2.0
-    # Shard batches being written at once, each in its own transaction (and connection).
+    # Shard batches being written at once, each in its own transaction (PostgreSQL: its
+    # own connection from the pool; SQLite's store runs them one after the other).
     # Two, not one: on a busy database server a backend gets at most its fair share of the
     # cores, and the materializer's one backend fell behind at 10,000 occurrences/s while
     # the workers' backends kept up (README, "Two materializer writes in flight").
