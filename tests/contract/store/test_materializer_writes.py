@@ -62,8 +62,7 @@ class OverlapWatch:
 
 
 async def planned(p: Pipeline, schedule_id: str) -> int:
-    rows = await p.sql("SELECT count(*) FROM occurrences WHERE schedule_id = ?", schedule_id)
-    return int(rows[0][0])
+    return len(await p.store.list_occurrences(schedule_id, limit=100))
 
 
 async def two_shards(p: Pipeline) -> tuple[str, str]:
