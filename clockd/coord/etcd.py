@@ -14,9 +14,11 @@ Terms and tokens (notes/etcd.md §4):
   and monotonic, so every later term of a resource has a larger token.
 * Each lease is refreshed every TTL/3. After a refresh sent at ``t_send`` that returns
   ``TTL > 0`` the local deadline is ``t_send + TTL − 1 s`` on the monotonic clock,
-  which is always before the server-side expiry. ``TTL ≤ 0`` means lost now; failed
-  refreshes are retried every 0.5 s (each call bounded by the time left) until the
-  deadline, where the role is lost.
+  which is always before the server-side expiry. ``TTL ≤ 0`` means lost now; a failed
+  refresh is retried until the deadline, where the role is lost: attempts of at most
+  0.25 s each (never past the time left), started at least 0.25 s apart, so that a
+  renewal an etcd member holds while it has no raft leader does not hold the lease past
+  the election that gives it one (``REFRESH_ATTEMPT``).
 * A loss — refresh says TTL ≤ 0, the deadline passes, the watch shows the key deleted
   or re-created, ``lost()`` from a bounced fenced write, membership moving a shard
   elsewhere — first drops the role in-process, synchronously, before any ``await``;
@@ -95,7 +97,16 @@ MATERIALIZER = "materializer"
 
 RPC_TIMEOUT = 2.0  # every etcd call is bounded; a frozen etcd must not hang a task
 MARGIN = 1.0  # local deadline = t_send + TTL - MARGIN
-RETRY_INTERVAL = 0.5  # between failed refreshes, until the deadline
+# A refresh is tried again until its local deadline: each attempt waits at most
+# REFRESH_ATTEMPT for etcd's answer, and attempts start at least RETRY_INTERVAL apart.
+# Short attempts because an etcd member without a raft leader holds a lease renewal and
+# looks for a leader again only once per election timeout (etcd 3.4's waitLeader sleeps
+# a whole election timeout, 1 s by default, between looks): one renewal sent while the
+# cluster elected a new leader waited out the rest of the deadline although the leader
+# was there well before it, and every node whose deadline fell in that second lost its
+# leases (leadership and all its shards moved although etcd had kept every lease).
+RETRY_INTERVAL = 0.25
+REFRESH_ATTEMPT = 0.25
 POLL_INTERVAL = 1.0  # backstop re-read of P/ when the watch is quiet or broken
 MAX_BACKOFF = 2.0  # cap of the retry backoff while etcd is unreachable
 REVOKE_TIMEOUT = 1.0
@@ -913,9 +924,11 @@ class EtcdCoordinator:
             if left <= 0:
                 return "deadline passed without a successful refresh"
             try:
-                ttl = await etcd.refresh(lease_id, min(RPC_TIMEOUT, left))
+                ttl = await etcd.refresh(lease_id, min(REFRESH_ATTEMPT, left))
             except CoordError:
-                await asyncio.sleep(max(0.0, min(RETRY_INTERVAL, deadline() - self._now())))
+                # An attempt cut at REFRESH_ATTEMPT is followed at once; one refused sooner
+                # waits for the rest of RETRY_INTERVAL (never past the deadline).
+                await asyncio.sleep(max(0.0, min(t_send + RETRY_INTERVAL, deadline()) - self._now()))
                 continue
             if ttl <= 0:
                 return "lease expired"

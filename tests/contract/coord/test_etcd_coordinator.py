@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 import subprocess
@@ -484,6 +485,74 @@ async def test_killed_etcd_member_leaves_no_leadership_gap_over_ttl(
         await eventually(lambda: balanced_exactly_once(coords), 10, "shards owned again")
     finally:
         await asyncio.gather(*(c.stop() for c in coords), return_exceptions=True)
+
+
+RENEWED_WITHIN = 0.5  # seconds from a raft leader's election to every held lease renewed
+LAPSED = "deadline passed without a successful refresh"  # the reason a lapsed lease is logged with
+
+
+@pytest.mark.serial  # asserts how soon after an election the leases are renewed
+@pytest.mark.timeout(150)
+async def test_killed_raft_leader_member_costs_no_lease_that_outlives_the_election(
+    etcd_cluster: EtcdCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # etcd keeps every lease through its own leader's death (the new raft leader extends
+    # them); so must the coordinators, for each lease whose local deadline is still ahead
+    # when the new leader is elected: its role and shards are not dropped for want of a
+    # renewal. With a 3-second TTL the deadline is 1-2 s after the kill and the election
+    # takes 1-2 s, so a renewal has to be answered soon after the election ends. Before
+    # the refreshes were cut into short attempts, a renewal sent to a member without a
+    # leader waited on it for up to a second after the election (etcd 3.4 looks for a
+    # leader once per election timeout) and ran out the deadline: leadership and shards
+    # lapsed in each of fifteen kills. (A node whose deadline came before the election
+    # loses its session; the others' shards then move by rebalancing, which is not a lapse.)
+    caplog.set_level(logging.INFO, logger="clockd.coord.etcd")
+    checked_rounds = 0
+    for rnd in range(8):  # until two rounds had a lease to check (an election may outlast all)
+        if checked_rounds == 2:
+            break
+        checked_rounds += await _kill_the_raft_leader(etcd_cluster, caplog, f"kill{rnd}-{uuid.uuid4().hex[:8]}")
+    assert checked_rounds, "no lease outlived an election in eight rounds: nothing was checked"
+
+
+async def _kill_the_raft_leader(etcd_cluster: EtcdCluster, caplog: pytest.LogCaptureFixture, name: str) -> bool:
+    """One round of the test above: three coordinators (TTL 3 s) in steady state, the raft
+    leader killed right after the leadership's renewal, then restarted. Fails if a lease
+    whose deadline outlived the election by RENEWED_WITHIN lapsed; says whether one did."""
+    ttl = 3.0
+    raft_leader = etcd_cluster.leader_index()
+    order = [raft_leader] + [i for i in range(3) if i != raft_leader]
+    endpoints = [etcd_cluster.endpoints[i] for i in order]
+    coords = [EtcdCoordinator(endpoints, name, f"n{i}", shard_count=SHARDS, ttl=ttl) for i in range(3)]
+    try:
+        for c in coords:
+            await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
+        await eventually(lambda: len(leaders(coords)) == 1 and balanced_exactly_once(coords), 10, "steady state")
+        # Kill right after the leader's lease was renewed: its deadline is then 2 s ahead.
+        ((_, before),) = leaders(coords)
+        await eventually(lambda: any(lease.deadline > before.deadline for _, lease in leaders(coords)), 5,
+                         "the leader's lease renewed")  # fmt: skip
+        # Each node's leases at the kill: its session (every shard's deadline) and its leadership.
+        deadlines = {(c.node_id, "shard_released"): c.shard_leases()[0].deadline for c in coords}
+        deadlines.update({(c.node_id, "leadership_lost"): lease.deadline for c, lease in leaders(coords)})
+        seen = len(caplog.records)
+        etcd_cluster.members[raft_leader].kill()
+        killed = time.monotonic()
+        await asyncio.to_thread(etcd_cluster.leader_index, 10.0)
+        elected = time.monotonic()
+        while time.monotonic() - killed < ttl + 2:  # past every deadline held at the kill
+            assert len(leaders(coords)) <= 1, "two valid leaders"
+            await asyncio.sleep(0.05)
+    finally:
+        await asyncio.gather(*(c.stop() for c in coords), return_exceptions=True)
+    etcd_cluster.members[raft_leader].restart()
+    lapsed = {(getattr(r, "node", None), getattr(r, "action", None))
+              for r in caplog.records[seen:] if getattr(r, "reason", None) == LAPSED}  # fmt: skip
+    outlived = {key for key, deadline in deadlines.items() if deadline > elected + RENEWED_WITHIN}
+    print(f"{name}: election {elected - killed:.2f}s after the kill; {len(outlived)} of {len(deadlines)} "
+          f"leases outlived it by {RENEWED_WITHIN}s; lapsed {sorted(lapsed)}")  # fmt: skip
+    assert not outlived & lapsed, f"lapsed although their deadline outlived the election: {outlived & lapsed}"
+    return bool(outlived)
 
 
 # -- stop() is bounded -----------------------------------------------------------------------
