@@ -14,11 +14,11 @@ Terms and tokens (notes/etcd.md §4):
   and monotonic, so every later term of a resource has a larger token.
 * Each lease is refreshed every TTL/3. After a refresh sent at ``t_send`` that returns
   ``TTL > 0`` the local deadline is ``t_send + TTL − 1 s`` on the monotonic clock,
-  which is always before the server-side expiry. ``TTL ≤ 0`` means lost now; a failed
-  refresh is retried until the deadline, where the role is lost: attempts of at most
-  0.25 s each (never past the time left), started at least 0.25 s apart, so that a
-  renewal an etcd member holds while it has no raft leader does not hold the lease past
-  the election that gives it one (``REFRESH_ATTEMPT``).
+  which is always before the server-side expiry. ``TTL ≤ 0`` means lost now; until an
+  answer comes, a new attempt starts every 0.25 s beside those still waiting, up to the
+  deadline, where the role is lost: a renewal an etcd member holds while it has no raft
+  leader then does not hold the lease past the election that gives it one, and a slow
+  link's answers are still waited for (``RETRY_INTERVAL``).
 * A loss — refresh says TTL ≤ 0, the deadline passes, the watch shows the key deleted
   or re-created, ``lost()`` from a bounced fenced write, membership moving a shard
   elsewhere — first drops the role in-process, synchronously, before any ``await``;
@@ -97,16 +97,17 @@ MATERIALIZER = "materializer"
 
 RPC_TIMEOUT = 2.0  # every etcd call is bounded; a frozen etcd must not hang a task
 MARGIN = 1.0  # local deadline = t_send + TTL - MARGIN
-# A refresh is tried again until its local deadline: each attempt waits at most
-# REFRESH_ATTEMPT for etcd's answer, and attempts start at least RETRY_INTERVAL apart.
-# Short attempts because an etcd member without a raft leader holds a lease renewal and
-# looks for a leader again only once per election timeout (etcd 3.4's waitLeader sleeps
-# a whole election timeout, 1 s by default, between looks): one renewal sent while the
-# cluster elected a new leader waited out the rest of the deadline although the leader
-# was there well before it, and every node whose deadline fell in that second lost its
-# leases (leadership and all its shards moved although etcd had kept every lease).
+# A refresh tries until its local deadline; a new attempt starts every RETRY_INTERVAL
+# while earlier ones still wait for their answer (each bounded by RPC_TIMEOUT and the time
+# left), and the first answer ends them all. Not one attempt at a time, because an etcd
+# member without a raft leader holds a lease renewal and looks for a leader again only
+# once per election timeout (etcd 3.4's waitLeader sleeps a whole election timeout, 1 s by
+# default, between looks): one renewal sent while the cluster elected a new leader waited
+# out the rest of the deadline although the leader was there well before it, and every
+# node whose deadline fell in that second lost its leases (leadership and all its shards
+# moved although etcd had kept every lease). Not short attempts given up in turn either:
+# over a link slower than the interval no answer would ever be waited for.
 RETRY_INTERVAL = 0.25
-REFRESH_ATTEMPT = 0.25
 POLL_INTERVAL = 1.0  # backstop re-read of P/ when the watch is quiet or broken
 MAX_BACKOFF = 2.0  # cap of the retry backoff while etcd is unreachable
 REVOKE_TIMEOUT = 1.0
@@ -412,6 +413,11 @@ def _abandon(task: asyncio.Future[Any], what: str, seconds: float) -> None:
         what,
         extra={"action": "etcd_stop_abandoned", "what": what},
     )
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an attempt nobody waits for any more
 
 
 def _forget(task: asyncio.Future[Any]) -> None:
@@ -916,24 +922,43 @@ class EtcdCoordinator:
     async def _refresh(
         self, lease_id: int, deadline: Callable[[], float], holding: Callable[[], bool]
     ) -> tuple[float, int] | str:
-        """Refresh until it succeeds (→ (t_send, TTL)) or the role is lost (→ reason)."""
+        """Refresh until it succeeds (→ (t_send, TTL)) or the role is lost (→ reason).
+
+        Attempts overlap (see RETRY_INTERVAL): one starts at once, then one every
+        RETRY_INTERVAL until an answer comes; an attempt that fails at once (refused,
+        no route) is not repeated sooner. The deadline an answer gives is counted from
+        that attempt's own send, as for a single one."""
         etcd = self._client()
-        while holding():
-            t_send = self._now()
-            left = deadline() - t_send
-            if left <= 0:
-                return "deadline passed without a successful refresh"
-            try:
-                ttl = await etcd.refresh(lease_id, min(REFRESH_ATTEMPT, left))
-            except CoordError:
-                # An attempt cut at REFRESH_ATTEMPT is followed at once; one refused sooner
-                # waits for the rest of RETRY_INTERVAL (never past the deadline).
-                await asyncio.sleep(max(0.0, min(t_send + RETRY_INTERVAL, deadline()) - self._now()))
-                continue
-            if ttl <= 0:
-                return "lease expired"
-            return t_send, ttl
-        return "dropped"
+        pending: dict[asyncio.Task[int], float] = {}  # attempts in flight → their t_send
+        next_send = self._now()
+        try:
+            while holding():
+                now = self._now()
+                left = deadline() - now
+                if left <= 0:
+                    return "deadline passed without a successful refresh"
+                if now >= next_send:
+                    pending[asyncio.create_task(etcd.refresh(lease_id, min(RPC_TIMEOUT, left)))] = now
+                    next_send = now + RETRY_INTERVAL
+                wait = max(0.0, min(next_send, deadline()) - self._now())
+                if not pending:
+                    await asyncio.sleep(wait)
+                    continue
+                done, _ = await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                answers: list[tuple[float, int]] = []
+                for attempt in done:
+                    t_send = pending.pop(attempt)
+                    with contextlib.suppress(CoordError):  # failed: the others or the next try
+                        answers.append((t_send, attempt.result()))
+                if any(ttl <= 0 for _, ttl in answers):
+                    return "lease expired"
+                if answers:
+                    return max(answers)  # the latest send: the furthest deadline
+            return "dropped"
+        finally:
+            for attempt in pending:  # answers no longer wanted
+                attempt.cancel()
+                attempt.add_done_callback(_retrieved)
 
     async def _register(self, budget: float) -> None:
         etcd = self._client()

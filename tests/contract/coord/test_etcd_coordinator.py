@@ -27,6 +27,7 @@ from clockd.coord.etcd import STOP_BOUND, EtcdCoordinator, assign_shards, channe
 from clockd.core.capabilities import WORKER_CAPABILITIES, offered
 from clockd.errors import CoordError
 from tests.harness import EtcdCluster, EtcdServer, free_port, require_binary
+from tests.harness.netns import Relay
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -487,6 +488,30 @@ async def test_killed_etcd_member_leaves_no_leadership_gap_over_ttl(
         await asyncio.gather(*(c.stop() for c in coords), return_exceptions=True)
 
 
+@pytest.mark.serial  # its margins are wall time: 0.4 s round trips against 1 s of slack
+async def test_a_slow_link_to_etcd_keeps_the_leases(make_coord: MakeCoord, etcd_server: EtcdServer) -> None:
+    # Every answer 0.4 s away (a relay holding each chunk 0.2 s each way): slower than a
+    # refresh attempt's interval, well inside the TTL. A refresh must wait for the answer
+    # that is coming, not give each attempt up and lapse although etcd keeps answering.
+    relay = Relay("127.0.0.1", etcd_server.client_port).start()
+    try:
+        ttl = 3.0
+        a = make_coord("a", endpoints=[f"http://127.0.0.1:{relay.port}"], ttl=ttl)
+        await a.start(lead=True, materialize=False, modes=["leader"])
+        await eventually(lambda: a.leader_lease() is not None, 10, "a leads")
+        first = a.leader_lease()
+        assert first is not None
+        relay.delay = 0.2  # from now on: only the refreshes (and the watch) cross the slow link
+        held_since = time.monotonic()
+        while time.monotonic() - held_since < 3 * ttl:  # three TTLs: every lease refreshed several times
+            lease = a.leader_lease()
+            assert lease is not None and lease.token == first.token, "leadership lapsed over a slow link"
+            await asyncio.sleep(0.05)
+        assert a.leadership_changes == 1
+    finally:
+        relay.stop()
+
+
 RENEWED_WITHIN = 0.5  # seconds from a raft leader's election to every held lease renewed
 LAPSED = "deadline passed without a successful refresh"  # the reason a lapsed lease is logged with
 
@@ -501,9 +526,9 @@ async def test_killed_raft_leader_member_costs_no_lease_that_outlives_the_electi
     # when the new leader is elected: its role and shards are not dropped for want of a
     # renewal. With a 3-second TTL the deadline is 1-2 s after the kill and the election
     # takes 1-2 s, so a renewal has to be answered soon after the election ends. Before
-    # the refreshes were cut into short attempts, a renewal sent to a member without a
-    # leader waited on it for up to a second after the election (etcd 3.4 looks for a
-    # leader once per election timeout) and ran out the deadline: leadership and shards
+    # a refresh started new attempts beside the waiting one, a renewal sent to a member
+    # without a leader waited on it for up to a second after the election (etcd 3.4 looks
+    # for a leader once per election timeout) and ran out the deadline: leadership and shards
     # lapsed in each of fifteen kills. (A node whose deadline came before the election
     # loses its session; the others' shards then move by rebalancing, which is not a lapse.)
     caplog.set_level(logging.INFO, logger="clockd.coord.etcd")
