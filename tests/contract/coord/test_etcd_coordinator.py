@@ -444,20 +444,31 @@ async def test_etcd_restart_lapses_leases_then_they_resume(make_coord: MakeCoord
     assert a.etcd_up and b.etcd_up
 
 
+def on_the_raft_leader(cluster: EtcdCluster, name: str, ttl: float) -> tuple[int, list[EtcdCoordinator]]:
+    """The raft leader's index and three coordinators (not started) that connect to it
+    first: killing that member then takes the clients' own connection and the raft
+    leader down together."""
+    raft_leader = cluster.leader_index()
+    order = [raft_leader] + [i for i in range(3) if i != raft_leader]
+    endpoints = [cluster.endpoints[i] for i in order]
+    return raft_leader, [EtcdCoordinator(endpoints, name, f"n{i}", shard_count=SHARDS, ttl=ttl) for i in range(3)]
+
+
+async def steady(coords: list[EtcdCoordinator]) -> None:
+    """Start ``coords`` as leaders and materializers; wait for one leader and every shard
+    owned once, evenly."""
+    for c in coords:
+        await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
+    await eventually(lambda: len(leaders(coords)) == 1 and balanced_exactly_once(coords), 10, "steady state")
+
+
 async def test_killed_etcd_member_leaves_no_leadership_gap_over_ttl(
     etcd_cluster: EtcdCluster, cluster_name: str
 ) -> None:
     ttl = 3.0
-    raft_leader = etcd_cluster.leader_index()
-    # Connect every coordinator to the raft leader first, then kill exactly that member:
-    # the client's own connection and the raft leader go down together.
-    order = [raft_leader] + [i for i in range(3) if i != raft_leader]
-    endpoints = [etcd_cluster.endpoints[i] for i in order]
-    coords = [EtcdCoordinator(endpoints, cluster_name, f"n{i}", shard_count=SHARDS, ttl=ttl) for i in range(3)]
+    raft_leader, coords = on_the_raft_leader(etcd_cluster, cluster_name, ttl)
     try:
-        for c in coords:
-            await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
-        await eventually(lambda: len(leaders(coords)) == 1 and balanced_exactly_once(coords), 10, "steady state")
+        await steady(coords)
 
         etcd_cluster.members[raft_leader].kill()
         killed = time.monotonic()
@@ -545,14 +556,9 @@ async def _kill_the_raft_leader(etcd_cluster: EtcdCluster, caplog: pytest.LogCap
     leader killed right after the leadership's renewal, then restarted. Fails if a lease
     whose deadline outlived the election by RENEWED_WITHIN lapsed; says whether one did."""
     ttl = 3.0
-    raft_leader = etcd_cluster.leader_index()
-    order = [raft_leader] + [i for i in range(3) if i != raft_leader]
-    endpoints = [etcd_cluster.endpoints[i] for i in order]
-    coords = [EtcdCoordinator(endpoints, name, f"n{i}", shard_count=SHARDS, ttl=ttl) for i in range(3)]
+    raft_leader, coords = on_the_raft_leader(etcd_cluster, name, ttl)
     try:
-        for c in coords:
-            await c.start(lead=True, materialize=True, modes=["leader", "materializer"])
-        await eventually(lambda: len(leaders(coords)) == 1 and balanced_exactly_once(coords), 10, "steady state")
+        await steady(coords)
         # Kill right after the leader's lease was renewed: its deadline is then 2 s ahead.
         ((_, before),) = leaders(coords)
         await eventually(lambda: any(lease.deadline > before.deadline for _, lease in leaders(coords)), 5,
