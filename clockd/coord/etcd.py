@@ -398,8 +398,9 @@ class _Etcd:
 
 # -- bounded waits -----------------------------------------------------------------------
 
-# Tasks given up on at a deadline; referenced until they end so that they are not
-# collected while pending (asyncio holds only weak references to tasks).
+# Tasks given up on (at a deadline, or a refresh's attempts no longer waited for);
+# referenced until they end so that they are not collected while pending (asyncio holds
+# only weak references to tasks).
 _abandoned: set[asyncio.Future[Any]] = set()
 
 
@@ -413,11 +414,6 @@ def _abandon(task: asyncio.Future[Any], what: str, seconds: float) -> None:
         what,
         extra={"action": "etcd_stop_abandoned", "what": what},
     )
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: an attempt nobody waits for any more
 
 
 def _forget(task: asyncio.Future[Any]) -> None:
@@ -956,9 +952,10 @@ class EtcdCoordinator:
                     return max(answers)  # the latest send: the furthest deadline
             return "dropped"
         finally:
-            for attempt in pending:  # answers no longer wanted
+            for attempt in pending:  # answers no longer wanted: cancelled, kept until they end
                 attempt.cancel()
-                attempt.add_done_callback(_retrieved)
+                _abandoned.add(attempt)
+                attempt.add_done_callback(_forget)
 
     async def _register(self, budget: float) -> None:
         etcd = self._client()
