@@ -404,10 +404,15 @@ class _Etcd:
 _abandoned: set[asyncio.Future[Any]] = set()
 
 
-def _abandon(task: asyncio.Future[Any], what: str, seconds: float) -> None:
+def _let_go(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and keep it referenced until it ends, its outcome ignored."""
     task.cancel()
     _abandoned.add(task)
     task.add_done_callback(_forget)
+
+
+def _abandon(task: asyncio.Future[Any], what: str, seconds: float) -> None:
+    _let_go(task)
     log.warning(
         "gave up waiting after %.1fs to %s",
         seconds,
@@ -952,10 +957,8 @@ class EtcdCoordinator:
                     return max(answers)  # the latest send: the furthest deadline
             return "dropped"
         finally:
-            for attempt in pending:  # answers no longer wanted: cancelled, kept until they end
-                attempt.cancel()
-                _abandoned.add(attempt)
-                attempt.add_done_callback(_forget)
+            for attempt in pending:  # answers no longer wanted
+                _let_go(attempt)
 
     async def _register(self, budget: float) -> None:
         etcd = self._client()
