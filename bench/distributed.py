@@ -446,6 +446,9 @@ class Load:
     server_cpu: float | None = None  # CPU seconds of the whole PostgreSQL server in the window
     busy: float = float("nan")  # share of the machine's cores busy in the window (0–1)
     waits: Counter[str] = field(default_factory=Counter)  # active backends by wait event, sampled
+    # Lag p99 and max of the instants due from the schedules' first instants to the window
+    # (the start-up: the processes starting, then the materializer planning its horizon).
+    startup: tuple[float, float] = (float("nan"), float("nan"))
 
     @property
     def server_cpu_per_run(self) -> float:
@@ -688,6 +691,12 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 ).fetchall()
                 lags = [float(r[0]) for r in found]
                 states = Counter(str(r[1]) for r in found)
+                startup = [float(r[0]) for r in conn.execute(
+                    "SELECT extract(epoch FROM coalesce(a.started_at, o.started_at, now()) - o.scheduled_for)::float8 "
+                    f"FROM occurrences o LEFT JOIN {history} a ON a.occurrence_id = o.id AND a.attempt = 1 "
+                    "WHERE o.scheduled_for >= %(first)s AND o.scheduled_for < %(start)s",
+                    {"first": now, "start": start},
+                ).fetchall()]  # fmt: skip
                 (finished,) = _one(
                     conn,
                     f"SELECT count(*) FROM {history} WHERE finished_at >= %(start)s AND finished_at < %(end)s",
@@ -723,6 +732,7 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
         db_per_run=db_per_run, cpu=cpu, rss=rss, opened_after=caught_up,
         server_cpu=server_cpu,
         busy=busy, waits=waits,
+        startup=(percentile(startup, 0.99), max(startup)) if startup else (float("nan"), float("nan")),
     )  # fmt: skip
 
 
@@ -742,6 +752,8 @@ def sustained(
     return [
         row(f"{label}: window opened after (warm-up + start-up catch-up)", r.opened_after, "s",
             f"≤ {warmup + CATCH_UP_CAP:g} s (cap)", None),
+        row(f"{label}: start-up lag p99 / max (instants due before the window)",
+            f"{r.startup[0]:.2f} / {r.startup[1]:.2f} s", ""),
         row(f"{label}: due in window", r.due, "/s", f"≈ {rate:,}/s", None),
         row(f"{label}: not materialized by end+3s", r.missing, "", "= 0", r.missing <= 0),
         row(f"{label}: executions/s", r.executed, "/s", f"≥ {0.98 * r.due:,.0f}/s (98 % of due)",
