@@ -120,8 +120,9 @@ leadership = Gauge("clockd_is_leader", "1 while this process holds the leader le
 shards_owned = Gauge("clockd_shards_owned", "Shards this materializer holds", registry=REGISTRY)
 materializer_lead = Gauge(
     "clockd_materializer_lead_seconds",
-    "How far ahead of now this materializer's shards are planned: the horizon once caught up, "
-    "below zero while due instants are not yet planned",
+    "How far ahead of now this materializer's shards are planned, read at each full tick: "
+    "about the horizon once caught up (full ticks then every 2 s), below zero while due instants "
+    "are not yet planned",
     registry=REGISTRY,
 )
 # clockd_leadership_changes_total and clockd_shard_moves_total: read from the coordinator
