@@ -681,22 +681,19 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 statements = srv.top_statements(dsn)
                 time.sleep(3)  # let the last instants of the window start
                 history = _history(conn)
-                found = conn.execute(
+                rows_lag = conn.execute(
                     # A running attempt has no row yet (its lease is its record): o.started_at.
+                    # From the first instants on: the start-up's and the window's, one read.
                     "SELECT extract(epoch FROM coalesce(a.started_at, o.started_at, now()) - o.scheduled_for)::float8, "
-                    "o.state "
+                    "o.state, o.scheduled_for >= %(start)s "
                     f"FROM occurrences o LEFT JOIN {history} a ON a.occurrence_id = o.id AND a.attempt = 1 "
-                    "WHERE o.scheduled_for >= %(start)s AND o.scheduled_for < %(end)s",
-                    {"start": start, "end": end},
+                    "WHERE o.scheduled_for >= %(first)s AND o.scheduled_for < %(end)s",
+                    {"first": now, "start": start, "end": end},
                 ).fetchall()
+                found = [r for r in rows_lag if r[2]]
                 lags = [float(r[0]) for r in found]
                 states = Counter(str(r[1]) for r in found)
-                startup = [float(r[0]) for r in conn.execute(
-                    "SELECT extract(epoch FROM coalesce(a.started_at, o.started_at, now()) - o.scheduled_for)::float8 "
-                    f"FROM occurrences o LEFT JOIN {history} a ON a.occurrence_id = o.id AND a.attempt = 1 "
-                    "WHERE o.scheduled_for >= %(first)s AND o.scheduled_for < %(start)s",
-                    {"first": now, "start": start},
-                ).fetchall()]  # fmt: skip
+                startup = [float(r[0]) for r in rows_lag if not r[2]]
                 (finished,) = _one(
                     conn,
                     f"SELECT count(*) FROM {history} WHERE finished_at >= %(start)s AND finished_at < %(end)s",

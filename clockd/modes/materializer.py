@@ -194,10 +194,16 @@ class Materializer:
         metrics.materializer_lead.set(ahead.total_seconds())
         shards = [shard for shard, _ in due_shards]
         caught_up = ahead * 2 >= self.settings.horizon >= 4 * timedelta(seconds=self.settings.full_every)
-        if not shards:
-            if caught_up:
-                self._full_after = self._next_full(until)
-            return False
+        more = await self._plan_and_write(leases, shards, until) if shards else False
+        if caught_up and not more:
+            # Every shard planned to `until` (the plans went at least that far): the next
+            # full tick can wait; a cursor below `until` is new and calls it at once.
+            self._full_after = self._next_full(until)
+        return more
+
+    async def _plan_and_write(self, leases: dict[int, Lease], shards: list[int], until: datetime) -> bool:
+        """The full tick's shards read, planned and written, up to ``writes_in_flight`` at
+        once; True when a shard had more due than one batch."""
         await self._read_rates()
         await self._read_offered()
         more = False
@@ -223,10 +229,6 @@ class Materializer:
             # the middle (the error that ends the tick is the one already raised).
             if writing:
                 await asyncio.gather(*writing, return_exceptions=True)
-        if caught_up and not more:
-            # Every shard planned to `until` (the plans went at least that far): the next
-            # full tick can wait; a cursor below `until` is new and calls it at once.
-            self._full_after = self._next_full(until)
         return more
 
     def _next_full(self, until: datetime) -> tuple[float, datetime, datetime]:

@@ -33,6 +33,17 @@ FENCE = Fence("shard:0", 1)
 QUEUE = "default"
 
 
+class StoreProxy:
+    """The store under test, every call passed through; a subclass overrides the calls it
+    watches (the materializer tests' ``materialize``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
 class Backend:
     """One database under test, and the stores opened on it (closed at teardown)."""
 

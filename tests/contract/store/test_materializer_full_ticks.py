@@ -13,7 +13,7 @@ from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.store import Store
 
 from .pipeline import T0, Pipeline, pipeline
-from .support import add_schedule
+from .support import StoreProxy, add_schedule
 
 __all__ = ["pipeline"]  # the fixture, imported for pytest
 
@@ -22,15 +22,12 @@ HALF = SEC / 2
 HORIZON = timedelta(minutes=2)
 
 
-class Writes:
+class Writes(StoreProxy):
     """The store under test, counting ``materialize`` calls (the materializer's writes)."""
 
     def __init__(self, store: Store) -> None:
-        self.store = store
+        super().__init__(store)
         self.count = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
 
     async def materialize(self, fence: Any, occurrences: Any, cursors: Any, now: datetime, **kw: Any) -> Any:
         self.count += 1

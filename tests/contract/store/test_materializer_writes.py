@@ -17,7 +17,7 @@ from clockd.modes.materializer import Materializer, MaterializerSettings
 from clockd.store import Store
 
 from .pipeline import T0, Pipeline, pipeline
-from .support import add_schedule
+from .support import StoreProxy, add_schedule
 
 __all__ = ["pipeline"]  # the fixture, imported for pytest
 
@@ -30,20 +30,17 @@ OVERLAP_WAIT = 5.0
 PLANNED = 13
 
 
-class OverlapWatch:
+class OverlapWatch(StoreProxy):
     """The store under test, its ``materialize`` counting the writes in flight. Each write
     waits (up to OVERLAP_WAIT) until a second one is in flight before it goes on; the write
     whose schedule is ``fail_for``'s then fails as a lost database would."""
 
     def __init__(self, store: Store, fail_for: str | None = None) -> None:
-        self.store = store
+        super().__init__(store)
         self.fail_for = fail_for
         self.in_flight = 0
         self.most = 0
         self.two = asyncio.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
 
     async def materialize(self, fence: Any, occurrences: Any, cursors: Any, now: datetime, **kw: Any) -> Any:
         self.in_flight += 1
