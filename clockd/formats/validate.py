@@ -14,12 +14,13 @@ the host's user and group names (``clockd.runner.targets``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Final
 
 from clockd.core.durations import format_duration
 from clockd.core.limits import check_name, check_retries, check_schedule_name
-from clockd.core.model import ScheduleDef
+from clockd.core.model import ScheduleDef, Target
 from clockd.core.planning import MAX_WINDOW, MIN_LATENESS
 from clockd.core.spec import validate_definition
 from clockd.errors import InvalidInput
@@ -32,13 +33,25 @@ MANAGED_BY = "clockd.managed-by"
 MANAGED_BY_APPLY = "apply"
 
 
-def normalize(definition: ScheduleDef) -> ScheduleDef:
-    """Validate a definition and return it with its expression in canonical form."""
-    # The target checks (users and groups, HTTP, secret references) load when a definition
-    # is validated: the use cases import this module, and a read such as ``clockctl list``
-    # validates nothing (start-up, issue 20).
+_TargetChecks = tuple[Callable[[ScheduleDef], None], Callable[[Target], Target]]
+_target_checks: _TargetChecks | None = None
+
+
+def _load_target_checks() -> _TargetChecks:
+    """The target checks (users and groups, HTTP, secret references), imported when the
+    first definition is validated: the use cases import this module, and a read such as
+    ``clockctl list`` validates nothing (start-up, issue 20). Kept once loaded: an import
+    statement in ``normalize`` cost ~1 µs a call, and an apply validates every create."""
+    global _target_checks
     from clockd.runner.targets import check_strings, validate_target
 
+    _target_checks = (check_strings, validate_target)
+    return _target_checks
+
+
+def normalize(definition: ScheduleDef) -> ScheduleDef:
+    """Validate a definition and return it with its expression in canonical form."""
+    check_strings, validate_target = _target_checks or _load_target_checks()
     check_strings(definition)  # NUL anywhere: refused with the field's name
     # The limits every front end shares (clockd.core.limits): the CLI, files and the API.
     check_schedule_name(definition.name)

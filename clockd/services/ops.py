@@ -190,7 +190,15 @@ def _cyclic_gc_paused(size: int) -> Iterator[None]:
     counting still frees everything that is not a cycle; a cycle made meanwhile is
     collected once the last overlapping apply ends. Process-wide by nature: in the API
     server the other requests run without cyclic collection for the apply's duration
-    (seconds), which only delays freeing cycles."""
+    (seconds), which only delays freeing cycles.
+
+    On resuming, everything the apply allocated is still in the youngest generation, so
+    the first collection after ``gc.enable()`` would traverse all of it — ~0.3 s at the end
+    of a 100,000-create apply, ~3 µs a create, for objects that either live on or are freed
+    by reference counting when the plan is dropped. ``gc.freeze()`` then ``gc.unfreeze()``
+    moves every tracked object into the oldest generation instead (no traversal): they are
+    still collected, by the next full collection. Skipped when someone else froze objects
+    (a forking server keeping its pages shared): unfreezing would undo theirs."""
     global _gc_pauses
     if size < _GC_PAUSE_FROM:
         yield
@@ -205,6 +213,9 @@ def _cyclic_gc_paused(size: int) -> Iterator[None]:
     finally:
         _gc_pauses -= 1
         if _gc_pauses == 0:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
