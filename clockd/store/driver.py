@@ -15,6 +15,13 @@ Steps:
 * ``Pipeline(runs)``: statements whose results the next does not need; PostgreSQL sends
   them in one round trip (``conn.pipeline()``), SQLite runs them one after the other.
   Returns the list of their results.
+* ``Stream(runs)``: writes whose results no one reads, each built only when the driver
+  asks for it — PostgreSQL sends each one as it is built, in a pipeline, so that building
+  the next one overlaps the database running the one before (``apply_schedules``' create
+  batches); SQLite runs them one after the other. All or nothing: a failure of any of
+  them undoes every one (a savepoint) and is thrown into the body; an error raised while
+  building one (the caller's own) propagates the same way, with nothing of it written.
+  Returns the number run.
 * ``Script(sql)``: several statements of the package's own SQL (migrations).
 
 A unique or foreign-key violation is thrown *into* the body as ``Integrity`` with a
@@ -30,7 +37,7 @@ integer microseconds in SQLite without the engine knowing which.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, LiteralString, Protocol, TypeAlias, TypeVar
@@ -58,6 +65,13 @@ class Pipeline:
 
 
 @dataclass(frozen=True, slots=True)
+class Stream:
+    """Writes sent as they are built, all or nothing; see the module docstring."""
+
+    runs: Iterable[Run]
+
+
+@dataclass(frozen=True, slots=True)
 class Script:
     """Run a script of the package's own SQL, several statements with no parameters (a
     migration; PostgreSQL's migration lock)."""
@@ -65,7 +79,7 @@ class Script:
     sql: LiteralString
 
 
-Step: TypeAlias = Run | Pipeline | Script
+Step: TypeAlias = Run | Pipeline | Stream | Script
 # A transaction's body: yields steps, receives their results, returns the method's result.
 Body: TypeAlias = Generator[Step, Any, T]
 
@@ -195,6 +209,11 @@ class Driver(Protocol):
         their overlap slots, first versions and labels. An ``Integrity`` error (a taken
         name or id; a driver may also refuse a label pair given twice in one definition)
         leaves none of them written, and the engine redoes the batch row by row."""
+        ...
+
+    def schedules_insert_runs(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        """``schedules_insert``'s statements for one batch as plain runs, fetching nothing,
+        for the engine's ``Stream`` of batches (its savepoint is the stream's)."""
         ...
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:

@@ -5,7 +5,9 @@ implements the ``Store`` port; ``PostgresStore`` is the two composed). It owns t
 the value encoding, the error translation and the steps PostgreSQL writes as one
 statement chain (the claim, the relay, the materializer's insert). The engine's
 transaction bodies run on the event loop: each statement is awaited, a ``Pipeline`` goes
-out in one round trip.
+out in one round trip, a ``Stream`` goes out statement by statement in a pipeline inside a
+savepoint (the next statement is built while the server runs the one before; the first
+error rolls back to the savepoint and comes out of the pipeline's end).
 
 Connections: a ``psycopg_pool.AsyncConnectionPool`` (``min_size``..``max_size``), opened
 by ``open()`` and closed by ``close()``. Every connection starts with
@@ -77,6 +79,7 @@ from clockd.store.driver import (
     Run,
     Script,
     Step,
+    Stream,
     drive_async,
 )
 from clockd.store.engine import SqlStore
@@ -197,6 +200,13 @@ class PostgresDriver:
                 for run in step.runs:
                     await conn.execute(Q[run.name], run.params)
             return [None] * len(step.runs)
+        if isinstance(step, Stream):
+            count = 0
+            async with conn.transaction(), conn.pipeline():
+                for run in step.runs:
+                    await conn.execute(Q[run.name], run.params)
+                    count += 1
+            return count
         if step.savepoint:
             async with conn.transaction():
                 cur = await conn.execute(Q[step.name], step.params)
@@ -489,6 +499,9 @@ class PostgresDriver:
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # One statement (data-modifying CTEs): a failure undoes all of it.
         yield Run("schedule_insert_many", params, "none", True)
+
+    def schedules_insert_runs(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        return (Run("schedule_insert_many", params, "none"),)
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         rows: list[Sequence[Any]] = yield Run("materialize_insert", params)

@@ -55,6 +55,7 @@ from clockd.store.driver import (
     Run,
     Script,
     Step,
+    Stream,
     drive_sync,
 )
 from clockd.store.engine import SqlStore
@@ -92,6 +93,10 @@ DRIVER_QUERIES: Final = frozenset(
         "schedule_labels_insert_many",
     }
 )  # fmt: skip
+
+
+# A batch of creates (schedules_insert): three statements reading the same JSON rows.
+_CREATE_STATEMENTS: Final = ("schedule_insert_many", "schedule_version_insert_many", "schedule_labels_insert_many")
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +290,20 @@ class SqliteDriver:
             return [self._step(run) for run in step.runs]
         conn = self._conn
         assert conn is not None
+        if isinstance(step, Stream):  # all or nothing (the driver module's docstring)
+            conn.execute("SAVEPOINT clockd_stream")
+            count = 0
+            try:
+                for run in step.runs:
+                    self._step(run)
+                    count += 1
+            except BaseException:
+                if conn.in_transaction:  # else SQLite ended the whole transaction (disk full, I/O)
+                    conn.execute("ROLLBACK TO clockd_stream")
+                    conn.execute("RELEASE clockd_stream")
+                raise
+            conn.execute("RELEASE clockd_stream")
+            return count
         if isinstance(step, Script):
             for statement in _statements(step.sql):
                 conn.execute(statement)
@@ -571,9 +590,13 @@ class SqliteDriver:
     def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
         # SQLite cannot chain INSERTs in one statement: three, all reading the same JSON
         # rows. Only the first can fail on a taken name or id, and then nothing is written.
-        yield Run("schedule_insert_many", params, "none", True)
-        yield Run("schedule_version_insert_many", params, "none")
-        yield Run("schedule_labels_insert_many", params, "none")
+        first, *rest = _CREATE_STATEMENTS
+        yield Run(first, params, "none", True)
+        for name in rest:
+            yield Run(name, params, "none")
+
+    def schedules_insert_runs(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        return tuple(Run(name, params, "none") for name in _CREATE_STATEMENTS)
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         return (yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Unpack
 
 import pytest
@@ -12,7 +13,7 @@ from clockd.core.ids import new_schedule_id
 from clockd.core.model import OccurrenceState, OverlapPolicy, Schedule, ScheduleKind, ScheduleState, TenantLimits
 from clockd.errors import Conflict, QuotaExceeded
 from clockd.store import CursorAdvance, NewSchedule, ScheduleChange, Store, codec, engine
-from clockd.store.driver import Body
+from clockd.store.driver import Body, Integrity, Run, Stream
 from clockd.store.postgres import PostgresStore
 
 from .support import (
@@ -367,3 +368,56 @@ async def test_creates_encoded_ahead_are_written_as_the_store_encodes_them(store
         assert dataclasses.replace(stored[1][0][3], name=theirs.definition.name) == theirs.definition
     found = await store.get_schedule_by_id(ahead[0].schedule_id)
     assert found is not None and found.definition == ahead[0].definition
+
+
+# -- the stream of create batches (the driver's Stream step) -----------------------------------
+
+
+async def test_a_stream_that_fails_writes_none_of_its_batches(store: Store) -> None:
+    """A taken id in a stream's second batch: the driver throws the Integrity into the body
+    with neither batch written, and the body goes on in the same transaction (the engine
+    then redoes the batches one at a time)."""
+    assert isinstance(store, engine.SqlStore)
+    d = store.driver
+    taken = new("taken")
+    await store.apply_schedules([taken], [], T0)
+    stamp = d.instant(T0)
+    batches = [[new("s1"), new("s2")], [new("s3"), NewSchedule(taken.schedule_id, definition("s4"), 0, T0)]]
+    built: list[int] = []
+
+    def params() -> Iterator[dict[str, object]]:
+        for i, batch in enumerate(batches):
+            built.append(i)
+            yield store._create_params(batch, stamp)
+
+    def body() -> Body[str]:
+        try:
+            yield Stream(run for batch in params() for run in d.schedules_insert_runs(batch))
+        except Integrity as exc:
+            yield from store._insert_schedules([new("after")], stamp)
+            return exc.kind
+        return "written"
+
+    assert await store._write(body()) == "schedule_id"
+    assert built == [0, 1]
+    assert sorted(s.name for s in await store.list_schedules()) == ["after", "taken"]
+
+
+async def test_an_error_while_building_a_stream_writes_nothing_of_the_transaction(store: Store) -> None:
+    """What the caller raises while the stream asks for its next statement (Ops.apply's plan
+    finding a problem) ends the transaction: nothing of it is written."""
+    assert isinstance(store, engine.SqlStore)
+    d = store.driver
+    stamp = d.instant(T0)
+
+    def runs() -> Iterator[Run]:
+        yield from d.schedules_insert_runs(store._create_params([new("s1"), new("s2")], stamp))
+        raise ValueError("a problem in the plan")
+
+    def body() -> Body[None]:
+        yield from store._insert_schedules([new("before")], stamp)
+        yield Stream(runs())
+
+    with pytest.raises(ValueError, match="a problem in the plan"):
+        await store._write(body())
+    assert await store.list_schedules() == []
