@@ -20,6 +20,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from json.encoder import encode_basestring
 from typing import Any, TypeVar
 
 from clockd.core.capabilities import required_of
@@ -92,6 +93,10 @@ def duration_from_us(us: int) -> timedelta:
 # One encoder for every call: ``json.dumps`` with any option builds a new JSONEncoder per
 # call (~1 µs of the 3-6 µs a small document costs); ``encode`` is thread-safe.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+# What ``_ENCODER`` (``ensure_ascii=False``) writes for a str: the C encoder when built.
+_json_string: Callable[[str], str] = encode_basestring
 
 
 def dumps(data: Any) -> str:
@@ -234,9 +239,16 @@ def definition_json(definition: ScheduleDef) -> str:
 
 def definition_texts(definition: ScheduleDef) -> tuple[str, str]:
     """(``spec_json``, ``definition_json``) of ``definition``, the spec looked up once: what a
-    create writes (the schedule's spec column and its first version's document)."""
+    create writes (the schedule's spec column and its first version's document). The
+    columns' keys are written out (``_columns_to_dict``'s, in its order) around each value
+    encoded as ``dumps`` encodes a string: the encoder's walk of that six-key object was
+    ~4 µs of every create an apply encodes, this ~1 µs."""
     spec = spec_json(definition)
-    return spec, f"{dumps(_columns_to_dict(definition))[:-1]},{spec[1:]}"
+    d, s = definition, _json_string
+    return spec, (
+        f'{{"name":{s(d.name)},"kind":{s(d.kind.value)},"expr":{s(d.expr)},"tz":{s(d.tz)},'
+        f'"queue":{s(d.queue)},"tenant":{s(d.tenant)},{spec[1:]}'
+    )
 
 
 def definition_from_json(text: str) -> ScheduleDef:

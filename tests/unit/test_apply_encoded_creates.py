@@ -56,3 +56,37 @@ def test_encoded_ahead_the_store_reads_the_same() -> None:
 def test_what_reading_an_index_needs_made() -> None:
     assert [_read_to(i, 10) for i in (0, 3, -1, -10)] == [1, 4, 10, 1]
     assert [_read_to(s, 10) for s in (slice(0, 3), slice(2, None), slice(None, -2), slice(0, 99))] == [3, 10, 8, 10]
+
+
+def test_apply_s_copy_into_the_tenant_is_dataclasses_replace() -> None:
+    """Ops.apply marks every create with its tenant and label by a copy written out for
+    speed; it must be replace's copy, field for field, whatever fields ScheduleDef has."""
+    import dataclasses
+    from datetime import timedelta
+
+    from clockd.core.model import (
+        CommandTarget,
+        MisfirePolicy,
+        OverlapPolicy,
+        RetryPolicy,
+        ScheduleDef,
+        ScheduleKind,
+    )
+    from clockd.core.notify import Notification, NotifyEvent
+    from clockd.services.ops import _in_tenant
+
+    assert not hasattr(ScheduleDef, "__post_init__")  # the copy skips __init__: nothing to skip
+    raw = ScheduleDef(
+        name="n", kind=ScheduleKind.EVERY, expr="5m", tz="Asia/Tokyo", target=CommandTarget(("/bin/true",)),
+        queue="q", tenant="t0", timeout=timedelta(seconds=3), retry=RetryPolicy(retries=4),
+        misfire=MisfirePolicy.SKIP, max_lateness=timedelta(minutes=1), overlap=OverlapPolicy.SKIP,
+        window=timedelta(seconds=9), labels=(("a", "b"),), catch_up_limit=3,
+        notify=(Notification(NotifyEvent.FAILURE, url="https://example.com/h"),),
+    )  # fmt: skip
+    defaults = ScheduleDef(name="x", kind=ScheduleKind.CRON, expr="* * * * *", tz="UTC", target=CommandTarget(("x",)))
+    for f in dataclasses.fields(ScheduleDef):  # every field differs from its default here
+        assert getattr(raw, f.name) != getattr(defaults, f.name), f.name
+    labels = (("clockd.managed-by", "apply"), ("a", "b"))
+    copied = _in_tenant(raw, "team", labels)
+    assert copied == dataclasses.replace(raw, tenant="team", labels=labels)
+    assert hash(copied) == hash(dataclasses.replace(raw, tenant="team", labels=labels))
