@@ -203,17 +203,13 @@ class Driver(Protocol):
         see ``seconds``) of at least those it queued late."""
         ...
 
-    def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
-        """A batch of ``apply_schedules``' creates (``params``: ``table("schedules", …)`` of
-        the engine's create columns, ``state``, ``reason``, ``now``): the schedule rows,
-        their overlap slots, first versions and labels. An ``Integrity`` error (a taken
-        name or id; a driver may also refuse a label pair given twice in one definition)
-        leaves none of them written, and the engine redoes the batch row by row."""
-        ...
-
-    def schedules_insert_runs(self, params: dict[str, Any]) -> tuple[Run, ...]:
-        """``schedules_insert``'s statements for one batch as plain runs, fetching nothing,
-        for the engine's ``Stream`` of batches (its savepoint is the stream's)."""
+    def schedules_insert(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        """The statements of a batch of ``apply_schedules``' creates (``params``:
+        ``table("schedules", …)`` of the engine's create columns, ``state``, ``reason``,
+        ``now``), fetching nothing: the schedule rows, their overlap slots, first versions
+        and labels. The engine runs them in a ``Stream`` (all or nothing): an ``Integrity``
+        error (a taken name or id; a driver may also refuse a label pair given twice in one
+        definition) leaves none of them written, and the engine redoes the batch row by row."""
         ...
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:

@@ -242,6 +242,13 @@ def within_quota(wanted: Mapping[str, int], room: Mapping[str, int]) -> bool:
     return all(wanted[tenant] <= left for tenant, left in room.items() if tenant in wanted)
 
 
+def _streamable_batch(batch: Sequence[NewSchedule], wanted: Mapping[str, int], room: Mapping[str, int]) -> bool:
+    """Whether ``_stream_creates`` may send ``batch`` in its stream: more than one create
+    (a single one is written by the single create's statements) and within every limit
+    (``wanted``: its creates by tenant; else row by row names the one over it)."""
+    return len(batch) > 1 and within_quota(wanted, room)
+
+
 def _take_room(room: dict[str, int], wanted: Mapping[str, int]) -> None:
     """Take ``wanted`` creates off the ``room`` of the tenants that have a limit."""
     for tenant in room.keys() & wanted.keys():
@@ -661,7 +668,7 @@ class SqlStore:
             if unknown:
                 room.update((yield from self._quota_room(sorted(unknown))))
                 known.update(unknown)
-            if len(first) == 1 or not within_quota(wanted, room):
+            if not _streamable_batch(first, wanted, room):
                 created += yield from self._insert_schedules(first, stamp)
                 _take_room(room, wanted)
                 done += 1
@@ -669,7 +676,7 @@ class SqlStore:
             streamed: list[Sequence[NewSchedule]] = []
             params = self._streamable(creates, spans[done:], known, room, streamed, stamp)
             try:
-                yield Stream(run for batch in params for run in d.schedules_insert_runs(batch))
+                yield Stream(run for batch in params for run in d.schedules_insert(batch))
             except Integrity:  # none of the stream is written: its batches as before streams
                 for batch in streamed:
                     created += yield from self._insert_schedules(batch, stamp)
@@ -694,7 +701,7 @@ class SqlStore:
         for start, stop in spans:
             batch = creates[start:stop]
             wanted = creates_by_tenant(batch)
-            if len(batch) == 1 or wanted.keys() - known or not within_quota(wanted, room):
+            if wanted.keys() - known or not _streamable_batch(batch, wanted, room):
                 return
             _take_room(room, wanted)
             streamed.append(batch)
@@ -718,8 +725,8 @@ class SqlStore:
 
     def _insert_schedules(self, batch: Sequence[NewSchedule], stamp: Any) -> Body[list[Schedule]]:
         """``_insert_schedule`` for a batch, set-based: the quota check once per batch
-        (``_within_quota``), then the driver's ``schedules_insert`` (PostgreSQL: one
-        statement for the schedules, their versions and labels). When it hits a taken name
+        (``_within_quota``), then the driver's ``schedules_insert`` as a ``Stream`` of its
+        own (PostgreSQL: one statement for the schedules, their versions and labels). When it hits a taken name
         or id (or a name twice in the batch, or in PostgreSQL a label pair twice in one
         definition; nothing of the batch is written), or the batch would pass a tenant's
         limit, the batch is redone row by row, which raises the same ``Conflict`` /
@@ -727,7 +734,7 @@ class SqlStore:
         if len(batch) == 1 or not (yield from self._within_quota(batch)):
             return (yield from self._insert_one_by_one(batch, stamp))
         try:
-            yield from self.driver.schedules_insert(self._create_params(batch, stamp))
+            yield Stream(self.driver.schedules_insert(self._create_params(batch, stamp)))
         except Integrity:  # row by row: the error of the row at fault
             return (yield from self._insert_one_by_one(batch, stamp))
         return [self._created(new, stamp) for new in batch]

@@ -496,11 +496,8 @@ class PostgresDriver:
         moved, late = yield Run("relay_dispatch", params, "one")
         return int(moved), late
 
-    def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
-        # One statement (data-modifying CTEs): a failure undoes all of it.
-        yield Run("schedule_insert_many", params, "none", True)
-
-    def schedules_insert_runs(self, params: dict[str, Any]) -> tuple[Run, ...]:
+    def schedules_insert(self, params: dict[str, Any]) -> tuple[Run, ...]:
+        # One statement (data-modifying CTEs) for the four tables.
         return (Run("schedule_insert_many", params, "none"),)
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:

@@ -95,10 +95,6 @@ DRIVER_QUERIES: Final = frozenset(
 )  # fmt: skip
 
 
-# A batch of creates (schedules_insert): three statements reading the same JSON rows.
-_CREATE_STATEMENTS: Final = ("schedule_insert_many", "schedule_version_insert_many", "schedule_labels_insert_many")
-
-
 @dataclass(frozen=True, slots=True)
 class _Write:
     """A write body waiting for the thread, and where its caller waits for the outcome."""
@@ -587,16 +583,13 @@ class SqliteDriver:
         queued = yield Run("relay_dispatch", {"ids": dumps([row[0] for row in enqueued]), "now": params["now"]})
         return len(queued), [lag for (lag,) in queued]
 
-    def schedules_insert(self, params: dict[str, Any]) -> Body[None]:
+    def schedules_insert(self, params: dict[str, Any]) -> tuple[Run, ...]:
         # SQLite cannot chain INSERTs in one statement: three, all reading the same JSON
-        # rows. Only the first can fail on a taken name or id, and then nothing is written.
-        first, *rest = _CREATE_STATEMENTS
-        yield Run(first, params, "none", True)
-        for name in rest:
-            yield Run(name, params, "none")
-
-    def schedules_insert_runs(self, params: dict[str, Any]) -> tuple[Run, ...]:
-        return tuple(Run(name, params, "none") for name in _CREATE_STATEMENTS)
+        # rows. Only the first can fail on a taken name or id.
+        return tuple(
+            Run(name, params, "none")
+            for name in ("schedule_insert_many", "schedule_version_insert_many", "schedule_labels_insert_many")
+        )
 
     def materialize_insert(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         return (yield from _insert_then_queue("materialize_insert", "outbox_insert", "scheduled", params))

@@ -392,7 +392,7 @@ async def test_a_stream_that_fails_writes_none_of_its_batches(store: Store) -> N
 
     def body() -> Body[str]:
         try:
-            yield Stream(run for batch in params() for run in d.schedules_insert_runs(batch))
+            yield Stream(run for batch in params() for run in d.schedules_insert(batch))
         except Integrity as exc:
             yield from store._insert_schedules([new("after")], stamp)
             return exc.kind
@@ -411,7 +411,7 @@ async def test_an_error_while_building_a_stream_writes_nothing_of_the_transactio
     stamp = d.instant(T0)
 
     def runs() -> Iterator[Run]:
-        yield from d.schedules_insert_runs(store._create_params([new("s1"), new("s2")], stamp))
+        yield from d.schedules_insert(store._create_params([new("s1"), new("s2")], stamp))
         raise ValueError("a problem in the plan")
 
     def body() -> Body[None]:
