@@ -76,11 +76,16 @@ def test_a_cycle_made_during_an_apply_is_still_collected() -> None:
 
 
 def test_objects_the_program_froze_stay_frozen() -> None:
+    # Checked on an object of the test's own: the freeze count alone drops when any frozen
+    # object is freed meanwhile (reference counting still frees frozen objects; under
+    # xdist the worker's own threads do), which made a count comparison flaky in CI.
+    kept: list[int] = []
     gc.freeze()
     try:
-        frozen = gc.get_freeze_count()
         with _cyclic_gc_paused(50_000):
             pass
-        assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() > 0
+        assert not any(o is kept for g in range(3) for o in gc.get_objects(generation=g))
     finally:
         gc.unfreeze()
+    assert any(o is kept for o in gc.get_objects(generation=2))  # the check can see it
