@@ -7,6 +7,7 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from clockd.core.ids import (
     legacy_occurrence_id,
     manual_occurrence_id,
     new_schedule_id,
+    new_schedule_ids,
     occurrence_id,
 )
 from clockd.store.engine import new_tokens
@@ -75,8 +77,10 @@ def test_a_manual_runs_id_is_time_ordered_and_never_a_planned_one() -> None:
     assert uuid.UUID(manual).version == 8
 
 
-def test_a_new_schedule_id_is_a_canonical_random_uuid() -> None:
-    ids = {new_schedule_id() for _ in range(2000)}
+@pytest.mark.parametrize("draw", ["one by one", "at once"])
+def test_a_new_schedule_id_is_a_canonical_random_uuid(draw: str) -> None:
+    # "at once" is how an apply's planner draws its creates' ids (new_schedule_ids).
+    ids = {new_schedule_id() for _ in range(2000)} if draw == "one by one" else set(new_schedule_ids(2000))
     assert len(ids) == 2000
     for text in ids:
         parsed = uuid.UUID(text)
