@@ -175,7 +175,7 @@ def make_runner(settings: Settings | None = None, egress: LiveEgress | None = No
         ProcessRunner(
             policy=policy,
             env_passthrough=settings.job_env_passthrough,
-            cgroups=Cgroups(support, join_in_child=not settings.etcd),
+            cgroups=Cgroups(support),
         ),
         HttpRunner(policy=policy, egress=egress if egress is not None else egress_policy(settings)),
     )

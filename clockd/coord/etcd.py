@@ -76,8 +76,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 # gRPC's fork handlers (on by default in grpcio) run in every fork() of this process. The
-# worker starts a job with user:/group: or resource limits with fork, not vfork (CPython
-# does not vfork with setuid/setgid or a preexec_fn), and while gRPC's threads were busy
+# worker starts a job with user:/group: with fork, not vfork (CPython does not vfork
+# with setuid/setgid; before 2026-12-07 jobs with resource limits forked too, for their
+# preexec_fn — the start gate replaced it), and while gRPC's threads were busy
 # the handlers crashed 7 % of those children with SIGSEGV before exec: team jobs went
 # DEAD at random in a cluster. No forked child of clockd ever uses gRPC, so the handlers
 # are switched off, before grpc loads (it reads the variable then), whatever the

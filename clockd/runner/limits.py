@@ -15,21 +15,19 @@ the host has cgroups (``clockd.runner.cgroups``), ``memory_limit`` and
 ``nproc_limit`` are also set on the attempt's cgroup, which holds for the whole job
 and for root. Hard limits are never raised above the worker's own.
 
-Why a ``preexec_fn``: asyncio's ``subprocess_exec`` (``Popen`` underneath) has no
-other hook between ``fork`` and ``exec``, and limits set on the child after it
-started (``prlimit``) race with it. The function runs in the forked child after
-the user switch, so it must stay minimal: it only calls ``setrlimit`` with values
-computed beforehand in the parent — no imports, no allocation to speak of, no
-locks. It also forces ``fork`` instead of ``vfork`` for that job, so it is only
-installed when a limit is set. In a daemon using etcd no Python may run in a forked
-child (gRPC threads), so there the job's first process, a shell behind its start gate,
-sets them on itself with ``ulimit`` (:func:`ulimit_commands`) before it execs the job.
+Where they are set: by the job's first process, a ``/bin/sh`` behind its start gate
+(``clockd.runner.process``), on itself with ``ulimit`` (:func:`ulimit_commands`)
+before it execs the job — lowering one's own limits needs no privilege, so this also
+holds after the switch to the job's user. Not with a ``preexec_fn`` calling
+``setrlimit`` between fork and exec: CPython then forks the whole daemon instead of
+vforking, and the page-table copy and the daemon's copy-on-write faults after it cost
+more than the shell's start; nor may Python run in a forked child of a daemon with
+gRPC threads. Not with ``prlimit`` on the started child: that races with it.
 """
 
 from __future__ import annotations
 
 import resource
-from collections.abc import Callable
 from typing import Final
 
 # Re-exported: the runner's messages print sizes as ``limits.format_size``.
@@ -80,17 +78,3 @@ def ulimit_commands(limits: list[Limit]) -> str:
                 flag, unit = _ULIMIT[res]
                 steps.append(f"ulimit {kind} {flag} {value // unit}")
     return " && ".join(steps)
-
-
-def preexec(limits: list[Limit]) -> Callable[[], None] | None:
-    """The function run in the child between fork and exec, or None if nothing to set."""
-    if not limits:
-        return None
-    frozen = tuple(limits)
-    setrlimit = resource.setrlimit
-
-    def apply() -> None:
-        for res, soft, hard in frozen:
-            setrlimit(res, (soft, hard))
-
-    return apply

@@ -26,9 +26,10 @@ What a job gets, and why:
   permanent ``ERROR``\ s whose message says why, never a silent run as the
   daemon's user. A job without ``user`` runs as the worker's own user, which the
   tenant must be allowed too.
-* **Resource limits** (``memory_limit``, ``cpu_limit``, ``nproc_limit``): set with
-  ``setrlimit`` in the child just before ``exec``, see ``clockd.runner.limits``, and
-  (memory, nproc) on the attempt's cgroup where there is one.
+* **Resource limits** (``memory_limit``, ``cpu_limit``, ``nproc_limit``): set by the
+  job's first process on itself just before it execs the job (the start gate, below;
+  ``clockd.runner.limits``), and (memory, nproc) on the attempt's cgroup where there
+  is one.
 * **stdin** is ``/dev/null``, or a pipe fed the target's ``stdin`` text (UTF-8) and
   then closed (a job that exits without reading it is not an error); stdout and
   stderr share one pipe (interleaved as written). The pipe is read by protocol
@@ -65,11 +66,14 @@ reasons: on Python 3.11, ``Process.wait()`` only returns once the pipes are clos
 too (a grandchild holding stdout would hang it), while ``process_exited`` tells us
 when the main process is gone; and appending to the ring in the callback needs no
 reader task per job. ``Popen`` starts the child with vfork/exec in C, so no Python
-runs in a forked copy of the daemon (``os.fork`` is unsafe with gRPC channels open).
-Two kinds of job are started with a real fork (still in C, up to exec): a job with a
-``user``/``group`` (CPython does not vfork when it must setuid/setgid) and a job with
-resource limits, whose ``preexec_fn`` (a loop of ``setrlimit`` calls, nothing else)
-runs in the forked child — see ``clockd.runner.limits`` for why there is no other hook.
+runs in a forked copy of the daemon (``os.fork`` is unsafe with gRPC channels open),
+and no ``preexec_fn`` is ever given: it would make CPython fork the whole daemon.
+A job that needs a cgroup or resource limits starts behind a **start gate**
+(``_Gate``): its first process is ``/bin/sh``, which sets the limits on itself and
+waits for one line on its stdin; the daemon moves it into the job's cgroup, writes
+the line, and the shell execs the job — so the job's first instruction runs inside
+its group and under its limits. Only a job with a ``user``/``group`` is started with
+a real fork (in C, up to exec: CPython does not vfork when it must setuid/setgid);
 gRPC's fork handlers would run in those children and crashed some of them;
 ``clockd.coord.etcd`` switches them off. Looking up users and
 reading secret files may block (NSS, slow disks), so that preparation runs in a
@@ -84,10 +88,10 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from subprocess import DEVNULL, PIPE, STDOUT, SubprocessError
+from subprocess import DEVNULL, PIPE, STDOUT
 from typing import Any
 
 from clockd.core.model import AttemptOutcome, CommandTarget, NoopTarget
@@ -206,21 +210,18 @@ class ProcessRunner:
         # RLIMIT_CPU per process.
         cpu_budget = target.cpu_limit if group is not None and group.cpu_seconds() is not None else None
         wanted = list(prepared.rlimits) if cpu_budget is None else limits.without_cpu(list(prepared.rlimits))
-        # The job's first instruction runs inside its cgroup and under its rlimits: the
-        # forked child joins and sets them before exec (a minimal Python hook) — or, in a
-        # daemon using etcd, where no Python may run in a forked child (gRPC threads;
-        # it broke runs in drill 3), the job starts behind a gate (_Gate): a shell that
-        # sets the limits on itself and waits until the daemon has moved it.
-        join_in_child = self._cgroups is None or self._cgroups.join_in_child
-        gate = _Gate() if not join_in_child and (group is not None or wanted) else None
+        # The job's first instruction runs inside its cgroup and under its rlimits: a job
+        # with either starts behind a gate (_Gate), a shell that sets the limits on
+        # itself and waits until the daemon has moved it into the group. No Python hook
+        # runs between fork and exec: one (a preexec_fn) would make CPython fork the whole
+        # daemon instead of vfork, and fork's page-table copy and the parent's
+        # copy-on-write faults cost more than the shell (python -m bench --only embedded,
+        # 1,000 /bin/true with a cgroup each: 243 against 96 jobs/s, the daemon's CPU 3.0
+        # against 7.2 ms a job); nor may Python run in a forked child of a daemon with
+        # gRPC threads (etcd: it broke runs in drill 3).
+        gate = _Gate() if group is not None or wanted else None
         if gate is not None:
             argv = gate.wrap(argv, wanted)
-        else:
-            hook = limits.preexec(wanted)
-            if group is not None:
-                hook = _joining(group.open_for_join(), hook)
-            if hook is not None:
-                extra_spawn["preexec_fn"] = hook
         spawn = asyncio.ensure_future(
             loop.subprocess_exec(
                 lambda: capture,
@@ -246,8 +247,6 @@ class ProcessRunner:
             return _start_failed(exc, program, prepared.cwd, started, target.memory_limit)
         except ValueError as exc:  # NUL byte in an argument, "=" in an env name, …
             return _cannot_start(f"cannot start {program}: {exc}", started)
-        except SubprocessError:  # our preexec_fn (setrlimit) failed in the child
-            return _cannot_start(f"cannot start {program}: resource limits could not be applied", started)
 
         pgid = transport.get_pid()  # leader of its own session: pgid == pid
         if gate is not None and group is not None:
@@ -321,8 +320,6 @@ class ProcessRunner:
             raise
         finally:
             transport.close()
-            if group is not None:
-                group.close_fds()
 
         returncode = transport.get_returncode()
         exit_code, sig = _status(returncode)
@@ -530,7 +527,8 @@ async def _cpu_budget(group: cgroups.JobGroup, budget: int) -> float:
 
 
 class _Gate:
-    """The start gate of a job in a daemon using etcd (see ``clockd.runner.cgroups``).
+    """The start gate of a job with a cgroup or resource limits (see
+    ``clockd.runner.cgroups``).
 
     The job's first process is ``/bin/sh``: it sets the job's rlimits on itself
     (``ulimit``: lowering one's own limits needs no privilege, unlike ``prlimit`` on a
@@ -571,22 +569,6 @@ class _Gate:
             return f"cannot start {program}: permission denied", True
         transient = {os.strerror(e) for e in _TRANSIENT_START_ERRNOS}
         return f"cannot start {program}: {reason}", reason not in transient
-
-
-def _joining(join: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
-    """The child's hook between fork and exec: join the cgroups, then set the rlimits.
-    A failed join (an old kernel checking the job user's rights at write time) leaves
-    the job in its process group, as without cgroups."""
-
-    def hook() -> None:
-        try:
-            join()
-        except OSError:
-            pass
-        if then is not None:
-            then()
-
-    return hook
 
 
 async def _abandon_start(

@@ -1,6 +1,6 @@
 """Jobs started with a real fork survive a busy gRPC client in the same process.
 
-A job with ``user:``/``group:`` (or resource limits) is started with fork, not vfork, and
+A job with ``user:``/``group:`` is started with fork, not vfork, and
 gRPC's fork handlers ran in those children: with the etcd client busy, 7 % of them died of
 SIGSEGV before exec (an operator's walkthrough of a cluster saw team jobs go DEAD at
 random). ``clockd.coord.etcd`` switches the handlers off. The check runs in a fresh
