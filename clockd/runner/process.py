@@ -30,8 +30,9 @@ What a job gets, and why:
   job's first process on itself just before it execs the job (the start gate, below;
   ``clockd.runner.limits``), and (memory, nproc) on the attempt's cgroup where there
   is one.
-* **stdin** is ``/dev/null``, or a pipe fed the target's ``stdin`` text (UTF-8) and
-  then closed (a job that exits without reading it is not an error); stdout and
+* **stdin** is ``/dev/null`` (for a job behind the start gate, below, a pipe that
+  ends at once), or a pipe fed the target's ``stdin`` text (UTF-8) and then closed (a
+  job that exits without reading it is not an error); stdout and
   stderr share one pipe (interleaved as written). The pipe is read by protocol
   callbacks as data arrives, never paused, so a job flooding its output never
   blocks on a full pipe; only the last
