@@ -206,7 +206,6 @@ class ProcessRunner:
     ) -> RunResult:
         loop = asyncio.get_running_loop()
         capture = _Capture(loop, request.output_limit)
-        extra_spawn = dict(prepared.spawn)
         # With a cgroup, cpu_limit is the whole group's budget (watched below), not
         # RLIMIT_CPU per process.
         cpu_budget = target.cpu_limit if group is not None and group.cpu_seconds() is not None else None
@@ -233,7 +232,7 @@ class ProcessRunner:
                 cwd=prepared.cwd,
                 env=prepared.env,
                 start_new_session=True,
-                **extra_spawn,
+                **prepared.spawn,
             )
         )
         program = argv[0] if gate is None else gate.program

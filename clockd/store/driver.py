@@ -10,8 +10,7 @@ Steps:
 
 * ``Run(name, params, fetch)``: one named block of the dialect's ``queries.sql``;
   ``fetch`` says what comes back (``all`` rows, ``one`` row or None, the row ``count``,
-  or ``none``). ``savepoint=True`` runs it so that a failure undoes that statement only
-  (PostgreSQL: a savepoint; SQLite: every statement is atomic anyway).
+  or ``none``).
 * ``Pipeline(runs)``: statements whose results the next does not need; PostgreSQL sends
   them in one round trip (``conn.pipeline()``), SQLite runs them one after the other.
   Returns the list of their results.
@@ -56,7 +55,6 @@ class Run:
     name: str
     params: dict[str, Any] = field(default_factory=dict)
     fetch: Fetch = "all"
-    savepoint: bool = False
 
 
 @dataclass(frozen=True, slots=True)

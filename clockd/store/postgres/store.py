@@ -207,11 +207,7 @@ class PostgresDriver:
                     await conn.execute(Q[run.name], run.params)
                     count += 1
             return count
-        if step.savepoint:
-            async with conn.transaction():
-                cur = await conn.execute(Q[step.name], step.params)
-        else:
-            cur = await conn.execute(Q[step.name], step.params)
+        cur = await conn.execute(Q[step.name], step.params)
         if step.fetch == "all":
             return await cur.fetchall()
         if step.fetch == "one":
