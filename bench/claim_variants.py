@@ -25,10 +25,14 @@ not product code):
 * ``judged, schedule probe``: ``claim_lease`` before schema 0018, reading every
   candidate's policy from its schedule's spec (a join to ``schedules``), as rows written
   before 0018 are judged still.
-* ``judged, no re-fetch``: ``claim_lease`` with the pick carrying the queue rows' columns
-  out instead of ``cand`` reading them again by id (a lateral probe of ``occurrences`` per
-  row keeps the plan a nested loop: as a plain join the planner, estimating the pick at a
-  million rows, hashed whole tables).
+* ``judged, no re-fetch``: ``claim_lease`` with ``cand`` taking the queue rows' columns
+  from the pick (which carries them, and here the occurrence id too) instead of reading
+  them again by id (a lateral probe of ``occurrences`` per row keeps the plan a nested
+  loop: as a plain join the planner, estimating the pick at a million rows, hashed whole
+  tables).
+* ``plain, re-fetch`` (one tenant: claim_shared's pick may list a row twice, so it reads
+  by id): ``claim_plain`` as it was before 2026-12-07, its ``cand`` reading the picked
+  rows again by id instead of taking them as the pick locked them.
 """
 
 from __future__ import annotations
@@ -44,13 +48,11 @@ PLAIN = "claim_plain"
 SHARED = "claim_shared"  # the plain claim of tenants sharing a queue (runs in PLAIN's place)
 JUDGED = "claim_lease"
 
-_PICK_FAIR = """    SELECT f.id FROM ready AS r
-    CROSS JOIN LATERAL (
-        SELECT dispatch.id FROM dispatch"""
-_PICK_OLDEST = """    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
-    CROSS JOIN LATERAL (
-        SELECT dispatch.id FROM dispatch"""
-_COLUMNS = "dispatch.id, dispatch.occurrence_id, dispatch.tenant, dispatch.visible_at"
+# What claim_ready's two picks (and so claim_plain's) carry out of the queue.
+_PICKED = "SELECT dispatch.id, dispatch.tenant, dispatch.visible_at, dispatch.overlap FROM dispatch"
+_PLAIN_CAND = "    SELECT id, tenant, visible_at, overlap FROM picked"
+_PLAIN_REFETCH = """    SELECT d.id, d.tenant, d.visible_at, d.overlap FROM dispatch AS d
+    WHERE d.id = ANY(ARRAY(SELECT id FROM picked))"""
 _CAND = """    FROM dispatch AS d
     JOIN occurrences AS o ON o.id = d.occurrence_id
     WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) AND o.state = ANY(%(claimable)b::text[])"""
@@ -60,21 +62,22 @@ _POLICY = """coalesce(o.overlap, (SELECT s.spec->>'overlap' FROM schedules AS s 
 
 def _replaced(text: str, old: str, new: str) -> str:
     if text.count(old) != 1:
-        raise SystemExit(f"bench.claim_variants: claim_lease no longer has {old[:60]!r}: update the variants")
+        raise SystemExit(f"bench.claim_variants: the claim no longer has {old[:60]!r}: update the variants")
     return text.replace(old, new)
 
 
-def variants(plain: str, claim: str) -> dict[str, str]:
-    """The variants of this release's claim (``plain``: ``claim_plain``; ``claim``:
-    ``claim_lease``), each behind a comment naming it."""
+def variants(plain: str, claim: str, one_tenant: bool = True) -> dict[str, str]:
+    """The variants of this release's claim (``plain``: ``claim_plain``, or ``claim_shared``
+    when not ``one_tenant``; ``claim``: ``claim_lease``), each behind a comment naming it."""
     probe = _replaced(claim, _POLICY, "coalesce(s.spec->>'overlap', %(default_overlap)s::text) AS overlap")
     probe = _replaced(
         probe, "    JOIN occurrences AS o ON o.id = d.occurrence_id\n    WHERE d.id",
         "    JOIN occurrences AS o ON o.id = d.occurrence_id\n    JOIN schedules AS s ON s.id = o.schedule_id\n"
         "    WHERE d.id",
     )  # fmt: skip
-    carried = _replaced(claim, _PICK_FAIR, _PICK_FAIR.replace("f.id", "f.*").replace("dispatch.id", _COLUMNS))
-    carried = _replaced(carried, _PICK_OLDEST, _PICK_OLDEST.replace("g.id", "g.*").replace("dispatch.id", _COLUMNS))
+    if claim.count(_PICKED) != 2:
+        raise SystemExit(f"bench.claim_variants: claim_lease's picks no longer read {_PICKED!r}: update the variants")
+    carried = claim.replace(_PICKED, _PICKED.replace("dispatch.id,", "dispatch.id, dispatch.occurrence_id,"))
     carried = _replaced(
         carried, _CAND,
         """    FROM picked AS d
@@ -82,6 +85,8 @@ def variants(plain: str, claim: str) -> dict[str, str]:
                         WHERE o.id = d.occurrence_id AND o.state = ANY(%(claimable)b::text[]) LIMIT 1) AS o""",
     )  # fmt: skip
     found = {"clockd": plain, "judged": claim, "judged, schedule probe": probe, "judged, no re-fetch": carried}
+    if one_tenant:
+        found["plain, re-fetch"] = _replaced(plain, _PLAIN_CAND, _PLAIN_REFETCH)
     return {name: f"/* claim variant: {name} */\n{text}" for name, text in found.items()}
 
 
@@ -140,7 +145,7 @@ async def one_round(dsn: str, schedules: int, per: int, tenants: int = 1) -> dic
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("VACUUM ANALYZE")
         await conn.execute("SELECT pg_stat_statements_reset()")
-    texts = variants(Q[PLAIN] if tenants == 1 else Q[SHARED], Q[JUDGED])
+    texts = variants(Q[PLAIN] if tenants == 1 else Q[SHARED], Q[JUDGED], tenants == 1)
     names = list(texts)
     queries = Q._queries  # the bench swaps one statement's text between claims (private: not a product path)
     original = queries[PLAIN]

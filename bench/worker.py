@@ -47,17 +47,31 @@ SCHEDULES = 200
 
 async def workload(dsn: str, count: int, schedules: int = SCHEDULES) -> dict[str, float]:
     """One run through whatever ``clockd`` comes first on ``sys.path``."""
-    from clockd.core.clock import SystemClock
-    from clockd.core.ids import new_schedule_id, occurrence_id
-    from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
-    from clockd.modes.worker import Worker, WorkerSettings
-    from clockd.store import CursorAdvance, Fence, NewOccurrence, NewSchedule
     from clockd.store.postgres import PostgresStore
-    from clockd.wiring import make_runner
 
     store = PostgresStore(dsn)
     await store.migrate()
     await store.open()
+    total = await stage(store, count, schedules)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    wall = await drain(store, total)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    await store.close()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    system = after.ru_stime - before.ru_stime
+    return {"cpu_us": cpu / total * 1e6, "sys_us": system / total * 1e6, "rate": total / wall,
+            "executions": float(total)}  # fmt: skip
+
+
+async def stage(store: Any, count: int, schedules: int) -> int:
+    """``schedules`` no-op schedules and about ``count`` of their occurrences due two hours
+    ago, materialized and relayed into the queue as the daemon's materializer and relay
+    write them; the number of occurrences queued (``count`` rounded up to a multiple of
+    ``schedules``)."""
+    from clockd.core.ids import new_schedule_id, occurrence_id
+    from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
+    from clockd.store import CursorAdvance, Fence, NewOccurrence, NewSchedule
+
     t0 = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
     news = [
         NewSchedule(
@@ -82,25 +96,28 @@ async def workload(dsn: str, count: int, schedules: int = SCHEDULES) -> dict[str
         ]  # fmt: skip
         cursors = [CursorAdvance(s.id, 1, t0, until) for s in batch]
         await store.materialize(Fence("shard:0", 1), occurrences, cursors, t0)
-    total = per * schedules
     while relayed(await store.relay(t0 + timedelta(hours=1), 10_000, t0)):
         pass
+    return per * schedules
+
+
+async def drain(store: Any, total: int) -> float:
+    """One ``Worker`` (the daemon's ``DispatchRunner``, concurrency 1,000, the daemon's
+    claim and flush batches) over the queue until ``total`` executions are recorded; the
+    wall seconds it took."""
+    from clockd.core.clock import SystemClock
+    from clockd.modes.worker import Worker, WorkerSettings
+    from clockd.wiring import make_runner
+
     worker = Worker(store, make_runner(), SystemClock(), WorkerSettings(concurrency=1000))
     stopping = asyncio.Event()
-    before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     task = asyncio.create_task(worker.run(stopping))
     while worker.completed < total and not task.done():
         await asyncio.wait({task}, timeout=0.05)  # coarse: the poll's own CPU stays out of the figure
     stopping.set()
     await task
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    await store.close()
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    system = after.ru_stime - before.ru_stime
-    return {"cpu_us": cpu / total * 1e6, "sys_us": system / total * 1e6, "rate": total / wall,
-            "executions": float(total)}  # fmt: skip
+    return time.perf_counter() - started
 
 
 def _one(tree: str, dsn: str, count: int, profile: Path | None, schedules: int = SCHEDULES) -> dict[str, float]:
