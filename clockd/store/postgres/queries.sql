@@ -372,13 +372,11 @@ FROM queued;
 -- ------------------------------------------------------------------ worker
 
 -- fragment: claim_oldest
--- The queues' oldest :limit visible unleased rows, locked SKIP LOCKED: the last branch of
--- claim_ready's pick and the whole of claim_plain's (one text, included by both). Each
--- row's id, tenant, visible_at and overlap policy as locked: claim_plain takes its
--- candidates from here instead of reading them again by id (see there).
-    SELECT g.* FROM unnest(%(queues)b::text[]) AS q(queue)
+-- The queues' oldest :limit visible unleased rows, locked SKIP LOCKED (their ids): the last
+-- branch of claim_ready's pick and the whole of claim_plain's (one text, included by both).
+    SELECT g.id FROM unnest(%(queues)b::text[]) AS q(queue)
     CROSS JOIN LATERAL (
-        SELECT dispatch.id, dispatch.tenant, dispatch.visible_at, dispatch.overlap FROM dispatch
+        SELECT dispatch.id FROM dispatch
         WHERE dispatch.lease_token IS NULL AND dispatch.queue = q.queue
           AND dispatch.visible_at <= %(now)s
         ORDER BY dispatch.visible_at, dispatch.id LIMIT %(limit)s
@@ -408,9 +406,9 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     SELECT queue, tenant, count(*) OVER (PARTITION BY queue) AS n
     FROM tenants WHERE tenant IS NOT NULL
 ), picked AS (
-    SELECT f.* FROM ready AS r
+    SELECT f.id FROM ready AS r
     CROSS JOIN LATERAL (
-        SELECT dispatch.id, dispatch.tenant, dispatch.visible_at, dispatch.overlap FROM dispatch
+        SELECT dispatch.id FROM dispatch
         WHERE dispatch.lease_token IS NULL AND dispatch.queue = r.queue
           AND dispatch.tenant = r.tenant AND dispatch.visible_at <= %(now)s
         ORDER BY dispatch.visible_at, dispatch.id LIMIT (%(limit)s + r.n - 1) / r.n
@@ -592,8 +590,7 @@ ORDER BY trank, visible_at, dispatch_id;
 -- The end of claim_plain and of claim_shared (one text, included by both): lease the
 -- `starters`, the n-th the engine's n-th token, and start their runs, each checked
 -- claimable as it starts (a row whose occurrence is not is leased and not started: see
--- claim_plain). With claim_by_index run first, `started` probes the occurrences'
--- partitions by key whatever their statistics say.
+-- claim_plain).
 ), leased AS (
     UPDATE dispatch
     SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
@@ -633,14 +630,7 @@ ORDER BY trank, visible_at, dispatch_id;
 -- leaves it. The tenant probe stops at a queue's second tenant (enough to say "shared").
 -- `tenants` repeats claim_ready's first step (its tenant probe, stopped at the second
 -- tenant): a change to it is made here too; `picked` is claim_ready's oldest-rows branch,
--- the fragment claim_oldest (without the shares). `cand` is the rows as `picked` locked
--- them (it lists each once), not read again by id as claim_shared and claim_lease read
--- theirs (their pick may list a row twice): one probe of dispatch_pkey and ~4 buffers
--- per claimed row fewer (bench.claim_variants, 2026-12-07: 0.92-0.98 x the database time
--- per claimed row in nine rounds). The values are the locked row's: as fresh as a read by
--- id in the statement's snapshot, or fresher. Planned from the batch's real size (the
--- pick's LIMIT) where the read by id was estimated at a few rows, the statement relies on
--- claim_by_index to keep looking the occurrences up by key.
+-- the fragment claim_oldest (without the shares).
 WITH RECURSIVE tenants (queue, tenant, depth) AS (
     SELECT q.queue, (SELECT d.tenant FROM dispatch AS d
                      WHERE d.lease_token IS NULL AND d.queue = q.queue
@@ -654,7 +644,8 @@ WITH RECURSIVE tenants (queue, tenant, depth) AS (
 ), picked AS (
 -- include: claim_oldest
 ), cand AS MATERIALIZED (
-    SELECT id, tenant, visible_at, overlap FROM picked
+    SELECT d.id, d.tenant, d.visible_at, d.overlap FROM dispatch AS d
+    WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
 ), plain AS MATERIALIZED (
     SELECT single, single AND simple AS ok
     FROM (SELECT (SELECT count(DISTINCT tenant) FROM tenants) <= 1 AS single,
@@ -726,18 +717,6 @@ FROM (SELECT * FROM started
       SELECT NULL, 'unstarted', NULL, NULL, NULL, NULL, NULL, NULL
       WHERE (SELECT count(*) FROM leased) > (SELECT count(*) FROM started)) AS r
 ORDER BY start_no NULLS LAST;
-
--- name: claim_by_index
--- A claim's transaction reads no table whole (set_config(…, true) is SET LOCAL: until the
--- transaction ends): every statement of a claim looks its rows up by key or walks an index
--- from its head, so a sequential scan is never the plan wanted — and the statistics of the
--- queue and of this week's partition of occurrences lag behind a burst (a partition
--- counted while empty is planned as one row). Hash joins stay allowed: claim_lease joins
--- its CTEs by hash (nested, they were quadratic in the batch). Measured without it, once
--- claim_plain's candidates came from its pick (estimated at the batch's size, not at a few
--- rows): `started` joined a queue burst's occurrences to a sequential scan of every
--- partition (test_a_burst_staged_after_the_queue_was_vacuumed_empty_is_claimed_by_key).
-SELECT set_config('enable_seqscan', 'off', true);
 
 -- name: claim_unlease_unstarted
 -- claim_plain's leases of rows it did not start (see there): back to unleased, in place.

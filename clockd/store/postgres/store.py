@@ -109,7 +109,6 @@ SESSION_OPTIONS: Final = "-c plan_cache_mode=force_custom_plan -c jit=off -c Tim
 # The queries this driver's own steps run (the engine's are in clockd.store.engine).
 DRIVER_QUERIES: Final = frozenset(
     {
-        "claim_by_index",
         "claim_plain",
         "claim_shared",
         "claim_lease",
@@ -461,7 +460,6 @@ class PostgresDriver:
             "claimable": r.claimable,
             **r.rules,
         }
-        yield Run("claim_by_index", {}, "none")  # no sequential scans: see the statement
         if self.judged_streak > 0:
             self.judged_streak -= 1
             judged: list[Sequence[Any]] = yield Run("claim_lease", params)

@@ -600,17 +600,12 @@ async def test_the_claim_visits_each_row_of_its_batch_a_bounded_number_of_times(
     assert not rescanned, rescanned
 
 
-async def analyzed_plan(
-    dsn: str, name: str, params: dict[str, Any], analyze: str = "", first: str = ""
-) -> list[dict[str, Any]]:
+async def analyzed_plan(dsn: str, name: str, params: dict[str, Any], analyze: str = "") -> list[dict[str, Any]]:
     """Every node of the plan of the named query as it ran (EXPLAIN ANALYZE; nothing kept:
-    rolled back), the root first; ``analyze`` names a table to ANALYZE first, ``first`` a
-    query the store runs before it in the same transaction (its planner settings)."""
+    rolled back), the root first; ``analyze`` names a table to ANALYZE first."""
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         if analyze:
             await conn.execute(f"ANALYZE {analyze}")
-        if first:
-            await conn.execute(Q[first])
         cur = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + Q[name], params)
         row = await cur.fetchone()
         await conn.rollback()
@@ -716,9 +711,7 @@ async def test_a_burst_staged_after_the_queue_was_vacuumed_empty_is_claimed_by_k
     scans under 2 % of an unchanged table's pages (it keeps the old count: here a small
     burst after a large one), and then ANALYZEs the queue (its statistics count fewer rows
     than pages, and more than 1,000 rows changed since): the claim after that tick looks
-    its rows up by key. (Planned, as the store plans it, after claim_by_index: without it,
-    since claim_plain takes its candidates from its pick, `started` read every partition of
-    occurrences whole.)"""
+    its rows up by key."""
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         # No autovacuum ANALYZE between the burst and the claim (it comes at most once a
         # minute in production; pinned here so that the test says the same every run). A
@@ -736,7 +729,7 @@ async def test_a_burst_staged_after_the_queue_was_vacuumed_empty_is_claimed_by_k
     assert changed >= 1100
     assert await one_store.vacuum_queue()  # the leader's next tick
     assert (await table_stats(pg_dsn, "dispatch"))[0] == analyzed + 1
-    plan = await analyzed_plan(pg_dsn, "claim_plain", claim_params(["default"], 100), first="claim_by_index")
+    plan = await analyzed_plan(pg_dsn, "claim_plain", claim_params(["default"], 100))
     full_scans = [
         (n.get("Relation Name"), n.get("Actual Loops"))
         for n in plan
