@@ -37,6 +37,21 @@ SUITES = (
 NAMES = tuple(suite.rsplit(".", 1)[1] for suite in SUITES)  # what --only takes
 
 
+def chosen(only: set[str], scenarios: list[str] | None) -> set[str]:
+    """The suites to run (empty: all of them). A scenario is the distributed suite's, so
+    ``--scenario`` alone runs that suite only (it used to run every suite, with that
+    scenario alone in the distributed one); beside an ``--only`` that leaves the
+    distributed suite out it is an error (ValueError, its message for the user)."""
+    unknown = sorted(only - set(NAMES))
+    if unknown:  # an unknown name used to run nothing and print "all goals met"
+        raise ValueError(f"no suite named {', '.join(unknown)}; the suites: {', '.join(NAMES)}")
+    if scenarios and not only:
+        return {"distributed"}
+    if scenarios and "distributed" not in only:
+        raise ValueError("--scenario picks scenarios of the distributed suite, which --only leaves out")
+    return only
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="reduced scale, finishes in a few minutes")
@@ -59,14 +74,16 @@ def main() -> int:
         "--scenario",
         action="append",
         choices=["bare", "drill", "sustained", "knee", "scale", "commands"],
-        help="run only these distributed scenarios (the drill also runs bare)",
+        help="run only these scenarios of the distributed suite, and without --only no other suite "
+        "(the drill also runs bare)",
     )
     parser.add_argument("--profile", metavar="DIR", help="py-spy record every clockd process into DIR")
     args = parser.parse_args()
-    only = {name.strip() for value in args.only or () for name in value.split(",") if name.strip()}
-    unknown = sorted(only - set(NAMES))
-    if unknown:  # an unknown name used to run nothing and print "all goals met"
-        parser.error(f"no suite named {', '.join(unknown)}; the suites: {', '.join(NAMES)}")
+    try:
+        only = chosen({name.strip() for value in args.only or () for name in value.split(",") if name.strip()},
+                      args.scenario)  # fmt: skip
+    except ValueError as exc:
+        parser.error(str(exc))
     for key, value in (
         ("BENCH_STORE", args.store),
         ("BENCH_ETCD", args.etcd),
