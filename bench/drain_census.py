@@ -13,7 +13,10 @@ Nothing here is timed against a goal: it says which statement and which index a
 drain's time is in, and which of them grow with the queue (the 500,000 drill spends
 about twice the server CPU per execution of the 20,000 one).
 
-    python -m bench.drain_census [--sizes 8000,40000,200000]
+    python -m bench.drain_census [--sizes 8000,40000,200000] [--workers 1,2]
+
+With ``--workers 1,2`` each size is drained by one worker, then by two at once (each its
+own store and sessions, in this one process): what two claimers cost each other.
 """
 
 from __future__ import annotations
@@ -75,9 +78,10 @@ async def _sessions_gone(conn: Any, deadline: float = 30.0) -> None:
     conn.execute("SELECT pg_stat_clear_snapshot()")
 
 
-async def census(dsn: str, count: int, connect: Any) -> dict[str, Any]:
-    """One size: stage ``count`` occurrences of as many schedules, drain them with one
-    worker, and return the counters' change per execution (and the drain's rate)."""
+async def census(dsn: str, count: int, connect: Any, workers: int = 1) -> dict[str, Any]:
+    """One size: stage ``count`` occurrences of as many schedules, drain them with
+    ``workers`` workers at once (each its own store, so its own sessions), and return the
+    counters' change per execution (and the drain's rate)."""
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict
 
@@ -104,12 +108,14 @@ async def census(dsn: str, count: int, connect: Any) -> dict[str, Any]:
         # the store's sessions are gone, before and after the drain.
         await _sessions_gone(conn)
         before = [_read(conn, q) for q in (_INDEXES, _TABLES, _STATEMENTS)]
-        store = PostgresStore(dsn)
-        await store.open()
+        stores = [PostgresStore(dsn) for _ in range(workers)]
         try:
-            wall = await drain(store, total)
+            for store in stores:
+                await store.open()
+            wall = await drain(stores, total)
         finally:
-            await store.close()
+            for store in stores:
+                await store.close()
         await _sessions_gone(conn)
         after = [_read(conn, q) for q in (_INDEXES, _TABLES, _STATEMENTS)]
     indexes, tables, statements = (_delta(a, b, total) for a, b in zip(after, before, strict=True))
@@ -117,11 +123,13 @@ async def census(dsn: str, count: int, connect: Any) -> dict[str, Any]:
             "statements": statements}  # fmt: skip
 
 
-def _report(sizes: list[int], found: list[dict[str, Any]]) -> None:
+def _report(sizes: list[str], found: list[dict[str, Any]]) -> None:
+    """One table each for the statements, the indexes and the tables; a column per run
+    (size × workers)."""
     out = sys.stdout
-    head = " | ".join(f"{n:,}" for n in sizes)
+    head = " | ".join(sizes)
     rates = " | ".join(f"{r['rate']:,.0f}" for r in found)
-    out.write(f"\ndrained with one worker (executions/s): {rates}\n")
+    out.write(f"\ndrained at (executions/s): {rates}\n")
     out.write(f"\n| statement: µs (execution + planning), buffers, WAL bytes per execution | {head} |\n")
     out.write("|---|" + "---|" * len(sizes) + "\n")
     names = sorted(
@@ -155,23 +163,31 @@ def _report(sizes: list[int], found: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.drain_census", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="8000,40000,200000", help="executions per drain, comma-separated")
+    parser.add_argument(
+        "--workers", default="1", help="workers draining at once, comma-separated (each size drained with each)"
+    )
     args = parser.parse_args()
-    try:
-        sizes = [int(size) for size in args.sizes.split(",")]
-    except ValueError:
-        parser.error(f"--sizes takes whole numbers separated by commas, not {args.sizes!r}")
+    runs: list[tuple[int, int]] = []
+    for option, text in (("--sizes", args.sizes), ("--workers", args.workers)):
+        try:
+            numbers = [int(item) for item in text.split(",")]
+        except ValueError:
+            parser.error(f"{option} takes whole numbers separated by commas, not {text!r}")
+        if min(numbers) < 1:
+            parser.error(f"{option} takes numbers of at least 1, not {text!r}")
+        runs = [(n, 1) for n in numbers] if option == "--sizes" else [(n, k) for n, _ in runs for k in numbers]
     from bench.servers import log, servers
 
     found: list[dict[str, Any]] = []
     with servers() as srv:
-        for size in sizes:
+        for size, workers in runs:
             dsn = srv.new_database("census")
             try:
-                found.append(asyncio.run(census(dsn, size, srv.connect)))
+                found.append(asyncio.run(census(dsn, size, srv.connect, workers)))
             finally:
                 srv.drop_database(dsn)
-            log(f"census {size:,}: drained at {found[-1]['rate']:,.0f}/s")
-    _report(sizes, found)
+            log(f"census {size:,} × {workers} workers: drained at {found[-1]['rate']:,.0f}/s")
+    _report([f"{size:,} × {workers}" for size, workers in runs], found)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ async def workload(dsn: str, count: int, schedules: int = SCHEDULES) -> dict[str
     await store.open()
     total = await stage(store, count, schedules)
     before = resource.getrusage(resource.RUSAGE_SELF)
-    wall = await drain(store, total)
+    wall = await drain([store], total)
     after = resource.getrusage(resource.RUSAGE_SELF)
     await store.close()
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -101,22 +102,22 @@ async def stage(store: Any, count: int, schedules: int) -> int:
     return per * schedules
 
 
-async def drain(store: Any, total: int) -> float:
-    """One ``Worker`` (the daemon's ``DispatchRunner``, concurrency 1,000, the daemon's
-    claim and flush batches) over the queue until ``total`` executions are recorded; the
-    wall seconds it took."""
+async def drain(stores: Sequence[Any], total: int) -> float:
+    """A ``Worker`` per store (the daemon's ``DispatchRunner``, concurrency 1,000, the
+    daemon's claim and flush batches), all at once, over the queue until ``total``
+    executions are recorded; the wall seconds it took."""
     from clockd.core.clock import SystemClock
     from clockd.modes.worker import Worker, WorkerSettings
     from clockd.wiring import make_runner
 
-    worker = Worker(store, make_runner(), SystemClock(), WorkerSettings(concurrency=1000))
+    workers = [Worker(store, make_runner(), SystemClock(), WorkerSettings(concurrency=1000)) for store in stores]
     stopping = asyncio.Event()
     started = time.perf_counter()
-    task = asyncio.create_task(worker.run(stopping))
-    while worker.completed < total and not task.done():
-        await asyncio.wait({task}, timeout=0.05)  # coarse: the poll's own CPU stays out of the figure
+    tasks = {asyncio.create_task(worker.run(stopping)) for worker in workers}
+    while sum(worker.completed for worker in workers) < total and not any(task.done() for task in tasks):
+        await asyncio.wait(tasks, timeout=0.05)  # coarse: the poll's own CPU stays out of the figure
     stopping.set()
-    await task
+    await asyncio.gather(*tasks)
     return time.perf_counter() - started
 
 

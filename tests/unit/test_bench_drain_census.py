@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from bench.drain_census import _delta
 
 
@@ -22,10 +24,18 @@ def test_a_counter_is_its_change_per_execution_and_an_unmoved_one_is_left_out() 
     }
 
 
-def test_sizes_that_are_not_whole_numbers_are_refused_in_one_line() -> None:
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--sizes", "8k", "--sizes takes whole numbers separated by commas, not '8k'"),
+        ("--workers", "1,two", "--workers takes whole numbers separated by commas, not '1,two'"),
+        ("--workers", "0", "--workers takes numbers of at least 1, not '0'"),
+    ],
+)
+def test_counts_that_are_not_whole_numbers_are_refused_in_one_line(option: str, value: str, said: str) -> None:
     ran = subprocess.run(
-        [sys.executable, "-m", "bench.drain_census", "--sizes", "8k"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "bench.drain_census", option, value], capture_output=True, text=True, check=False
     )
     assert ran.returncode == 2
-    assert "--sizes takes whole numbers separated by commas, not '8k'" in ran.stderr
+    assert said in ran.stderr
     assert "Traceback" not in ran.stderr
