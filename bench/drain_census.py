@@ -4,7 +4,8 @@
 For each size N: a fresh database on a durable PostgreSQL 15 with ``pg_stat_statements``
 (``bench.servers``), N no-op occurrences of N distinct schedules (a top-of-hour burst:
 every claim reads its schedules' definitions) staged into the queue as
-``bench.worker`` stages them, then drained by one ``Worker`` (``bench.worker.drain``).
+``bench.worker`` stages them, then drained by one ``Worker`` or several at once
+(``bench.worker.drain``).
 Around the drain only, the server's own counters are read: per index, the scans started
 (``idx_scan``: each is one descent from the root) and the buffers touched; per table,
 the scans, heap buffers and row writes (HOT and not); per statement, its execution and
@@ -47,7 +48,7 @@ SELECT substring(query FROM '^/\\* ([a-z_]+) \\*/'), sum(calls),
        sum(total_exec_time), sum(total_plan_time), sum(shared_blks_hit + shared_blks_read),
        sum(wal_bytes)
 FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE '/* %%'
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE '/* %'
 GROUP BY 1
 """
 
