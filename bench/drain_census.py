@@ -8,7 +8,7 @@ every claim reads its schedules' definitions) staged into the queue as
 (``bench.worker.drain``).
 Around the drain only, the server's own counters are read: per index, the scans started
 (``idx_scan``: each is one descent from the root) and the buffers touched; per table,
-the scans, heap buffers and row writes (HOT and not); per statement, its execution and
+the heap buffers and row writes (HOT and not); per statement, its execution and
 planning time, its buffers and its WAL. Every figure is divided by the executions.
 Nothing here is timed against a goal: it says which statement and which index a
 drain's time is in, and which of them grow with the queue (the 500,000 drill spends
@@ -37,14 +37,13 @@ SELECT s.relname || '.' || s.indexrelname, s.idx_scan, coalesce(io.idx_blks_hit,
 FROM pg_stat_user_indexes AS s JOIN pg_statio_user_indexes AS io USING (indexrelid)
 """
 _TABLES = """
-SELECT s.relname, coalesce(s.seq_scan, 0), coalesce(s.idx_scan, 0),
-       coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0),
+SELECT s.relname, coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0),
        s.n_tup_ins, s.n_tup_upd, s.n_tup_hot_upd, s.n_tup_del
 FROM pg_stat_user_tables AS s JOIN pg_statio_user_tables AS io USING (relid)
 """
 # The statement's name: the store sends each block as `/* name */` and its code.
 _STATEMENTS = """
-SELECT substring(query FROM '^/\\* ([a-z_]+) \\*/'), sum(calls),
+SELECT substring(query FROM '^/\\* ([a-z_]+) \\*/'),
        sum(total_exec_time), sum(total_plan_time), sum(shared_blks_hit + shared_blks_read),
        sum(wal_bytes)
 FROM pg_stat_statements
@@ -58,7 +57,7 @@ def _read(conn: Any, query: str) -> Counters:
 
 
 def _delta(after: Mapping[str, Row], before: Mapping[str, Row], per: float) -> dict[str, Row]:
-    out: dict[str, tuple[float, ...]] = {}
+    out: dict[str, Row] = {}
     for key, values in after.items():
         old = before.get(key, (0.0,) * len(values))
         moved = tuple((a - b) / per for a, b in zip(values, old, strict=True))
@@ -134,14 +133,14 @@ def _report(sizes: list[str], found: list[dict[str, Any]]) -> None:
     out.write(f"\n| statement: µs (execution + planning), buffers, WAL bytes per execution | {head} |\n")
     out.write("|---|" + "---|" * len(sizes) + "\n")
     names = sorted(
-        {k for r in found for k in r["statements"]}, key=lambda k: -found[-1]["statements"].get(k, (0, 0))[1]
+        {k for r in found for k in r["statements"]}, key=lambda k: -found[-1]["statements"].get(k, (0.0,))[0]
     )
     for name in names:
         cells = []
         for r in found:
-            _calls, ex, plan, blocks, wal = r["statements"].get(name, (0.0,) * 5)
+            ex, plan, blocks, wal = r["statements"].get(name, (0.0,) * 4)
             cells.append(f"{(ex + plan) * 1000:.1f} ({plan * 1000:.1f} planning), {blocks:.1f}, {wal:.0f}")
-        if max(r["statements"].get(name, (0.0, 0.0))[1] for r in found) * 1000 >= 0.05:
+        if max(r["statements"].get(name, (0.0,))[0] for r in found) * 1000 >= 0.05:
             out.write(f"| {name} | " + " | ".join(cells) + " |\n")
     out.write(f"\n| index: descents (scans started), buffers per execution | {head} |\n")
     out.write("|---|" + "---|" * len(sizes) + "\n")
@@ -152,11 +151,11 @@ def _report(sizes: list[str], found: list[dict[str, Any]]) -> None:
     out.write(f"\n| table: heap buffers; rows inserted, updated (HOT), deleted per execution | {head} |\n")
     out.write("|---|" + "---|" * len(sizes) + "\n")
     for name in sorted({k for r in found for k in r["tables"]}):
-        values = [r["tables"].get(name, (0.0,) * 7) for r in found]
-        if max(v[2] for v in values) >= 0.05:
+        values = [r["tables"].get(name, (0.0,) * 5) for r in found]
+        if max(v[0] for v in values) >= 0.05:
             out.write(
                 f"| {name} | "
-                + " | ".join(f"{v[2]:.2f}; {v[3]:.2f}, {v[4]:.2f} ({v[5]:.2f}), {v[6]:.2f}" for v in values)
+                + " | ".join(f"{v[0]:.2f}; {v[1]:.2f}, {v[2]:.2f} ({v[3]:.2f}), {v[4]:.2f}" for v in values)
                 + " |\n"
             )
 

@@ -1,4 +1,4 @@
-"""Per-job resource limits (``setrlimit`` in the child); their size syntax is ``clockd.core.sizes``.
+"""Per-job resource limits (``ulimit`` in the job's start gate); their size syntax is ``clockd.core.sizes``.
 
 * ``memory_limit`` → ``RLIMIT_AS`` (address space of *each* process of the job:
   allocations beyond it fail, so most programs exit with an out-of-memory error).

@@ -210,15 +210,8 @@ class ProcessRunner:
         # RLIMIT_CPU per process.
         cpu_budget = target.cpu_limit if group is not None and group.cpu_seconds() is not None else None
         wanted = list(prepared.rlimits) if cpu_budget is None else limits.without_cpu(list(prepared.rlimits))
-        # The job's first instruction runs inside its cgroup and under its rlimits: a job
-        # with either starts behind a gate (_Gate), a shell that sets the limits on
-        # itself and waits until the daemon has moved it into the group. No Python hook
-        # runs between fork and exec: one (a preexec_fn) would make CPython fork the whole
-        # daemon instead of vfork, and fork's page-table copy and the parent's
-        # copy-on-write faults cost more than the shell (python -m bench --only embedded,
-        # 1,000 /bin/true with a cgroup each: 243 against 96 jobs/s, the daemon's CPU 3.0
-        # against 7.2 ms a job); nor may Python run in a forked child of a daemon with
-        # gRPC threads (etcd: it broke runs in drill 3).
+        # A job with a cgroup or rlimits starts behind the start gate, never with a
+        # preexec_fn: see the module docstring and clockd.runner.cgroups for why.
         gate = _Gate() if group is not None or wanted else None
         if gate is not None:
             argv = gate.wrap(argv, wanted)
