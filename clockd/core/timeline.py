@@ -99,6 +99,10 @@ class Skip:
 
 def as_utc(instant: datetime) -> datetime:
     """``instant`` as aware UTC; naive datetimes are refused (ValueError)."""
+    if instant.tzinfo is UTC:
+        # The usual case (stored instants are decoded as UTC): no offset lookup, no copy.
+        # It was ~12 % of a materializer pass's planning CPU (py-spy, bench.materializer).
+        return instant
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise ValueError(f"an aware datetime is required, got naive {instant.isoformat()}")
     return instant.astimezone(UTC)
