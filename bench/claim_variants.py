@@ -36,6 +36,14 @@ not product code):
   plan made from the batch's real size instead of the re-read's few rows reads whole the
   partitions of ``occurrences`` whose statistics say small, and turning sequential scans
   off for the claim cost more than the re-read.
+* ``plain, by ctid`` (one tenant only): ``claim_plain`` finding the queue rows it locked by
+  their tuple ids instead of their keys — the pick returns each row's ``ctid``, ``cand``
+  reads them by a TID scan and ``leased`` updates them the same way (a row this statement
+  has locked cannot move). No ``dispatch_pkey`` descent is left in the claim (2.0 → 0.0
+  per claimed row, 9.0 → 3.0 buffers in ``bench.drain_census``), but the time did not
+  follow: 0.95 × here, and in the census's drain 40.9 against 40.6 and 49.4 against
+  47.3 µs per execution, planning 2.9 against 2.3–2.5 µs (2026-12-07; README, "Where a
+  drain's server time goes"). Not taken.
 """
 
 from __future__ import annotations
@@ -96,6 +104,19 @@ def variants(plain: str, claim: str, one_tenant: bool = True) -> dict[str, str]:
         own = _replaced(plain, _PICK_OLDEST, _PICK_OLDEST.replace("g.id", "g.*").replace("dispatch.id", _OWN))
         own = _replaced(own, _PLAIN_CAND, "    SELECT id, tenant, visible_at, overlap FROM picked")
         found["plain, no re-fetch"] = own
+        by_tid = _replaced(plain, _PICK_OLDEST, _PICK_OLDEST.replace("g.id", "g.id, g.ctid").replace(
+            "SELECT dispatch.id", "SELECT dispatch.id, dispatch.ctid"))  # fmt: skip
+        by_tid = _replaced(by_tid, _PLAIN_CAND, _PLAIN_CAND.replace("d.id, d.tenant", "d.id, d.ctid AS tid, d.tenant")
+                           .replace("d.id = ANY(ARRAY(SELECT id", "d.ctid = ANY(ARRAY(SELECT ctid"))  # fmt: skip
+        by_tid = _replaced(
+            by_tid,
+            "    SELECT c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS start_no",
+            "    SELECT c.id, c.tid, row_number() OVER (ORDER BY c.visible_at, c.id) AS start_no",
+        )
+        by_tid = _replaced(by_tid, "    FROM starters AS s\n    WHERE dispatch.id = s.id\n",
+                           "    FROM starters AS s\n    WHERE dispatch.ctid = ANY(ARRAY(SELECT tid FROM starters))"
+                           " AND dispatch.id = s.id\n")  # fmt: skip
+        found["plain, by ctid"] = by_tid
     return {name: f"/* claim variant: {name} */\n{text}" for name, text in found.items()}
 
 

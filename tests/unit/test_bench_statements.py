@@ -42,7 +42,14 @@ def test_the_claim_variants_are_made_from_this_releases_claim_statements() -> No
     from bench import claim_variants
 
     found = claim_variants.variants(Q[claim_variants.PLAIN], Q[claim_variants.JUDGED])
-    assert set(found) == {"clockd", "judged", "judged, schedule probe", "judged, no re-fetch", "plain, no re-fetch"}
+    assert set(found) == {
+        "clockd",
+        "judged",
+        "judged, schedule probe",
+        "judged, no re-fetch",
+        "plain, no re-fetch",
+        "plain, by ctid",
+    }
     for name, text in found.items():
         assert text.startswith(f"/* claim variant: {name} */")
         assert "FOR UPDATE SKIP LOCKED" in text and "UPDATE dispatch" in text
@@ -55,5 +62,12 @@ def test_the_claim_variants_still_find_what_they_rewrite_in_the_claim() -> None:
     from bench import claim_variants
 
     found = claim_variants.variants(Q["claim_plain"], Q["claim_lease"])
-    assert list(found) == ["clockd", "judged", "judged, schedule probe", "judged, no re-fetch", "plain, no re-fetch"]
+    assert list(found) == [
+        "clockd",
+        "judged",
+        "judged, schedule probe",
+        "judged, no re-fetch",
+        "plain, no re-fetch",
+        "plain, by ctid",
+    ]
     assert all(text.startswith(f"/* claim variant: {name} */") for name, text in found.items())
