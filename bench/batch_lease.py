@@ -10,14 +10,15 @@ starts the occurrence (RUNNING); the finish finds each row again by its token
 deleted) and ends the occurrence (``finish_occurrences``).
 
 The **batch lease** measured beside it: the claim *deletes* the queue rows it picked,
-writes one lease row for the whole batch (``claim_batches``: token, worker, until) and
-the batch's token on each occurrence it starts (a column no index names: the update
-stays HOT); the finish ends the occurrences still RUNNING under that token — one
-statement — and drops the batch row. The claim is ``claim_plain`` with its ``leased``
+writes one lease row for the whole batch (``claim_batches``: token, worker, until, and
+its occurrences' ids, which a reaper of expired batches would need) and the batch's
+token on each occurrence it starts (a column no index names: the update stays HOT); the
+finish ends the occurrences still RUNNING under that token — one statement — and drops
+the batch row. The claim is ``claim_plain`` with its ``leased``
 and ``started`` steps rewritten (the pick, the tenant probe and the checks are today's
 text); the finish is written here.
 
-    python -m bench.batch_lease [--rounds R] [--rows N] [--schedules S]
+    python -m bench.batch_lease [--rounds R] [--rows N] [--schedules S] [--clients K]
 
 Each round: a fresh database on a durable PostgreSQL with ``pg_stat_statements``
 (``bench.servers``), the two extra objects added to the schema, N due no-op occurrences
@@ -34,9 +35,9 @@ printed too. Figures of 2026-12-07: README, "Where a drain's server time goes".
 Not modelled (what a build would have to write, and where the cost could come back):
 retries (a RETRY_WAIT row goes back into the queue: an insert instead of today's
 update), a batch finished in several flushes (the worker keeps the batch row until its
-last completion), the reaper (expired batch rows; it needs the batch's occurrence ids,
-kept on the batch row, since an index on the token would end the HOT updates), heartbeats
-(one row per batch: cheaper), ``release``, the runs lists and counts that read a running
+last completion), the reaper (over expired batch rows, through the ids each carries: an
+index on the token would end the HOT updates), heartbeats (one row per batch: cheaper),
+``release``, the runs lists and counts that read a running
 attempt from its queue row today (the worker and start would come from the batch row and
 the occurrence), overlap slots and capped tenants (their claim, ``claim_lease``, leases
 rows the same way), and the SQLite store.
@@ -73,8 +74,9 @@ BATCH_LEASED: LiteralString = """), leased AS (
     WHERE dispatch.id = s.id
     RETURNING dispatch.occurrence_id, (%(tokens)b::text[])[s.start_no] AS lease_token, s.start_no
 ), batch AS (
-    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at)
-    VALUES ((%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s)
+    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, occurrence_ids)
+    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, array_agg(l.occurrence_id)
+    FROM leased AS l HAVING count(*) > 0
 ), started AS (
     UPDATE occurrences AS o
     SET state = %(running_state)s::text, attempts = o.attempts + 1,
@@ -83,7 +85,7 @@ BATCH_LEASED: LiteralString = """), leased AS (
 SCHEMA: tuple[LiteralString, ...] = (
     "ALTER TABLE occurrences ADD COLUMN lease_batch text",
     "CREATE TABLE claim_batches (token text PRIMARY KEY, worker_id text NOT NULL,"
-    " lease_until timestamptz NOT NULL, leased_at timestamptz NOT NULL)",
+    " lease_until timestamptz NOT NULL, leased_at timestamptz NOT NULL, occurrence_ids text[] NOT NULL)",
 )
 # finish_by_index's settings, in a statement of its own shape (pg_stat_statements keys
 # statements by their parse tree, comments aside: the same text would share one entry).
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"round {r + 1}: "
                 + "; ".join(
                     f"{side} {f['db_us']:.1f} µs, {f['buffers']:.1f} buffers, {f['wal']:.0f} B WAL, "
-                    f"wall {f['wall_us']:.1f} µs, drain {f['rate']:,.0f}/s"
+                    f"wall {f['wall_us']:.1f} µs" + (f", drain {f['rate']:,.0f}/s" if args.clients > 1 else "")
                     for side, f in got.items()
                 )
             )
