@@ -56,19 +56,10 @@ from typing import Any, LiteralString
 BATCH = 500
 SIDES = ("today", "batch lease")
 
-# claim_start's lease and start, as claim_plain includes them, and the batch lease's.
-LEASED: LiteralString = """), leased AS (
-    UPDATE dispatch
-    SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
-        worker_id = %(worker_id)s, leased_at = %(now)s
-    FROM starters AS s
-    WHERE dispatch.id = s.id
-    RETURNING dispatch.occurrence_id, dispatch.lease_token, s.start_no
-), started AS (
-    UPDATE occurrences AS o
-    SET state = %(running_state)s::text, attempts = o.attempts + 1,
-        started_at = coalesce(o.started_at, %(now)s)
-"""
+# claim_start's lease and start (the fragment claim_plain includes) run from this line
+# through the one that sets started_at; batch_claim puts the batch lease's in their place.
+LEASE_STEP = "), leased AS (\n    UPDATE dispatch\n"
+STARTED_AT = "        started_at = coalesce(o.started_at, %(now)s)\n"
 BATCH_LEASED: LiteralString = """), leased AS (
     DELETE FROM dispatch USING starters AS s
     WHERE dispatch.id = s.id
@@ -112,9 +103,16 @@ TODAY = ("/* claim_plain */", "/* leases_end */", "/* finish_occurrences */", "/
 
 def batch_claim(plain: str) -> str:
     """``claim_plain``'s text with the batch lease's ``leased`` and ``started`` steps."""
-    if plain.count(LEASED) != 1:
+    start = plain.find(LEASE_STEP)
+    end = plain.find(STARTED_AT, start) + len(STARTED_AT)
+    if (
+        start < 0
+        or end < len(STARTED_AT)
+        or plain.count(LEASE_STEP) != 1
+        or "UPDATE occurrences" not in plain[start:end]
+    ):
         raise SystemExit("bench.batch_lease: claim_plain no longer has claim_start's lease step: update the rewrite")
-    return "/* batch lease: claim */\n" + plain.replace(LEASED, BATCH_LEASED)
+    return "/* batch lease: claim */\n" + plain[:start] + BATCH_LEASED + plain[end:]
 
 
 def side_of(query: str) -> str | None:

@@ -18,6 +18,14 @@ from clockd.store.postgres.store import Q
 PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]")
 AT = datetime(2026, 12, 5, tzinfo=UTC)
 SCHEDULE = "0193a3c0-0000-7000-8000-000000000000"
+CLAIM_VARIANTS = [
+    "clockd",
+    "judged",
+    "judged, schedule probe",
+    "judged, no re-fetch",
+    "plain, no re-fetch",
+    "plain, by ctid",
+]
 
 
 def named(statement: str) -> set[str]:
@@ -42,14 +50,7 @@ def test_the_claim_variants_are_made_from_this_releases_claim_statements() -> No
     from bench import claim_variants
 
     found = claim_variants.variants(Q[claim_variants.PLAIN], Q[claim_variants.JUDGED])
-    assert set(found) == {
-        "clockd",
-        "judged",
-        "judged, schedule probe",
-        "judged, no re-fetch",
-        "plain, no re-fetch",
-        "plain, by ctid",
-    }
+    assert set(found) == set(CLAIM_VARIANTS)
     for name, text in found.items():
         assert text.startswith(f"/* claim variant: {name} */")
         assert "FOR UPDATE SKIP LOCKED" in text and "UPDATE dispatch" in text
@@ -62,14 +63,7 @@ def test_the_claim_variants_still_find_what_they_rewrite_in_the_claim() -> None:
     from bench import claim_variants
 
     found = claim_variants.variants(Q["claim_plain"], Q["claim_lease"])
-    assert list(found) == [
-        "clockd",
-        "judged",
-        "judged, schedule probe",
-        "judged, no re-fetch",
-        "plain, no re-fetch",
-        "plain, by ctid",
-    ]
+    assert list(found) == CLAIM_VARIANTS
     assert all(text.startswith(f"/* claim variant: {name} */") for name, text in found.items())
 
 
@@ -88,4 +82,4 @@ def test_the_batch_lease_bench_rewrites_this_releases_claim_and_reads_its_own_st
         assert batch_lease.side_of(Q[name]) == "today", name
     assert batch_lease.side_of(Q["schedule_definitions"]) is None
     with pytest.raises(SystemExit, match="claim_plain no longer has"):
-        batch_lease.batch_claim(Q["claim_shared"].replace("WHERE dispatch.id = s.id", "WHERE dispatch.id = s.ident"))
+        batch_lease.batch_claim(Q["claim_plain"].replace("), leased AS (", "), taken AS ("))
