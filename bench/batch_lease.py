@@ -25,6 +25,9 @@ Each round: a fresh database on a durable PostgreSQL with ``pg_stat_statements``
 of S schedules staged as the materializer and relay write them (``bench.worker.stage``),
 ``VACUUM ANALYZE``; then one client claims 500 rows at a time — today's claim and finish,
 the batch lease's, in turn — until the queue is empty, and every row must end SUCCEEDED.
+Each side's finishes end 500 claims at a time, the first 250, so that every finish spans
+two claimed batches (a worker's flushes do not line up with its claims): the batch row
+is lowered by one finish and dropped by the next.
 Figures per execution from each side's own statements: database time (execution +
 planning), buffers, WAL bytes; and the client's wall time per execution (claim + finish
 round trips, the engine's work included). Only the ratios within a round are evidence.
@@ -34,8 +37,7 @@ printed too. Figures of 2026-12-07: README, "Where a drain's server time goes".
 
 Not modelled (what a build would have to write, and where the cost could come back):
 retries (a RETRY_WAIT row goes back into the queue: an insert instead of today's
-update), a batch finished in several flushes (the worker keeps the batch row until its
-last completion), the reaper (over expired batch rows, through the ids each carries: an
+update), the reaper (over expired batch rows, through the ids each carries: an
 index on the token would end the HOT updates), heartbeats (one row per batch: cheaper),
 ``release``, the runs lists and counts that read a running
 attempt from its queue row today (the worker and start would come from the batch row and
@@ -65,8 +67,8 @@ BATCH_LEASED: LiteralString = """), leased AS (
     WHERE dispatch.id = s.id
     RETURNING dispatch.occurrence_id, (%(tokens)b::text[])[s.start_no] AS lease_token, s.start_no
 ), batch AS (
-    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, occurrence_ids)
-    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, array_agg(l.occurrence_id)
+    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, open, occurrence_ids)
+    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, count(*), array_agg(l.occurrence_id)
     FROM leased AS l HAVING count(*) > 0
 ), started AS (
     UPDATE occurrences AS o
@@ -76,7 +78,8 @@ BATCH_LEASED: LiteralString = """), leased AS (
 SCHEMA: tuple[LiteralString, ...] = (
     "ALTER TABLE occurrences ADD COLUMN lease_batch text",
     "CREATE TABLE claim_batches (token text PRIMARY KEY, worker_id text NOT NULL,"
-    " lease_until timestamptz NOT NULL, leased_at timestamptz NOT NULL, occurrence_ids text[] NOT NULL)",
+    " lease_until timestamptz NOT NULL, leased_at timestamptz NOT NULL, open integer NOT NULL,"
+    " occurrence_ids text[] NOT NULL)",
 )
 # finish_by_index's settings, in a statement of its own shape (pg_stat_statements keys
 # statements by their parse tree, comments aside: the same text would share one entry).
@@ -88,13 +91,17 @@ WITH ended AS (
     UPDATE occurrences AS o
     SET state = c.next_state, finished_at = %(now)s::timestamptz, exit_code = c.exit_code,
         last_error = c.error, reason = c.reason, inline_attempt_worker = c.inline_worker
-    FROM unnest(%(occurrence_ids)b::text[], %(exit_codes)b::integer[], %(errors)b::text[],
+    FROM unnest(%(occurrence_ids)b::text[], %(batches)b::text[], %(exit_codes)b::integer[], %(errors)b::text[],
                 %(next_states)b::text[], %(reasons)b::text[], %(inline_workers)b::text[])
-         AS c(occurrence_id, exit_code, error, next_state, reason, inline_worker)
-    WHERE o.id = c.occurrence_id AND o.lease_batch = %(batch)s AND o.state = %(running)s
-    RETURNING o.tenant
-), dropped AS (
-    DELETE FROM claim_batches WHERE token = %(batch)s
+         AS c(occurrence_id, batch, exit_code, error, next_state, reason, inline_worker)
+    WHERE o.id = c.occurrence_id AND o.lease_batch = c.batch AND o.state = %(running)s
+    RETURNING c.batch
+), tally AS (
+    SELECT batch, count(*) AS n FROM ended GROUP BY batch
+), lowered AS (  -- a batch with runs still open keeps its row, one fewer each
+    UPDATE claim_batches AS b SET open = b.open - t.n FROM tally AS t WHERE b.token = t.batch AND b.open > t.n
+), dropped AS (  -- and goes with its last (the two touch different rows: one statement may)
+    DELETE FROM claim_batches AS b USING tally AS t WHERE b.token = t.batch AND b.open <= t.n
 )
 SELECT count(*) FROM ended"""
 # Today's statements of the claim and the finish, by the name comment each text starts with.
@@ -167,22 +174,37 @@ async def one_round(
         await store.open()
         try:
             async with await psycopg.AsyncConnection.connect(dsn, options=SESSION_OPTIONS) as finisher:
+                # Claims not yet finished, with their batch's token: each flush ends BATCH of
+                # them, the first only half as many, so that every flush spans two claims —
+                # a worker's flushes do not line up with its claims.
+                pending: dict[str, list[tuple[Any, str]]] = {side: [] for side in sides}
                 for turn in range(staged):  # ends when the queue is empty, far sooner
                     side = sides[turn % len(sides)]
                     began = time.perf_counter()
                     queries["claim_plain"] = plain if side == SIDES[0] else variant  # one side at a time
                     claims = await store.claim(["default"], "bench", BATCH, timedelta(minutes=5), datetime.now(UTC))
+                    wall[side] += time.perf_counter() - began  # the flush counts its own
                     if not claims:
+                        for left, items in pending.items():
+                            await flush(store, finisher, left, items)
                         return
-                    count = await (
-                        _finish_today(store, claims) if side == SIDES[0] else _finish_batch(finisher, claims)
-                    )
-                    if count != len(claims):
-                        raise SystemExit(f"bench.batch_lease: {side} ended {count} of {len(claims)} claims")
-                    done[side] += count
-                    wall[side] += time.perf_counter() - began
+                    mine = pending[side]
+                    mine += [(c, claims[0].lease_token) for c in claims]  # the batch's token: tokens[1]
+                    cut = BATCH // 2 if len(mine) == len(claims) else BATCH
+                    await flush(store, finisher, side, mine[:cut])
+                    del mine[:cut]
         finally:
             await store.close()
+
+    async def flush(store: Any, finisher: Any, side: str, items: list[tuple[Any, str]]) -> None:
+        if not items:
+            return
+        began = time.perf_counter()
+        count = await (_finish_today(store, items) if side == SIDES[0] else _finish_batch(finisher, items))
+        if count != len(items):
+            raise SystemExit(f"bench.batch_lease: {side} ended {count} of {len(items)} claims")
+        done[side] += count
+        wall[side] += time.perf_counter() - began
 
     began = time.perf_counter()
     try:
@@ -215,25 +237,25 @@ async def one_round(
     return out
 
 
-async def _finish_today(store: Any, claims: Sequence[Any]) -> int:
+async def _finish_today(store: Any, items: Sequence[tuple[Any, str]]) -> int:
     from clockd.core.model import AttemptOutcome, OccurrenceState
     from clockd.store import Completion
 
-    ended = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c in claims]
+    ended = [Completion(c.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for c, _ in items]
     return len(await store.finish(ended, datetime.now(UTC)))
 
 
-async def _finish_batch(finisher: Any, claims: Sequence[Any]) -> int:
+async def _finish_batch(finisher: Any, items: Sequence[tuple[Any, str]]) -> int:
     from clockd.core.model import OccurrenceState
 
-    k = len(claims)
+    k = len(items)
     async with finisher.transaction():
         await finisher.execute(BATCH_BY_INDEX)
         cur = await finisher.execute(
             BATCH_FINISH,
-            {"now": datetime.now(UTC), "batch": claims[0].lease_token,  # the batch's: tokens[1]
-             "running": OccurrenceState.RUNNING.value,
-             "occurrence_ids": [c.occurrence_id for c in claims], "exit_codes": [None] * k,
+            {"now": datetime.now(UTC), "running": OccurrenceState.RUNNING.value,
+             "occurrence_ids": [c.occurrence_id for c, _ in items], "batches": [b for _, b in items],
+             "exit_codes": [None] * k,
              "errors": [None] * k, "next_states": [OccurrenceState.SUCCEEDED.value] * k,
              "reasons": [None] * k, "inline_workers": ["bench"] * k},
         )  # fmt: skip
