@@ -137,9 +137,8 @@ async def one_round(
     as workers are) drain it with that side alone. Per side, per execution; ``rate``: the
     executions per second of the whole drain."""
     import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict
 
+    from bench.servers import planning_tracked
     from bench.worker import stage
     from clockd.store.postgres import PostgresStore
     from clockd.store.postgres.store import Q
@@ -147,9 +146,8 @@ async def one_round(
     setup = PostgresStore(dsn)
     await setup.migrate()
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        database = sql.Identifier(str(conninfo_to_dict(dsn)["dbname"]))
-        await conn.execute(sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track_planning = on").format(database))
+        for tracking in planning_tracked(dsn):  # before the store's sessions open
+            await conn.execute(tracking)
         for statement in SCHEMA:
             await conn.execute(statement)
     await setup.open()

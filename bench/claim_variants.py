@@ -123,9 +123,8 @@ def variants(plain: str, claim: str, one_tenant: bool = True) -> dict[str, str]:
 async def one_round(dsn: str, schedules: int, per: int, tenants: int = 1) -> dict[str, float]:
     """One database: the queue filled, then emptied by the variants in turn. µs per row."""
     import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict
 
+    from bench.servers import planning_tracked
     from clockd.core.ids import new_schedule_id, occurrence_id
     from clockd.core.model import AttemptOutcome, NoopTarget, OccurrenceState, ScheduleDef, ScheduleKind
     from clockd.store import Completion, CursorAdvance, Fence, NewOccurrence, NewSchedule
@@ -133,10 +132,8 @@ async def one_round(dsn: str, schedules: int, per: int, tenants: int = 1) -> dic
     from clockd.store.postgres.store import Q
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        # Planning time too, in the store's sessions (opened after this).
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        database = sql.Identifier(str(conninfo_to_dict(dsn)["dbname"]))
-        await conn.execute(sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track_planning = on").format(database))
+        for statement in planning_tracked(dsn):  # before the store's sessions open
+            await conn.execute(statement)
     store = PostgresStore(dsn)
     await store.migrate()
     await store.open()

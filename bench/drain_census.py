@@ -82,17 +82,15 @@ async def census(dsn: str, count: int, connect: Any, workers: int = 1) -> dict[s
     """One size: stage ``count`` occurrences of as many schedules, drain them with
     ``workers`` workers at once (each its own store, so its own sessions), and return the
     counters' change per execution (and the drain's rate)."""
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict
 
+    from bench.servers import planning_tracked
     from bench.worker import drain, stage
     from clockd.store.postgres import PostgresStore
 
     with connect(dsn) as conn:  # planning time too, in the store's sessions (opened after this)
         conn.autocommit = True
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        database = sql.Identifier(str(conninfo_to_dict(dsn)["dbname"]))
-        conn.execute(sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track_planning = on").format(database))
+        for statement in planning_tracked(dsn):
+            conn.execute(statement)
     store = PostgresStore(dsn)
     await store.migrate()
     await store.open()

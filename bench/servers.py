@@ -51,6 +51,17 @@ STATS_SETTINGS = dict(PG_SETTINGS) | {
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def planning_tracked(dsn: str) -> tuple[sql.SQL | sql.Composed, ...]:
+    """The statements that make ``pg_stat_statements`` count this database's statements
+    with their planning time: run them on one connection before the sessions to be
+    measured open (a database setting reaches only the sessions opened after it)."""
+    database = sql.Identifier(str(conninfo_to_dict(dsn)["dbname"]))
+    return (
+        sql.SQL("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"),
+        sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track_planning = on").format(database),
+    )
+
+
 def _stat(pid: int) -> list[str]:
     """/proc/<pid>/stat after the command name: [0] state, [1] ppid, [11] utime, [12] stime,
     [13] cutime, [14] cstime (in clock ticks)."""
