@@ -229,7 +229,21 @@ class Driver(Protocol):
 
     def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         """finish's claims that end: ``leases_held``'s rows (same columns) for ``tokens``
-        whose occurrence is ``running``, their ``dispatch`` rows deleted."""
+        whose occurrence is ``running``, their leases ended (SQLite: the ``dispatch`` rows
+        deleted; PostgreSQL: taken out of their batch)."""
+        ...
+
+    def lock_leases(self, params: dict[str, Any]) -> Body[None]:
+        """Before finish and release read the leases of ``tokens``: take whatever locks the
+        dialect's leases need (PostgreSQL: the batch rows, in one order; SQLite, one
+        writer: none)."""
+        ...
+
+    def reap_pick(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        """The reaper's pick (``params``: ``now``, ``limit``): the lost runs of expired
+        leases, locked, as rows (queue row id or None, occurrence id, attempt, max attempts,
+        tenant, token, worker id, the attempt's start). SQLite: the oldest ``limit`` expired
+        queue rows; PostgreSQL: every lost run of the oldest ``limit`` expired batches."""
         ...
 
 

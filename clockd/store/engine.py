@@ -1208,7 +1208,11 @@ class SqlStore:
         if not tokens:
             return set()
         d = self.driver
-        params = {"tokens": d.array(list(dict.fromkeys(tokens))), "lease_until": d.instant(now + lease_for)}
+        params = {
+            "tokens": d.array(list(dict.fromkeys(tokens))),
+            "lease_until": d.instant(now + lease_for),
+            "running": S.RUNNING.value,
+        }
 
         def body() -> Body[set[str]]:
             rows = yield Run("leases_extend", params)
@@ -1222,7 +1226,7 @@ class SqlStore:
         SQL's WHERE, see PostgreSQL's leases_extend): (dispatch id, occurrence id, token,
         attempt, tenant, state, worker id, attempt start)."""
         running = S.RUNNING.value
-        rows = yield Run("leases_held", {"tokens": self.driver.array(tokens)})
+        rows = yield Run("leases_held", {"tokens": self.driver.array(tokens), "running": running})
         return [row for row in rows if row[5] == running]
 
     async def finish(self, completions: Sequence[Completion], now: datetime) -> set[str]:
@@ -1242,8 +1246,9 @@ class SqlStore:
 
         def body() -> Body[set[str]]:
             yield Run("finish_by_index", {}, "none")  # see PostgreSQL's block
-            # The claims that end leave the queue as they are taken (end_leases: one write
-            # per queue row, not a lock and then a delete); a retry's row stays, unleased.
+            # Every lease this finish ends, locked at once in one order (lock_leases), then
+            # the claims that end taken (end_leases) and the retries' read (_held).
+            yield from d.lock_leases({"tokens": d.array(list(by_token))})
             held: list[Sequence[Any]] = []
             if ending:
                 held += yield from d.end_leases({"tokens": d.array(ending), "running": S.RUNNING.value})
@@ -1253,7 +1258,7 @@ class SqlStore:
                 return set()
             rows: list[tuple[Any, ...]] = []
             recorded: list[tuple[Any, ...]] = []  # the rows finish_attempts writes
-            retry: list[tuple[int, Any]] = []
+            retry: list[tuple[Any, Any, str]] = []
             ended: list[str] = []  # of those, the ones that may hold an overlap slot
             for dispatch_id, occ, token, attempt, _, _, worker_id, started_at, overlap in held:
                 c = by_token[token]
@@ -1270,7 +1275,7 @@ class SqlStore:
                 if not inline:
                     recorded.append(row)
                 if c.next_state is S.RETRY_WAIT:
-                    retry.append((dispatch_id, stamp if c.retry_at is None else d.instant(c.retry_at)))
+                    retry.append((dispatch_id, stamp if c.retry_at is None else d.instant(c.retry_at), occ))
                 elif overlap != _ALLOW:  # an 'allow' row's claim took no slot: nothing to release
                     ended.append(occ)
             columns = ("occurrence_ids", "attempts", "outcomes", "exit_codes", "signals", "outputs", "errors",
@@ -1282,7 +1287,8 @@ class SqlStore:
                 runs.append(Run("finish_attempts", {**d.table("rows", columns, recorded), **shared}, "none"))
             runs.append(Run("finish_occurrences", {**d.table("rows", columns, rows), **shared}, "none"))
             if retry:
-                runs.append(Run("dispatch_retry", d.table("rows", ("ids", "visible_at"), retry), "none"))
+                retried = d.table("rows", ("ids", "visible_at", "occurrence_ids"), retry)
+                runs.append(Run("dispatch_retry", retried, "none"))
             runs.append(Run("tenant_running_release", {"tenants": d.array([row[4] for row in held])}, "none"))
             if ended:  # a RETRY_WAIT holder keeps its overlap slot until it ends
                 runs.extend(d.slot_release({"ids": d.array(ended), "now": stamp}))
@@ -1302,6 +1308,7 @@ class SqlStore:
         wanted = list(dict.fromkeys(tokens))
 
         def body() -> Body[int]:
+            yield from d.lock_leases({"tokens": d.array(wanted)})
             held = yield from self._held(wanted)
             if not held:
                 return 0
@@ -1311,7 +1318,11 @@ class SqlStore:
                 (
                     Run("release_attempts", keys, "none"),
                     Run("release_occurrences", {"ids": ids, "running": S.RUNNING.value, **_RELEASED}, "none"),
-                    Run("dispatch_unlease", {"ids": d.array([row[0] for row in held]), "visible_at": None}, "none"),
+                    Run(
+                        "dispatch_unlease",
+                        {"ids": d.array([row[0] for row in held]), "visible_at": None, "occurrence_ids": ids},
+                        "none",
+                    ),
                     Run("tenant_running_release", {"tenants": d.array([row[4] for row in held])}, "none"),
                 )
             )
@@ -1329,7 +1340,7 @@ class SqlStore:
         def body() -> Body[list[Reaped]]:
             yield from self._advance_fence(fence)
             yield Run("reap_by_index", {}, "none")  # see PostgreSQL's block
-            picked = yield Run("reap_pick", {"now": stamp, "limit": limit})
+            picked = yield from d.reap_pick({"now": stamp, "limit": limit, "running": S.RUNNING.value})
             if not picked:
                 return []
             again = [row for row in picked if row[2] < row[3]]
@@ -1338,11 +1349,22 @@ class SqlStore:
             lost = d.table("keys", columns, [(row[1], row[2], row[5], row[6] or "", row[7]) for row in picked])
             runs = [Run("reap_attempts", {**lost, "now": stamp, "error": LEASE_LOST, **_OUTCOMES}, "none")]
             if again:
-                runs.append(Run("dispatch_unlease", {"ids": d.array([row[0] for row in again]), "visible_at": stamp}))
+                runs.append(
+                    Run(
+                        "dispatch_unlease",
+                        {
+                            "ids": d.array([row[0] for row in again]),
+                            "visible_at": stamp,
+                            "occurrence_ids": d.array([row[1] for row in again]),
+                        },
+                    )
+                )
                 runs.append(Run("reap_retry", {"ids": d.array([row[1] for row in again]), **self._reap("reap_retry")}))
             if dead:
                 dead_ids = d.array([row[1] for row in dead])
-                runs.append(Run("dispatch_delete", {"ids": d.array([row[0] for row in dead])}, "none"))
+                queued = [row[0] for row in dead if row[0] is not None]  # a lease per batch: none
+                if queued:
+                    runs.append(Run("dispatch_delete", {"ids": d.array(queued)}, "none"))
                 runs.append(Run("reap_dead", {"ids": dead_ids, "now": stamp, **self._reap("reap_dead")}, "none"))
             runs.append(Run("tenant_running_release", {"tenants": d.array([row[4] for row in picked])}, "none"))
             if dead:
@@ -1559,7 +1581,7 @@ class SqlStore:
 
         def body() -> Body[TenantLimits]:
             yield Run("tenant_limits_upsert", params, "none")
-            yield Run("tenant_running_recount", {"tenant": limits.tenant}, "none")
+            yield Run("tenant_running_recount", {"tenant": limits.tenant, "running": S.RUNNING.value}, "none")
             return limits
 
         result: TenantLimits = await self._write(body())
@@ -1575,7 +1597,7 @@ class SqlStore:
 
     async def tenant_usage(self) -> list[TenantUsage]:
         def body() -> Body[list[TenantUsage]]:
-            rows = yield Run("tenant_usage")
+            rows = yield Run("tenant_usage", {"running": S.RUNNING.value})
             return [TenantUsage(TenantLimits(*row[:5]), schedules=int(row[5]), running=int(row[6])) for row in rows]
 
         result: list[TenantUsage] = await self._read(body())
@@ -1635,7 +1657,7 @@ class SqlStore:
         d = self.driver
 
         def body() -> Body[list[QueueStats]]:
-            rows = yield Run("queue_stats", {"now": d.instant(now)})
+            rows = yield Run("queue_stats", {"now": d.instant(now), "running": S.RUNNING.value})
             return [
                 QueueStats(queue, int(ready), int(running), int(staged), d.opt_read(oldest))
                 for queue, ready, running, staged, oldest in rows
@@ -1838,7 +1860,7 @@ ENGINE_QUERIES: Final = frozenset(
         "attempts_list", "due_schedules", "due_shards", "materialize_advance", "schedule_definitions",
         "leases_extend", "leases_held", "finish_attempts", "finish_occurrences", "dispatch_delete",
         "dispatch_retry", "tenant_running_release", "release_attempts", "release_occurrences",
-        "dispatch_unlease", "finish_by_index", "reap_by_index", "reap_pick", "reap_attempts", "reap_retry",
+        "dispatch_unlease", "finish_by_index", "reap_by_index", "reap_attempts", "reap_retry",
         "reap_dead", "prune",
         "misfire_pick",
         "misfire_mark", "overlap_stale", "occurrences_running", "dlq_list", "dlq_list_by_schedule",

@@ -256,17 +256,21 @@ ORDER BY o.scheduled_for DESC, o.id DESC LIMIT %(limit)s;
 -- name: attempts_list
 -- The ended attempts (attempt_history: the attempts rows and, schema 0013, a first
 -- attempt kept on its occurrence row), and the running one from its lease (schema 0005:
--- its row is written when it ends; one written as 'running' before 0005 is shown as it is).
+-- its row is written when it ends; one written as 'running' before 0005 is shown as it
+-- is): since schema 0022 the batch row its occurrence names (its token: the batch's and
+-- the run's position in it — `<token>.1` for a run leased before the upgrade, whose
+-- worker holds `<token>`).
 SELECT occurrence_id, attempt, lease_token, worker_id, started_at, outcome, finished_at,
        exit_code, signal, output, error
 FROM attempt_history WHERE occurrence_id = %(occurrence_id)s
 UNION ALL
-SELECT d.occurrence_id, o.attempts, d.lease_token, coalesce(d.worker_id, ''),
-       coalesce(d.leased_at, o.started_at), 'running', NULL, NULL, NULL, '', NULL
-FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.occurrence_id = %(occurrence_id)s AND d.lease_token IS NOT NULL AND o.state = 'RUNNING'
+SELECT o.id, o.attempts,
+       b.token || '.' || array_position(b.occurrence_ids, o.id),
+       b.worker_id, coalesce(b.leased_at, o.started_at), 'running', NULL, NULL, NULL, '', NULL
+FROM occurrences AS o JOIN claim_batches AS b ON b.token = o.lease_batch
+WHERE o.id = %(occurrence_id)s AND o.state = 'RUNNING'
   AND NOT EXISTS (SELECT 1 FROM attempts AS a
-                  WHERE a.occurrence_id = d.occurrence_id AND a.attempt = o.attempts)
+                  WHERE a.occurrence_id = o.id AND a.attempt = o.attempts)
 ORDER BY 2;
 
 -- ------------------------------------------------------------------ materializer
@@ -525,25 +529,29 @@ WITH RECURSIVE tenants (queue, tenant) AS (
                AS reason
     FROM losers
 ), leased AS (
-    -- The engine's fresh tokens, the n-th to the n-th start (one source of tokens). A join,
-    -- not a subquery per row: a correlated lookup in `starters` (a CTE, no index) made the
-    -- claim quadratic in its batch — 500 rows were 250,000 CTE row visits, most of the
-    -- claim's time at 10,000/s. For the same reason the token and the starter's order
-    -- travel on through RETURNING (`started` carries them to the final SELECT) instead
-    -- of a join of two CTEs, which the planner, estimating one row each, nests.
-    UPDATE dispatch
-    SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
-        worker_id = %(worker_id)s, leased_at = %(now)s
-    FROM starters AS s
+    -- The starters leave the queue, leased as one batch (schema 0022, see claim_start):
+    -- the n-th start's token is `<batch>.<n>`, the batch's the engine's first fresh token.
+    -- A join, not a subquery per row: a correlated lookup in `starters` (a CTE, no index)
+    -- made the claim quadratic in its batch — 500 rows were 250,000 CTE row visits, most
+    -- of the claim's time at 10,000/s. For the same reason the token and the starter's
+    -- order travel on through RETURNING (`started` carries them to the final SELECT)
+    -- instead of a join of two CTEs, which the planner, estimating one row each, nests.
+    DELETE FROM dispatch USING starters AS s
     WHERE dispatch.id = s.id
-    RETURNING dispatch.id, dispatch.occurrence_id, dispatch.lease_token, s.trank, s.visible_at
+    RETURNING dispatch.id, dispatch.occurrence_id, (%(tokens)b::text[])[1] || '.' || s.start_no AS lease_token,
+              s.trank, s.visible_at, s.start_no
 ), started AS (
     UPDATE occurrences AS o
     SET state = %(running_state)s::text, attempts = o.attempts + 1,
-        started_at = coalesce(o.started_at, %(now)s)
+        started_at = coalesce(o.started_at, %(now)s), lease_batch = (%(tokens)b::text[])[1]
     FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
     RETURNING o.id, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for, o.max_attempts,
               leased.lease_token, leased.trank, leased.visible_at, leased.id AS dispatch_id
+), batch AS (
+    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, open, occurrence_ids)
+    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, (SELECT count(*) FROM started),
+           array_agg(l.occurrence_id ORDER BY l.start_no)
+    FROM leased AS l HAVING count(*) > 0
 ), counted AS (
     UPDATE tenant_limits AS l
     SET running = l.running + c.n,
@@ -587,24 +595,29 @@ FROM started
 ORDER BY trank, visible_at, dispatch_id;
 
 -- fragment: claim_start
--- The end of claim_plain and of claim_shared (one text, included by both): lease the
--- `starters`, the n-th the engine's n-th token, and start their runs, each checked
--- claimable as it starts (a row whose occurrence is not is leased and not started: see
--- claim_plain).
+-- The end of claim_plain and of claim_shared (one text, included by both): take the
+-- `starters` out of the queue, lease them as one batch (schema 0022: the batch's token
+-- is the engine's first fresh token, the n-th start's `<batch>.<n>`) and start their
+-- runs, each checked claimable as it starts (a row whose occurrence is not is taken and
+-- not started: see claim_plain). The batch lists every row taken, in start order (its
+-- n-th id is the n-th start's: `starters` numbers them 1.. and every one is this
+-- transaction's locked row, so each is deleted); `open` counts the runs started.
 ), leased AS (
-    UPDATE dispatch
-    SET lease_token = (%(tokens)b::text[])[s.start_no], lease_until = %(lease_until)s,
-        worker_id = %(worker_id)s, leased_at = %(now)s
-    FROM starters AS s
+    DELETE FROM dispatch USING starters AS s
     WHERE dispatch.id = s.id
-    RETURNING dispatch.occurrence_id, dispatch.lease_token, s.start_no
+    RETURNING dispatch.occurrence_id, (%(tokens)b::text[])[1] || '.' || s.start_no AS lease_token, s.start_no
 ), started AS (
     UPDATE occurrences AS o
     SET state = %(running_state)s::text, attempts = o.attempts + 1,
-        started_at = coalesce(o.started_at, %(now)s)
+        started_at = coalesce(o.started_at, %(now)s), lease_batch = (%(tokens)b::text[])[1]
     FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
     RETURNING o.id, leased.lease_token, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for,
               o.max_attempts, leased.start_no
+), batch AS (
+    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, open, occurrence_ids)
+    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, (SELECT count(*) FROM started),
+           array_agg(l.occurrence_id ORDER BY l.start_no)
+    FROM leased AS l HAVING count(*) > 0
 )
 
 -- name: claim_plain
@@ -719,89 +732,132 @@ FROM (SELECT * FROM started
 ORDER BY start_no NULLS LAST;
 
 -- name: claim_unlease_unstarted
--- claim_plain's leases of rows it did not start (see there): back to unleased, in place.
-UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL
-WHERE lease_token = ANY(%(tokens)b::text[]) AND lease_token <> ALL(%(started)b::text[]);
+-- claim_plain's and claim_shared's rows taken and not started (see claim_plain): back
+-- into the queue (visible since their occurrence was available), and the batch row gone
+-- when it started none. :tokens are the claim's fresh tokens (the first is the batch's),
+-- :started the tokens of the runs it started.
+WITH batch AS MATERIALIZED (
+    SELECT b.token, b.occurrence_ids FROM claim_batches AS b WHERE b.token = (%(tokens)b::text[])[1]
+), unstarted AS MATERIALIZED (
+    SELECT x.id FROM batch AS b CROSS JOIN LATERAL unnest(b.occurrence_ids) WITH ORDINALITY AS x(id, n)
+    WHERE b.token || '.' || x.n <> ALL(%(started)b::text[])
+), requeued AS (
+    INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+    SELECT o.id, o.queue, o.tenant, o.available_at, o.overlap FROM occurrences AS o
+    WHERE o.id = ANY(ARRAY(SELECT id FROM unstarted))
+    ON CONFLICT (occurrence_id) DO NOTHING
+)
+DELETE FROM claim_batches AS b USING batch WHERE b.token = batch.token AND b.open = 0;
+
+-- fragment: lease_tokens
+-- The asked :tokens, each split into its batch's token and its position in the batch
+-- (schema 0022: `<batch>.<n>`; a token without a '.' is position 1 of the batch of that
+-- token: a run leased before the upgrade).
+WITH wanted AS MATERIALIZED (
+    SELECT t.token, split_part(t.token, '.', 1) AS batch,
+           coalesce(nullif(split_part(t.token, '.', 2), ''), '1')::integer AS n
+    FROM unnest(%(tokens)b::text[]) AS t(token)
+)
+
+-- name: leases_lock
+-- The batch rows of these tokens, locked in token order, before finish and release read
+-- what they end (leases_end, leases_held). A statement of its own: those then read the
+-- occurrences in a snapshot taken after the locks, so a finish or release of the same
+-- batch that committed while this one waited is seen (a statement reads in the snapshot
+-- it started with; the row it waited for is re-read, nothing else). One order for every
+-- waiting locker (token order), and the heartbeat and the reaper never wait: no cycle.
+-- include: lease_tokens
+SELECT b.token FROM claim_batches AS b
+WHERE b.token = ANY(ARRAY(SELECT DISTINCT batch FROM wanted))
+ORDER BY b.token
+FOR UPDATE OF b;
 
 -- name: leases_extend
--- The ids by one probe of dispatch_lease_token per token (LIMIT 1 keeps each probe a
--- parameterized index scan: as a plain join the planner merged the sorted tokens with a
--- full scan of that index); the token check again on the locked row.
+-- The batch rows of these tokens extended (one row per claimed batch, schema 0022); the
+-- tokens answered are those whose run is still leased: its occurrence RUNNING under that
+-- batch (a run ended, given back or reaped is not, though its batch may live on).
 -- A heartbeat never waits for a row lock (SKIP LOCKED): a row another session holds is
 -- being ended (a finish, a release) or reaped (its lease already ran out), so this
--- extension is not what keeps it. Such a row still carries the token as last committed,
--- and counts as held (`busy`): the next heartbeat extends it, or finds it gone. Waiting
--- instead made the heartbeat a party to deadlocks with a finish of the same leases
--- whenever the two locked in different orders — and an UPDATE or DELETE locks in the
--- order its plan visits the rows, the id order only for an index scan of the primary key
--- (test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases, both plans).
-WITH mine AS MATERIALIZED (
-    SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
-    CROSS JOIN LATERAL (SELECT dispatch.id FROM dispatch
-                        WHERE dispatch.lease_token = t.token LIMIT 1) AS x
-), locked AS MATERIALIZED (
-    SELECT d.id FROM dispatch AS d
-    WHERE d.id = ANY(ARRAY(SELECT id FROM mine)) AND d.lease_token = ANY(%(tokens)b::text[])
-    FOR UPDATE OF d SKIP LOCKED
+-- extension is not what keeps it. Such a batch still holds its runs as last committed,
+-- and they count as held (`busy`): the next heartbeat extends it, or finds it gone.
+-- Waiting instead made the heartbeat a party to deadlocks with a finish of the same
+-- leases whenever the two locked in different orders
+-- (test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases).
+-- include: lease_tokens
+, locked AS MATERIALIZED (
+    SELECT b.token, b.occurrence_ids FROM claim_batches AS b
+    WHERE b.token = ANY(ARRAY(SELECT DISTINCT batch FROM wanted))
+    FOR UPDATE OF b SKIP LOCKED
 ), extended AS (
-    UPDATE dispatch SET lease_until = %(lease_until)s
-    FROM locked WHERE dispatch.id = locked.id
-    RETURNING dispatch.lease_token
+    UPDATE claim_batches AS b SET lease_until = %(lease_until)s
+    FROM locked WHERE b.token = locked.token
+), live AS (
+    SELECT token, occurrence_ids FROM locked
+    UNION ALL
+    SELECT b.token, b.occurrence_ids FROM claim_batches AS b  -- busy: the statement's snapshot, unlocked
+    WHERE b.token = ANY(ARRAY(SELECT DISTINCT batch FROM wanted))
+      AND b.token <> ALL(ARRAY(SELECT token FROM locked))
 )
-SELECT lease_token FROM extended
-UNION ALL
-SELECT d.lease_token FROM dispatch AS d  -- busy: the statement's snapshot, unlocked
-WHERE d.id = ANY(ARRAY(SELECT id FROM mine)) AND d.id <> ALL(ARRAY(SELECT id FROM locked))
-  AND d.lease_token = ANY(%(tokens)b::text[]);
+SELECT w.token FROM wanted AS w
+JOIN live AS l ON l.token = w.batch
+CROSS JOIN LATERAL (SELECT o.state, o.lease_batch FROM occurrences AS o
+                    WHERE o.id = l.occurrence_ids[w.n] LIMIT 1) AS o
+WHERE o.lease_batch = w.batch AND o.state = %(running)s::text;
 
 -- name: leases_held
--- The claims behind these tokens (finish, release), with their occurrence's state: the
--- caller keeps the RUNNING ones (the check stays out of the WHERE clause, see above).
--- Locks the dispatch rows, in id order (two statements of one worker never wait on
--- each other in a cycle): a reaper that got there first has unleased them (re-read:
--- not held any more), one that comes later skips them.
--- The ids are found as in leases_extend. The last column is the queue row's overlap
--- policy: a claim of an 'allow' row took no slot (NULL: written before schema 0019).
-SELECT d.id, d.occurrence_id, d.lease_token, o.attempts, d.tenant, o.state, d.worker_id,
-       coalesce(d.leased_at, o.started_at), d.overlap
-FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.id = ANY(ARRAY(
-        SELECT x.id FROM unnest(%(tokens)b::text[]) AS t(token)
-        CROSS JOIN LATERAL (SELECT dispatch.id FROM dispatch
-                            WHERE dispatch.lease_token = t.token LIMIT 1) AS x))
-  AND d.lease_token = ANY(%(tokens)b::text[])
-ORDER BY d.id
-FOR UPDATE OF d;
+-- The runs behind these tokens still leased (their occurrence RUNNING under the token's
+-- batch), taken out of their batch (release, and finish's retries: each run's lease ends
+-- here; the caller puts it back in the queue or ends it), with what the finish needs: (no
+-- queue row: NULL, occurrence id, token, attempt, tenant, state, worker id, the
+-- attempt's start, the overlap policy). The batch rows are this transaction's already
+-- (leases_lock), and the occurrences are read after those locks were taken: a finish or
+-- release of the same batch that committed first has moved them on, and the state check
+-- drops them. A batch's `open` is lowered by its runs taken here; its row goes with the
+-- last. The overlap policy is the occurrence's (schema 0018; the queue row's was a copy
+-- of it): a claim of an 'allow' run took no slot.
+-- include: lease_tokens
+, held AS MATERIALIZED (
+    SELECT w.token, w.batch, o.id, o.attempts, o.tenant, o.state, b.worker_id,
+           coalesce(b.leased_at, o.started_at) AS started_at, o.overlap
+    FROM wanted AS w
+    JOIN claim_batches AS b ON b.token = w.batch
+    CROSS JOIN LATERAL (SELECT o.id, o.attempts, o.tenant, o.state, o.started_at, o.overlap, o.lease_batch
+                        FROM occurrences AS o WHERE o.id = b.occurrence_ids[w.n] LIMIT 1) AS o
+    WHERE o.lease_batch = w.batch AND o.state = %(running)s::text
+), tally AS (
+    SELECT batch, count(*) AS n FROM held GROUP BY batch
+), lowered AS (  -- a batch with runs still open keeps its row, as many fewer open
+    UPDATE claim_batches AS b SET open = b.open - t.n FROM tally AS t WHERE b.token = t.batch AND b.open > t.n
+), dropped AS (  -- and goes with its last (the two touch different rows: one statement may)
+    DELETE FROM claim_batches AS b USING tally AS t WHERE b.token = t.batch AND b.open <= t.n
+)
+SELECT NULL::bigint, h.id, h.token, h.attempts, h.tenant, h.state, h.worker_id, h.started_at, h.overlap
+FROM held AS h
+ORDER BY h.id;
 
 -- name: leases_end
--- finish's take of the claims that end (every completion but a retry): leases_held's rows
--- of RUNNING occurrences, their queue rows deleted by the same statement. The DELETE is
--- the row lock leases_held takes (a reaper that got there first has unleased the row and
--- the recheck of lease_token drops it; one that comes later finds no row), so an ended
--- claim writes its queue row once instead of locking it and then deleting it: one heap
--- write and one WAL record per execution fewer. `held` finds each token's row by one
--- probe of dispatch_lease_token (see leases_extend) and reads its occurrence's state,
--- unlocked: the DELETE's own WHERE is what decides, on the row it locks; the state check
--- stays out of the scan (see leases_extend). The token recheck compares with the token
--- that found the row (`h.token`), not `= ANY(:tokens)`: the same test on the locked row,
--- without the planner estimating the selectivity of each of the batch's tokens (a 500-
--- token batch: ~0.75 ms of planning per finish, 1.5 µs per execution). `held` is in id order, and the DELETE visits
--- its rows in that order (a nested loop over the CTE): the order leases_extend and
--- leases_held lock in. In the callers' token order, a worker's heartbeat (extending the
--- leases of completions not yet recorded) and its flush could each hold a row the other
--- waited for: a deadlock PostgreSQL broke after deadlock_timeout by failing one.
-WITH held AS MATERIALIZED (
-    SELECT x.id, t.token, o.attempts, o.state, o.started_at
-    FROM unnest(%(tokens)b::text[]) AS t(token)
-    CROSS JOIN LATERAL (SELECT dispatch.id, dispatch.occurrence_id FROM dispatch
-                        WHERE dispatch.lease_token = t.token LIMIT 1) AS x
-    JOIN occurrences AS o ON o.id = x.occurrence_id
-    ORDER BY x.id
+-- finish's take of the runs that end (every completion but a retry): leases_held's (one
+-- text; see there). The runs left the queue when they were claimed (schema 0022): there is
+-- no queue row to delete.
+-- include: lease_tokens
+, held AS MATERIALIZED (
+    SELECT w.token, w.batch, o.id, o.attempts, o.tenant, o.state, b.worker_id,
+           coalesce(b.leased_at, o.started_at) AS started_at, o.overlap
+    FROM wanted AS w
+    JOIN claim_batches AS b ON b.token = w.batch
+    CROSS JOIN LATERAL (SELECT o.id, o.attempts, o.tenant, o.state, o.started_at, o.overlap, o.lease_batch
+                        FROM occurrences AS o WHERE o.id = b.occurrence_ids[w.n] LIMIT 1) AS o
+    WHERE o.lease_batch = w.batch AND o.state = %(running)s::text
+), tally AS (
+    SELECT batch, count(*) AS n FROM held GROUP BY batch
+), lowered AS (  -- a batch with runs still open keeps its row, as many fewer open
+    UPDATE claim_batches AS b SET open = b.open - t.n FROM tally AS t WHERE b.token = t.batch AND b.open > t.n
+), dropped AS (  -- and goes with its last (the two touch different rows: one statement may)
+    DELETE FROM claim_batches AS b USING tally AS t WHERE b.token = t.batch AND b.open <= t.n
 )
-DELETE FROM dispatch AS d USING held AS h
-WHERE d.id = h.id AND h.state = %(running)s::text AND d.lease_token = h.token
-RETURNING d.id, d.occurrence_id, d.lease_token, h.attempts, d.tenant, h.state, d.worker_id,
-          coalesce(d.leased_at, h.started_at), d.overlap;
+SELECT NULL::bigint, h.id, h.token, h.attempts, h.tenant, h.state, h.worker_id, h.started_at, h.overlap
+FROM held AS h
+ORDER BY h.id;
 
 -- name: finish_attempts
 -- The attempt's one row, written as it ends (schema 0005), unless its occurrence row
@@ -841,7 +897,7 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 
        set_config('enable_mergejoin', 'off', true);
 
 -- name: finish_occurrences
--- Only occurrences leases_held just found RUNNING, under their dispatch row's lock: none
+-- Only occurrences leases_held just found RUNNING, under their batch row's lock: none
 -- can have moved since (the reaper skips locked rows; cancels and sweeps leave RUNNING
 -- ones alone), so there is no state filter to mislead the planner (see leases_extend).
 -- inline_attempt_worker: the worker of an attempt whose record is this row (schema 0013;
@@ -862,16 +918,25 @@ WHERE o.id = c.occurrence_id;
 DELETE FROM dispatch WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: dispatch_retry
-UPDATE dispatch AS d SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL,
-                         visible_at = c.visible_at
-FROM unnest(%(ids)b::bigint[], %(visible_at)b::timestamptz[]) AS c(id, visible_at)
-WHERE d.id = c.id;
+-- A retried run back in the queue (schema 0022: a claimed run has no queue row), visible
+-- at its retry's instant; the occurrence gives queue, tenant and overlap policy.
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT o.id, o.queue, o.tenant, c.visible_at, o.overlap
+FROM unnest(%(occurrence_ids)b::text[], %(visible_at)b::timestamptz[]) AS c(occurrence_id, visible_at)
+CROSS JOIN LATERAL (SELECT o.id, o.queue, o.tenant, o.overlap FROM occurrences AS o
+                    WHERE o.id = c.occurrence_id LIMIT 1) AS o
+ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- name: dispatch_unlease
--- visible_at NULL keeps the row's visible_at.
-UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL,
-                    visible_at = coalesce(%(visible_at)s::timestamptz, visible_at)
-WHERE id = ANY(%(ids)b::bigint[]);
+-- Runs given back (release) or reaped for a retry: back in the queue (schema 0022: a
+-- claimed run has no queue row), visible at :visible_at, or NULL: since their occurrence
+-- was available (a run given back was due when it was claimed).
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
+SELECT o.id, o.queue, o.tenant, coalesce(%(visible_at)s::timestamptz, o.available_at), o.overlap
+FROM unnest(%(occurrence_ids)b::text[]) AS c(occurrence_id)
+CROSS JOIN LATERAL (SELECT o.id, o.queue, o.tenant, o.available_at, o.overlap FROM occurrences AS o
+                    WHERE o.id = c.occurrence_id LIMIT 1) AS o
+ON CONFLICT (occurrence_id) DO NOTHING;
 
 -- name: release_attempts
 -- Only a 'running' row written before schema 0005 can be there.
@@ -890,25 +955,41 @@ WHERE id = ANY(%(ids)b::text[]) AND state = %(running)s::text;
 
 -- name: reap_by_index
 -- The rest of the reaper's transaction plans without sequential scans (SET LOCAL: until it
--- ends). reap_pick reads every lease through dispatch_lease_token; right after a burst,
--- before autovacuum's first ANALYZE of the queue, the planner takes 199 rows in 200 for
--- leased (its default for IS NOT NULL without statistics) and scanned the whole queue
--- instead: 82 ms a tick over a 100,000-row queue against 10.6 ms through the index
--- (test_postgres_only.py: test_the_reaper_reads_the_leases_by_index_without_statistics).
--- Every other statement of the reap goes by key.
+-- ends): every statement of the reap goes by key (reap_pick probes each run's occurrence
+-- by id; a scan of a week's partition instead, planned on statistics that lag behind a
+-- burst, would read every run of the week).
 SET LOCAL enable_seqscan = off;
 
+-- name: reap_lock
+-- The batches whose lease ran out (schema 0022: one lease row per claimed batch), the
+-- oldest :limit, locked SKIP LOCKED (a batch a finish or release holds is being ended:
+-- its worker wins). Their runs are read by reap_pick, a statement of its own so that it
+-- reads them after these locks: a finish that committed while this statement ran is
+-- seen (see leases_lock).
+SELECT b.token FROM claim_batches AS b
+WHERE b.lease_until < %(now)s
+ORDER BY b.lease_until, b.token LIMIT %(limit)s
+FOR UPDATE OF b SKIP LOCKED;
+
 -- name: reap_pick
--- Rows a finishing worker holds (leases_held) are skipped: that worker wins. The leased
--- rows are read through dispatch_lease_token, all of them (schema 0010 dropped the
--- lease_until index, one entry fewer per claim); the filter keeps the unexpired out of
--- the join and the sort.
-SELECT d.id, d.occurrence_id, o.attempts, o.max_attempts, d.tenant, d.lease_token, d.worker_id,
-       coalesce(d.leased_at, o.started_at)
-FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id
-WHERE d.lease_token IS NOT NULL AND d.lease_until < %(now)s
-ORDER BY d.lease_until, d.id LIMIT %(limit)s
-FOR UPDATE OF d SKIP LOCKED;
+-- The lost runs of the :batches reap_lock locked: each of their occurrences still RUNNING
+-- under its batch, (no queue row: NULL, occurrence id, attempt, max attempts, tenant,
+-- token, worker id, the attempt's start), oldest lease first; the batch rows are deleted
+-- (their other runs ended already).
+WITH expired AS MATERIALIZED (
+    SELECT b.token, b.worker_id, b.leased_at, b.lease_until, b.occurrence_ids FROM claim_batches AS b
+    WHERE b.token = ANY(%(batches)b::text[])
+), gone AS (
+    DELETE FROM claim_batches AS b WHERE b.token = ANY(%(batches)b::text[])
+)
+SELECT NULL::bigint, o.id, o.attempts, o.max_attempts, o.tenant, e.token || '.' || x.n, e.worker_id,
+       coalesce(e.leased_at, o.started_at)
+FROM expired AS e
+CROSS JOIN LATERAL unnest(e.occurrence_ids) WITH ORDINALITY AS x(id, n)
+CROSS JOIN LATERAL (SELECT o.id, o.attempts, o.max_attempts, o.tenant, o.started_at, o.state, o.lease_batch
+                    FROM occurrences AS o WHERE o.id = x.id LIMIT 1) AS o
+WHERE o.lease_batch = e.token AND o.state = %(running)s::text
+ORDER BY e.lease_until, e.token, x.n;
 
 -- name: reap_attempts
 -- The lost attempt's one row (see finish_attempts).
@@ -1053,9 +1134,21 @@ $$;
 
 -- ------------------------------------------------------------------ observation
 
+-- fragment: leased_runs
+-- Every run leased now (schema 0022): the occurrences of each claimed batch still RUNNING
+-- under it, each probed by id (a nested loop of probes whatever the statistics: never a
+-- join over a scan of the history). A FROM list and its WHERE: `b` the batch row, `o`
+-- the occurrence (queue, tenant).
+    FROM claim_batches AS b
+    CROSS JOIN LATERAL unnest(b.occurrence_ids) AS x(id)
+    CROSS JOIN LATERAL (SELECT o.queue, o.tenant, o.state, o.lease_batch FROM occurrences AS o
+                        WHERE o.id = x.id LIMIT 1) AS o
+    WHERE o.lease_batch = b.token AND o.state = %(running)s::text
+
 -- name: backlog
 -- The leader samples it every 10 s (and `clockctl status` shows it): due schedules, the
--- outbox, the rows leased (as many as jobs are running). What waits in the queue is
+-- outbox, the runs leased (as many as jobs are running: the open runs of the claimed
+-- batches, schema 0022). What waits in the queue is
 -- queue_ready's. The due schedules are counted shard by shard over schedules_due's range
 -- up to now (the shards found by a skip scan): a count over the whole index, whose
 -- leading column is the shard, read every active schedule (1 M in the scale scenario)
@@ -1073,7 +1166,7 @@ SELECT (SELECT coalesce(sum(due.count), 0) FROM shards AS k
                               AND s.next_run_at <= %(now)s) AS due
         WHERE k.shard IS NOT NULL),
        (SELECT count(*) FROM outbox),
-       (SELECT count(*) FROM dispatch WHERE lease_token IS NOT NULL);
+       (SELECT coalesce(sum(open), 0) FROM claim_batches);
 
 -- name: queue_ready
 -- Per queue with an unleased row: the rows claimable now and the oldest of them. Only
@@ -1156,8 +1249,9 @@ SET max_schedules = EXCLUDED.max_schedules, max_running = EXCLUDED.max_running,
 -- locked row) and its finishes waiting: a new statement, so the count sees every claim
 -- committed before the lock was taken.
 UPDATE tenant_limits
-SET running = (SELECT count(*) FROM dispatch   -- through dispatch_lease_token (schema 0010)
-               WHERE tenant = %(tenant)s AND lease_token IS NOT NULL)
+SET running = (SELECT count(*)
+-- include: leased_runs
+                 AND o.tenant = %(tenant)s)
 WHERE tenant = %(tenant)s;
 
 -- name: tenant_limits_all
@@ -1177,10 +1271,14 @@ WITH RECURSIVE named (tenant) AS (
     SELECT tenant FROM named WHERE tenant IS NOT NULL
     UNION
     SELECT tenant FROM tenant_limits
+), running AS MATERIALIZED (
+    SELECT o.tenant, count(*) AS n
+-- include: leased_runs
+    GROUP BY o.tenant
 )
 SELECT t.tenant, l.max_schedules, l.max_running, l.max_triggers_per_minute, l.catch_up_rate,
        (SELECT count(*) FROM schedules AS s WHERE s.tenant = t.tenant AND s.state <> 'deleted'),
-       (SELECT count(*) FROM dispatch AS d WHERE d.tenant = t.tenant AND d.lease_token IS NOT NULL)
+       coalesce((SELECT r.n FROM running AS r WHERE r.tenant = t.tenant), 0)
 FROM tenants AS t LEFT JOIN tenant_limits AS l ON l.tenant = t.tenant
 ORDER BY t.tenant;
 
@@ -1437,13 +1535,22 @@ ORDER BY u.visible_at, u.id;
 
 -- name: queue_stats
 -- The queue per queue name. `staged` includes rows waiting out a retry backoff and
--- queue_one's parked waiter.
-SELECT queue,
-       count(*) FILTER (WHERE lease_token IS NULL AND visible_at <= %(now)s),
-       count(*) FILTER (WHERE lease_token IS NOT NULL),
-       count(*) FILTER (WHERE lease_token IS NULL AND visible_at > %(now)s),
-       min(visible_at) FILTER (WHERE lease_token IS NULL AND visible_at <= %(now)s)
-FROM dispatch GROUP BY queue ORDER BY queue;
+-- queue_one's parked waiter. The leased runs are no queue rows (schema 0022): counted
+-- from the claimed batches, per their occurrence's queue.
+WITH queued AS (
+    SELECT queue,
+           count(*) FILTER (WHERE visible_at <= %(now)s) AS ready,
+           count(*) FILTER (WHERE visible_at > %(now)s) AS staged,
+           min(visible_at) FILTER (WHERE visible_at <= %(now)s) AS oldest
+    FROM dispatch WHERE lease_token IS NULL GROUP BY queue
+), leased AS (
+    SELECT o.queue, count(*) AS n
+-- include: leased_runs
+    GROUP BY o.queue
+)
+SELECT coalesce(q.queue, l.queue), coalesce(q.ready, 0), coalesce(l.n, 0), coalesce(q.staged, 0), q.oldest
+FROM queued AS q FULL JOIN leased AS l ON l.queue = q.queue
+ORDER BY 1;
 
 -- name: start_lag
 -- Seconds from due to the first attempt's start of the occurrences due in [:since, :now]

@@ -119,6 +119,9 @@ DRIVER_QUERIES: Final = frozenset(
         "materialize_insert_enqueued",
         "overlap_release",
         "leases_end",
+        "leases_lock",
+        "reap_lock",
+        "reap_pick",
         "history_extend",
         "history_census",
         "history_drop",
@@ -507,8 +510,21 @@ class PostgresDriver:
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
         return (Run("overlap_release", params, "none"),)
 
+    def lock_leases(self, params: dict[str, Any]) -> Body[None]:
+        yield Run("leases_lock", params, "none")
+
     def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         rows: list[Sequence[Any]] = yield Run("leases_end", params)
+        return rows
+
+    def reap_pick(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        # Lock first, read after (see reap_lock): two statements, so that the read sees
+        # every finish committed before the locks were taken.
+        locked: list[Sequence[Any]] = yield Run("reap_lock", params)
+        if not locked:
+            return []
+        batches = {"batches": [row[0] for row in locked], "running": params["running"]}
+        rows: list[Sequence[Any]] = yield Run("reap_pick", batches)
         return rows
 
 

@@ -90,7 +90,7 @@ DRIVER_QUERIES: Final = frozenset(
         "tenant_claims_count", "relay_take", "relay_enqueue", "relay_dispatch",
         "materialize_insert", "outbox_insert", "materialize_insert_enqueued", "dispatch_insert_enqueued",
         "overlap_unpark", "overlap_release", "schedule_insert_many", "schedule_version_insert_many",
-        "schedule_labels_insert_many",
+        "schedule_labels_insert_many", "reap_pick",
     }
 )  # fmt: skip
 
@@ -601,6 +601,14 @@ class SqliteDriver:
 
     def slot_release(self, params: dict[str, Any]) -> tuple[Run, ...]:
         return (Run("overlap_unpark", params, "none"), Run("overlap_release", params, "none"))
+
+    def lock_leases(self, params: dict[str, Any]) -> Body[None]:
+        return  # one writer: no row locks
+        yield  # a generator that yields nothing
+
+    def reap_pick(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
+        rows: list[Sequence[Any]] = yield Run("reap_pick", params)
+        return rows
 
     def end_leases(self, params: dict[str, Any]) -> Body[list[Sequence[Any]]]:
         # No row locks to save here (one writer): read, then delete what ends. Not one

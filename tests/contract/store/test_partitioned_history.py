@@ -108,7 +108,7 @@ async def test_a_week_with_a_queued_run_is_not_dropped(pg_store: PostgresStore, 
     """The census reads without a lock; a run queued since (a dead letter replayed) has a
     queue row, which the drop looks for under the lock its detach takes."""
     await pg_store.prune(LEADER, T0 - 365 * DAY, 100, T0)
-    await claimed(pg_store, 1)  # RUNNING: its dispatch row holds the lease
+    await claimed(pg_store, 1)  # RUNNING: its batch row holds the lease (schema 0022)
     monday = datetime.fromisoformat("2026-02-23T00:00:00+00:00")
     assert await scalar(pg_dsn, "SELECT clockd_history_drop(%s)", (monday,)) is False
     assert await week_exists(pg_dsn)
@@ -139,19 +139,46 @@ async def test_a_new_week_takes_over_the_rows_of_its_range_from_the_default(
 
 # The columns schemas 0018 and 0019 add, which this release's statements name.
 _LATER_COLUMNS = ("occurrences", "dispatch")
+# What schema 0022 adds, which this release's claims and finishes name.
+_BATCH_LEASES = (
+    'CREATE TABLE claim_batches (token text COLLATE "C" PRIMARY KEY, worker_id text NOT NULL,'
+    " lease_until timestamptz NOT NULL, leased_at timestamptz NOT NULL, open integer NOT NULL,"
+    ' occurrence_ids text[] COLLATE "C" NOT NULL)',
+    'ALTER TABLE occurrences ADD COLUMN lease_batch text COLLATE "C"',
+)
+# The leases as a release before 0022 held them: on the queue row, under a token of its
+# own (no '.'): each claimed batch's running runs, back in the queue, leased.
+_AS_QUEUE_ROWS = """
+INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, lease_token, lease_until, worker_id, leased_at)
+SELECT o.id, o.queue, o.tenant, o.available_at, replace(b.token || '.' || x.n, '.', 'n'), b.lease_until,
+       b.worker_id, b.leased_at
+FROM claim_batches AS b CROSS JOIN LATERAL unnest(b.occurrence_ids) WITH ORDINALITY AS x(id, n)
+JOIN occurrences AS o ON o.id = x.id AND o.lease_batch = b.token AND o.state = 'RUNNING'
+"""
+
+
+def as_queue_row_lease(claim: Any) -> Any:
+    """A claim of this release as the release before 0022 would have leased it (_AS_QUEUE_ROWS)."""
+    return claim._replace(lease_token=claim.lease_token.replace(".", "n"))
 
 
 async def add_later_columns(dsn: str) -> None:
-    """The columns schemas 0018 and 0019 add, on a store of an older schema: this
-    release's statements, which write and claim that store's rows here, name them
-    (dropped again before the upgrade, so the store is the older schema's again)."""
+    """The columns schemas 0018 and 0019 add and schema 0022's lease rows, on a store of an
+    older schema: this release's statements, which write and claim that store's rows here,
+    name them (dropped again before the upgrade, so the store is the older schema's again,
+    its leases on the queue rows)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         for table in _LATER_COLUMNS:
             await conn.execute(f"ALTER TABLE {table} ADD COLUMN overlap text")
+        for statement in _BATCH_LEASES:
+            await conn.execute(statement)
 
 
 async def drop_later_columns(dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(_AS_QUEUE_ROWS)
+        await conn.execute("DROP TABLE claim_batches")
+        await conn.execute("ALTER TABLE occurrences DROP COLUMN lease_batch")
         for table in _LATER_COLUMNS:
             await conn.execute(f"ALTER TABLE {table} DROP COLUMN overlap")
 
@@ -177,7 +204,7 @@ async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) ->
         new = PostgresStore(dsn, max_size=2)
         assert await new.migrate() == [
             "0017_partitioned_history", "0018_overlap_on_occurrence", "0019_overlap_on_queue_row",
-            "0020_paused_name_index", "0021_deleted_name_index",
+            "0020_paused_name_index", "0021_deleted_name_index", "0022_batch_leases",
         ]  # fmt: skip
         await new.open()
         try:
@@ -187,8 +214,9 @@ async def test_the_upgrade_to_0017_keeps_every_row(pg_server: PostgresServer) ->
             assert len(await new.list_attempts(claims[0].occurrence_id)) == 1
             assert await scalar(dsn, "SELECT count(*) FROM ONLY occurrences_default") == 4
             assert await scalar(dsn, "SELECT relkind FROM pg_class WHERE relname = 'occurrences'") == "p"
-            # The rest of the run goes on: the two running ones finish.
-            await dead(new, claims[1:], T0 + 3 * MIN)
+            # The rest of the run goes on: the two running ones, leased on their queue rows
+            # before the upgrade (batches of one since 0022), finish.
+            await dead(new, [as_queue_row_lease(c) for c in claims[1:]], T0 + 3 * MIN)
             assert len(await new.list_dead()) == 3
         finally:
             await new.close()

@@ -87,6 +87,11 @@ def claim_params(queues: list[str], limit: int) -> dict[str, Any]:
     }
 
 
+def batch_of(token: str) -> str:
+    """The claimed batch a lease token belongs to (schema 0022: ``<batch>.<n>``)."""
+    return token.split(".", 1)[0]
+
+
 async def waiting_on_a_lock(dsn: str, count: int, *, statement: str = "") -> None:
     """Until ``count`` sessions of this database (running ``statement``, when given) wait on a
     lock; fails the test after 20 s. (``tests.harness.until`` polls a synchronous check.)"""
@@ -148,8 +153,11 @@ async def test_concurrent_claimers_never_receive_the_same_occurrence(stores: lis
     assert len(set(seen)) == 1000, "an occurrence was handed to two claimers"
     assert len(set(tokens)) == 1000
     assert rounds <= 5  # 16 claims of 37 per round: the claimers really ran side by side
-    # Each leased once, as its first attempt (the lease is the running attempt's record).
-    assert await scalar(pg_dsn, "SELECT count(DISTINCT lease_token) FROM dispatch") == 1000
+    # Each leased once, as its first attempt (the lease is the running attempt's record):
+    # out of the queue, RUNNING under one claimed batch (schema 0022), 1,000 runs open.
+    assert await scalar(pg_dsn, "SELECT count(*) FROM dispatch") == 0
+    assert await scalar(pg_dsn, "SELECT sum(open) FROM claim_batches") == 1000
+    assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences WHERE lease_batch IS NOT NULL") == 1000
     assert await scalar(pg_dsn, "SELECT count(*) FROM occurrences WHERE state = 'RUNNING' AND attempts = 1") == 1000
     done = await stores[0].finish(
         [Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED) for token in tokens], T0 + MIN
@@ -183,9 +191,9 @@ async def test_claim_and_finish_from_two_stores_account_for_every_occurrence(sto
 async def test_the_reaper_skips_a_lease_its_worker_is_finishing(stores: list[PostgresStore], pg_dsn: str) -> None:
     worker, leader = stores
     _, claim = await running(worker)
-    # A finishing worker holds the dispatch row (leases_held locks it, leases_end deletes it) ...
+    # A finishing worker holds the batch row (leases_lock) ...
     async with await psycopg.AsyncConnection.connect(pg_dsn) as holder:
-        await holder.execute("SELECT id FROM dispatch WHERE lease_token = %s FOR UPDATE", (claim.lease_token,))
+        await holder.execute("SELECT 1 FROM claim_batches WHERE token = %s FOR UPDATE", (batch_of(claim.lease_token),))
         # ... so the reaper passes it by instead of waiting or fighting over it.
         assert await asyncio.wait_for(leader.reap_expired(FENCE, 100, T0 + LEASE + SEC), 5) == []
         await holder.rollback()
@@ -195,7 +203,7 @@ async def test_the_reaper_skips_a_lease_its_worker_is_finishing(stores: list[Pos
 
 
 async def test_a_worker_stalled_inside_a_transaction_loses_its_locks_and_its_run_is_reaped(pg_dsn: str) -> None:
-    # A worker's heartbeat locks its queue rows and commits in a second round trip. A
+    # A worker's heartbeat locks its batch rows and commits in a second round trip. A
     # worker that stops in between (SIGSTOP, a paused VM) kept the lock for as long as it
     # stayed stopped, and the reaper — which passes locked rows by (the test above) — never
     # redelivered its run (the likely cause of a drill 4 that timed out in CI). A daemon's connections carry a
@@ -211,7 +219,7 @@ async def test_a_worker_stalled_inside_a_transaction_loses_its_locks_and_its_run
 
         async def heartbeat_then_stop(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
             await conn.execute(
-                "UPDATE dispatch SET lease_until = lease_until WHERE lease_token = %s", (claim.lease_token,)
+                "UPDATE claim_batches SET lease_until = lease_until WHERE token = %s", (batch_of(claim.lease_token),)
             )
             locked.set()
             await stopped.wait()
@@ -230,10 +238,10 @@ async def test_a_worker_stalled_inside_a_transaction_loses_its_locks_and_its_run
         stopped.set()  # the worker runs again: its transaction is gone, nothing of it commits
         with pytest.raises(StoreUnavailable, match="sat inside a transaction longer"):
             await stalled
-        assert (
-            await scalar(pg_dsn, "SELECT lease_token FROM dispatch WHERE occurrence_id = %s", (claim.occurrence_id,))
-            is None
-        )
+        # The run is back in the queue, unleased, for its retry; its batch is gone.
+        queued = "SELECT count(*) FROM dispatch WHERE occurrence_id = %s AND lease_token IS NULL"
+        assert await scalar(pg_dsn, queued, (claim.occurrence_id,)) == 1
+        assert await scalar(pg_dsn, "SELECT count(*) FROM claim_batches") == 0
     finally:
         await worker.close()
         await leader.close()
@@ -265,20 +273,24 @@ async def test_the_reconcilers_snapshot_is_not_held_to_the_daemons_idle_in_trans
 async def test_a_finish_that_waits_on_a_reaper_which_unleases_the_row_ends_nothing(
     stores: list[PostgresStore], pg_dsn: str
 ) -> None:
-    # The finish deletes the queue rows of the runs that end without locking them first
-    # (leases_end): when the reaper holds a row, the DELETE waits, and once the reaper has
-    # unleased it, the recheck of the token must drop it — a delete of the unleased row
-    # would lose the retry the reaper queued.
+    # The finish locks the batch rows of the runs it ends (leases_lock) and reads their
+    # occurrences only then, in a statement of its own: when a reaper holds a batch, the
+    # finish waits, and once the reaper has reaped it (the batch row gone, the run back in
+    # the queue for its retry), the finish must end nothing — ending the run would lose
+    # the retry the reaper queued. (A read in the waiting statement's own snapshot would
+    # still have seen the run RUNNING under its batch.)
     worker, _ = stores
     _, claim = await running(worker)
     async with await psycopg.AsyncConnection.connect(pg_dsn) as reaper:
+        await reaper.execute("DELETE FROM claim_batches WHERE token = %s", (batch_of(claim.lease_token),))
+        await reaper.execute("UPDATE occurrences SET state = 'RETRY_WAIT' WHERE id = %s", (claim.occurrence_id,))
         await reaper.execute(
-            "UPDATE dispatch SET lease_token = NULL, lease_until = NULL, worker_id = NULL, leased_at = NULL "
-            "WHERE lease_token = %s", (claim.lease_token,),
+            "INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at)"
+            " SELECT id, queue, tenant, available_at FROM occurrences WHERE id = %s", (claim.occurrence_id,),
         )  # fmt: skip
         done = Completion(claim.lease_token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED)
         finishing = asyncio.create_task(worker.finish([done], T0 + LEASE + SEC))
-        await waiting_on_a_lock(pg_dsn, 1, statement="/* leases_end */")
+        await waiting_on_a_lock(pg_dsn, 1, statement="/* leases_lock */")
         await reaper.commit()
     assert await asyncio.wait_for(finishing, 10) == set()
     assert await scalar(pg_dsn, "SELECT count(*) FROM dispatch WHERE occurrence_id = %s", (claim.occurrence_id,)) == 1
@@ -350,24 +362,14 @@ async def test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases(
     other waited for: PostgreSQL broke the cycle after deadlock_timeout (1 s) by failing
     one (StoreLocked), and the worker logged an error and retried. The heartbeat now skips
     a row another session holds and counts it as held, so it never waits and is never
-    part of a cycle. Staged: the rows stored in descending id order, a third session
-    holding the middle one, the finish waiting on it; one of the two statements (``odd``)
-    in a session kept off index scans and nested loops (both deadlocked so)."""
+    part of a cycle. Staged (schema 0022: the rows are claimed batches): three batches, a
+    third session holding the middle one, the finish waiting on it; one of the two
+    statements (``odd``) in a session kept off index scans and nested loops."""
     await fill_queue(stores[0], 3)
-    claims = await stores[0].claim(["default"], "w", 3, LEASE, T0 + MIN)
-    by_id: list[tuple[int, str]] = []
-    for c in claims:
-        row = await scalar(pg_dsn, "SELECT id FROM dispatch WHERE lease_token = %s", (c.lease_token,))
-        by_id.append((row, c.lease_token))
-    ids = sorted(i for i, _ in by_id)
-    for dispatch_id in reversed(ids):  # a new (non-HOT) version each, highest id first
-        await scalar(
-            pg_dsn,
-            "UPDATE dispatch SET visible_at = visible_at + interval '1 microsecond' WHERE id = %s RETURNING id",
-            (dispatch_id,),
-        )
-    assert await scalar(pg_dsn, "SELECT array_agg(id ORDER BY ctid) FROM dispatch") == list(reversed(ids))
-    tokens_by_id = [token for _, token in sorted(by_id)]
+    claims = [c for _ in range(3) for c in await stores[0].claim(["default"], "w", 1, LEASE, T0 + MIN)]
+    batches = sorted(batch_of(c.lease_token) for c in claims)
+    assert len(set(batches)) == 3
+    tokens_by_id = sorted((c.lease_token for c in claims), key=batch_of)
     done = [
         Completion(token, AttemptOutcome.SUCCEEDED, OccurrenceState.SUCCEEDED, exit_code=0) for token in tokens_by_id
     ]
@@ -377,7 +379,7 @@ async def test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases(
     finisher = oddball if odd == "finish" else stores[1]
     try:
         async with await psycopg.AsyncConnection.connect(pg_dsn) as blocker:
-            await blocker.execute("SELECT 1 FROM dispatch WHERE id = %s FOR UPDATE", (ids[1],))
+            await blocker.execute("SELECT 1 FROM claim_batches WHERE token = %s FOR UPDATE", (batches[1],))
             finished = asyncio.create_task(finisher.finish(done, T0 + 2 * MIN))
             await waiting_on_a_lock(pg_dsn, 1)
             # The finish holds one row and waits for the middle one: the heartbeat does not wait.
