@@ -113,9 +113,11 @@ def variants(plain: str, claim: str, one_tenant: bool = True) -> dict[str, str]:
             "    SELECT c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS start_no",
             "    SELECT c.id, c.tid, row_number() OVER (ORDER BY c.visible_at, c.id) AS start_no",
         )
-        by_tid = _replaced(by_tid, "    FROM starters AS s\n    WHERE dispatch.id = s.id\n",
-                           "    FROM starters AS s\n    WHERE dispatch.ctid = ANY(ARRAY(SELECT tid FROM starters))"
-                           " AND dispatch.id = s.id\n")  # fmt: skip
+        by_tid = _replaced(
+            by_tid, "    DELETE FROM dispatch USING starters AS s\n    WHERE dispatch.id = s.id\n",
+            "    DELETE FROM dispatch USING starters AS s\n"
+            "    WHERE dispatch.ctid = ANY(ARRAY(SELECT tid FROM starters)) AND dispatch.id = s.id\n",
+        )  # fmt: skip
         found["plain, by ctid"] = by_tid
     return {name: f"/* claim variant: {name} */\n{text}" for name, text in found.items()}
 

@@ -385,4 +385,4 @@ class TenantUsage:
 
     limits: TenantLimits
     schedules: int  # live schedules
-    running: int  # RUNNING occurrences (leased queue rows)
+    running: int  # RUNNING occurrences (leased runs)

@@ -274,7 +274,8 @@ def new_tokens(count: int) -> list[str]:
     """``count`` fresh lease tokens, from one read of the OS generator: a claim asks for
     as many as it may start. 32 hex digits: the clock's milliseconds (12), then 80 random
     bits (20). The time first puts each claim's tokens at the right edge of the store's
-    lease-token index (dispatch_lease_token) instead of at random leaves, as UUIDv7 does
+    lease-token index (SQLite's dispatch_lease_token; PostgreSQL's claim_batches_pkey, whose
+    batches take the first token of each claim) instead of at random leaves, as UUIDv7 does
     for keys; uniqueness rests on the random part (a collision among the tokens of one
     millisecond needs ~2^40 of them), and ordering is all the clock is used for."""
     stamp = f"{time.time_ns() // 1_000_000 % (1 << 48):012x}"
@@ -1222,9 +1223,11 @@ class SqlStore:
         return result
 
     def _held(self, tokens: list[str]) -> Body[list[Sequence[Any]]]:
-        """``leases_held`` rows whose occurrence is RUNNING (the check stays out of the
-        SQL's WHERE, see PostgreSQL's leases_extend): (dispatch id, occurrence id, token,
-        attempt, tenant, state, worker id, attempt start)."""
+        """``leases_held`` rows whose occurrence is RUNNING (SQLite's statement leaves the
+        check to this filter; PostgreSQL's makes it itself, as it takes the runs out of
+        their batch): (queue row id — None on PostgreSQL, whose claimed runs have none —,
+        occurrence id, token, attempt, tenant, state, worker id, attempt start, overlap
+        policy). The caller ends each lease: finish (a retry) or release."""
         running = S.RUNNING.value
         rows = yield Run("leases_held", {"tokens": self.driver.array(tokens), "running": running})
         return [row for row in rows if row[5] == running]

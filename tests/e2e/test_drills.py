@@ -141,11 +141,12 @@ def _job_script(marks: Path, release: Path) -> list[str]:
 
 
 def _worker_of_attempt(cluster: Cluster, attempt: int) -> str:
-    # A running attempt's worker is on its lease; the attempt row is written when it ends.
+    # A running attempt's worker is on its lease (the claimed batch's row, schema 0022); the
+    # attempt row is written when it ends.
     rows = cluster.rows(
         "SELECT worker_id FROM attempt_history WHERE attempt = %s UNION ALL "
-        "SELECT d.worker_id FROM dispatch AS d JOIN occurrences AS o ON o.id = d.occurrence_id "
-        "WHERE d.lease_token IS NOT NULL AND o.attempts = %s",
+        "SELECT b.worker_id FROM claim_batches AS b JOIN occurrences AS o ON o.lease_batch = b.token "
+        "WHERE o.state = 'RUNNING' AND o.attempts = %s",
         attempt,
         attempt,
     )

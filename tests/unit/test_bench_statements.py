@@ -1,7 +1,7 @@
 """The bench suites that run clockd's own statements with parameters they build themselves
 (``bench.staging``, ``bench.occurrence_keys``) supply every parameter those statements
-name, and ``bench.claim_variants`` and ``bench.batch_lease`` find the parts of the claim
-they rewrite. ``make test`` runs no bench code, so a schema change that adds a column to
+name, and ``bench.claim_variants`` finds the parts of the claim it
+rewrites. ``make test`` runs no bench code, so a schema change that adds a column to
 the occurrence insert (0018 did) used to surface only as ``make bench`` stopping at the
 staging suite, twenty minutes in."""
 
@@ -53,7 +53,7 @@ def test_the_claim_variants_are_made_from_this_releases_claim_statements() -> No
     assert set(found) == set(CLAIM_VARIANTS)
     for name, text in found.items():
         assert text.startswith(f"/* claim variant: {name} */")
-        assert "FOR UPDATE SKIP LOCKED" in text and "UPDATE dispatch" in text
+        assert "FOR UPDATE SKIP LOCKED" in text and "INSERT INTO claim_batches" in text
 
 
 def test_the_claim_variants_still_find_what_they_rewrite_in_the_claim() -> None:
@@ -65,21 +65,3 @@ def test_the_claim_variants_still_find_what_they_rewrite_in_the_claim() -> None:
     found = claim_variants.variants(Q["claim_plain"], Q["claim_lease"])
     assert list(found) == CLAIM_VARIANTS
     assert all(text.startswith(f"/* claim variant: {name} */") for name, text in found.items())
-
-
-def test_the_batch_lease_bench_rewrites_this_releases_claim_and_reads_its_own_statements() -> None:
-    """``bench.batch_lease`` rewrites claim_plain's lease step by its text (it exits when the
-    step is gone) and sorts ``pg_stat_statements`` entries into its two sides by the name
-    comment each text starts with: a renamed statement would drop out of a side unseen."""
-    from bench import batch_lease
-
-    text = batch_lease.batch_claim(Q["claim_plain"])
-    assert "DELETE FROM dispatch USING starters" in text and "INSERT INTO claim_batches" in text
-    assert "UPDATE dispatch\n" not in text  # no queue row is leased in place
-    assert batch_lease.side_of(text) == "batch lease"
-    assert batch_lease.side_of(batch_lease.BATCH_FINISH) == "batch lease"
-    for name in ("claim_plain", "leases_end", "finish_occurrences", "finish_by_index"):
-        assert batch_lease.side_of(Q[name]) == "today", name
-    assert batch_lease.side_of(Q["schedule_definitions"]) is None
-    with pytest.raises(SystemExit, match="claim_plain no longer has"):
-        batch_lease.batch_claim(Q["claim_plain"].replace("), leased AS (", "), taken AS ("))
