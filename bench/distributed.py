@@ -277,8 +277,7 @@ class Progress:
     def add(self, conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[int, int, int]:
         occ, outbox, queued = _one(
             conn,
-            "SELECT /* bench */ (SELECT count(*) FROM occurrences), (SELECT count(*) FROM outbox), "
-            f"{_IN_QUEUE_SQL}",
+            f"SELECT /* bench */ (SELECT count(*) FROM occurrences), (SELECT count(*) FROM outbox), {_IN_QUEUE_SQL}",
         )
         self.samples.append((time.monotonic() - self.began, int(occ), int(outbox), int(queued)))
         return int(occ), int(outbox), int(queued)
@@ -329,8 +328,7 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
                 # One statement, one snapshot taken at T: what was committed before T.
                 at_t_queue, at_t_outbox, at_t_occ = _one(
                     conn,
-                    f"SELECT {_IN_QUEUE_SQL}, (SELECT count(*) FROM outbox), "
-                    "(SELECT count(*) FROM occurrences)",
+                    f"SELECT {_IN_QUEUE_SQL}, (SELECT count(*) FROM outbox), (SELECT count(*) FROM occurrences)",
                 )
                 t_seen = time.monotonic() - progress.began
                 cpu_mat = mat.cpu() - cpu0  # until T, for the occurrences made by T
@@ -342,9 +340,7 @@ def drill(srv: Servers, n: int, quick: bool, bare_result: BareResult | None) -> 
                 deadline = time.monotonic() + 60 + n / 2000
                 while time.monotonic() < deadline:
                     cluster.sample()
-                    outbox, queued = _one(
-                        conn, f"SELECT /* bench */ (SELECT count(*) FROM outbox), {_IN_QUEUE_SQL}"
-                    )
+                    outbox, queued = _one(conn, f"SELECT /* bench */ (SELECT count(*) FROM outbox), {_IN_QUEUE_SQL}")
                     if outbox == 0 and queued == 0 and progress.add(conn)[0] >= n:
                         break
                     time.sleep(0.5)
