@@ -265,7 +265,7 @@ SELECT occurrence_id, attempt, lease_token, worker_id, started_at, outcome, fini
 FROM attempt_history WHERE occurrence_id = %(occurrence_id)s
 UNION ALL
 SELECT o.id, o.attempts,
-       b.token || '.' || array_position(b.occurrence_ids, o.id),
+       b.token || '.' || o.id,
        b.worker_id, coalesce(b.leased_at, o.started_at), 'running', NULL, NULL, NULL, '', NULL
 FROM occurrences AS o JOIN claim_batches AS b ON b.token = o.lease_batch
 WHERE o.id = %(occurrence_id)s AND o.state = 'RUNNING'
@@ -530,7 +530,7 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     FROM losers
 ), leased AS (
     -- The starters leave the queue, leased as one batch (schema 0022, see claim_start):
-    -- the n-th start's token is `<batch>.<n>`, the batch's the engine's first fresh token.
+    -- a run's token is `<batch>.<occurrence id>`, the batch's the engine's first fresh token.
     -- A join, not a subquery per row: a correlated lookup in `starters` (a CTE, no index)
     -- made the claim quadratic in its batch — 500 rows were 250,000 CTE row visits, most
     -- of the claim's time at 10,000/s. For the same reason the token and the starter's
@@ -538,7 +538,8 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     -- instead of a join of two CTEs, which the planner, estimating one row each, nests.
     DELETE FROM dispatch USING starters AS s
     WHERE dispatch.id = s.id
-    RETURNING dispatch.id, dispatch.occurrence_id, (%(tokens)b::text[])[1] || '.' || s.start_no AS lease_token,
+    RETURNING dispatch.id, dispatch.occurrence_id,
+              (%(tokens)b::text[])[1] || '.' || dispatch.occurrence_id AS lease_token,
               s.trank, s.visible_at, s.start_no
 ), started AS (
     UPDATE occurrences AS o
@@ -597,15 +598,16 @@ ORDER BY trank, visible_at, dispatch_id;
 -- fragment: claim_start
 -- The end of claim_plain and of claim_shared (one text, included by both): take the
 -- `starters` out of the queue, lease them as one batch (schema 0022: the batch's token
--- is the engine's first fresh token, the n-th start's `<batch>.<n>`) and start their
--- runs, each checked claimable as it starts (a row whose occurrence is not is taken and
--- not started: see claim_plain). The batch lists every row taken, in start order (its
--- n-th id is the n-th start's: `starters` numbers them 1.. and every one is this
--- transaction's locked row, so each is deleted); `open` counts the runs started.
+-- is the engine's first fresh token, a run's `<batch>.<occurrence id>`, see lease_tokens)
+-- and start their runs, each checked claimable as it starts (a row whose occurrence is
+-- not is taken and not started: see claim_plain). The batch lists every row taken, in
+-- start order (what the reaper and claim_unlease_unstarted read); `open` counts the runs
+-- started.
 ), leased AS (
     DELETE FROM dispatch USING starters AS s
     WHERE dispatch.id = s.id
-    RETURNING dispatch.occurrence_id, (%(tokens)b::text[])[1] || '.' || s.start_no AS lease_token, s.start_no
+    RETURNING dispatch.occurrence_id, (%(tokens)b::text[])[1] || '.' || dispatch.occurrence_id AS lease_token,
+              s.start_no
 ), started AS (
     UPDATE occurrences AS o
     SET state = %(running_state)s::text, attempts = o.attempts + 1,
@@ -739,8 +741,8 @@ ORDER BY start_no NULLS LAST;
 WITH batch AS MATERIALIZED (
     SELECT b.token, b.occurrence_ids FROM claim_batches AS b WHERE b.token = (%(tokens)b::text[])[1]
 ), unstarted AS MATERIALIZED (
-    SELECT x.id FROM batch AS b CROSS JOIN LATERAL unnest(b.occurrence_ids) WITH ORDINALITY AS x(id, n)
-    WHERE b.token || '.' || x.n <> ALL(%(started)b::text[])
+    SELECT x.id FROM batch AS b CROSS JOIN LATERAL unnest(b.occurrence_ids) AS x(id)
+    WHERE b.token || '.' || x.id <> ALL(%(started)b::text[])
 ), requeued AS (
     INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, overlap)
     SELECT o.id, o.queue, o.tenant, o.available_at, o.overlap FROM occurrences AS o
@@ -750,12 +752,15 @@ WITH batch AS MATERIALIZED (
 DELETE FROM claim_batches AS b USING batch WHERE b.token = batch.token AND b.open = 0;
 
 -- fragment: lease_tokens
--- The asked :tokens, each split into its batch's token and its position in the batch
--- (schema 0022: `<batch>.<n>`; a token without a '.' is position 1 of the batch of that
--- token: a run leased before the upgrade).
+-- The asked :tokens, each split into its batch's token and its run's occurrence id
+-- (schema 0022: `<batch>.<occurrence id>`). A token without a '.' is a run leased before
+-- the upgrade, its batch's only one: `run` is NULL, and the statements take the batch's
+-- first id (`coalesce(w.run, b.occurrence_ids[1])`, the array read only then). The id is
+-- in the token rather than a position in the batch: a batch's ids are a toasted array
+-- (500 ids: ~18 kB), and reading one element detoasts the whole of it — 63 µs of
+-- leases_end per execution (bench.drain_census, 2026-12-07) where the id costs nothing.
 WITH wanted AS MATERIALIZED (
-    SELECT t.token, split_part(t.token, '.', 1) AS batch,
-           coalesce(nullif(split_part(t.token, '.', 2), ''), '1')::integer AS n
+    SELECT t.token, split_part(t.token, '.', 1) AS batch, nullif(split_part(t.token, '.', 2), '') AS run
     FROM unnest(%(tokens)b::text[]) AS t(token)
 )
 
@@ -785,23 +790,25 @@ FOR UPDATE OF b;
 -- (test_a_heartbeat_never_waits_for_a_finish_of_the_same_leases).
 -- include: lease_tokens
 , locked AS MATERIALIZED (
-    SELECT b.token, b.occurrence_ids FROM claim_batches AS b
+    SELECT b.token FROM claim_batches AS b
     WHERE b.token = ANY(ARRAY(SELECT DISTINCT batch FROM wanted))
     FOR UPDATE OF b SKIP LOCKED
 ), extended AS (
     UPDATE claim_batches AS b SET lease_until = %(lease_until)s
     FROM locked WHERE b.token = locked.token
 ), live AS (
-    SELECT token, occurrence_ids FROM locked
+    SELECT token FROM locked
     UNION ALL
-    SELECT b.token, b.occurrence_ids FROM claim_batches AS b  -- busy: the statement's snapshot, unlocked
+    SELECT b.token FROM claim_batches AS b  -- busy: the statement's snapshot, unlocked
     WHERE b.token = ANY(ARRAY(SELECT DISTINCT batch FROM wanted))
       AND b.token <> ALL(ARRAY(SELECT token FROM locked))
 )
 SELECT w.token FROM wanted AS w
 JOIN live AS l ON l.token = w.batch
 CROSS JOIN LATERAL (SELECT o.state, o.lease_batch FROM occurrences AS o
-                    WHERE o.id = l.occurrence_ids[w.n] LIMIT 1) AS o
+                    WHERE o.id = coalesce(w.run, (SELECT b.occurrence_ids[1] FROM claim_batches AS b
+                                                  WHERE b.token = w.batch))
+                    LIMIT 1) AS o
 WHERE o.lease_batch = w.batch AND o.state = %(running)s::text;
 
 -- name: leases_held
@@ -822,7 +829,7 @@ WHERE o.lease_batch = w.batch AND o.state = %(running)s::text;
     FROM wanted AS w
     JOIN claim_batches AS b ON b.token = w.batch
     CROSS JOIN LATERAL (SELECT o.id, o.attempts, o.tenant, o.state, o.started_at, o.overlap, o.lease_batch
-                        FROM occurrences AS o WHERE o.id = b.occurrence_ids[w.n] LIMIT 1) AS o
+                        FROM occurrences AS o WHERE o.id = coalesce(w.run, b.occurrence_ids[1]) LIMIT 1) AS o
     WHERE o.lease_batch = w.batch AND o.state = %(running)s::text
 ), tally AS (
     SELECT batch, count(*) AS n FROM held GROUP BY batch
@@ -846,7 +853,7 @@ ORDER BY h.id;
     FROM wanted AS w
     JOIN claim_batches AS b ON b.token = w.batch
     CROSS JOIN LATERAL (SELECT o.id, o.attempts, o.tenant, o.state, o.started_at, o.overlap, o.lease_batch
-                        FROM occurrences AS o WHERE o.id = b.occurrence_ids[w.n] LIMIT 1) AS o
+                        FROM occurrences AS o WHERE o.id = coalesce(w.run, b.occurrence_ids[1]) LIMIT 1) AS o
     WHERE o.lease_batch = w.batch AND o.state = %(running)s::text
 ), tally AS (
     SELECT batch, count(*) AS n FROM held GROUP BY batch
@@ -982,7 +989,7 @@ WITH expired AS MATERIALIZED (
 ), gone AS (
     DELETE FROM claim_batches AS b WHERE b.token = ANY(%(batches)b::text[])
 )
-SELECT NULL::bigint, o.id, o.attempts, o.max_attempts, o.tenant, e.token || '.' || x.n, e.worker_id,
+SELECT NULL::bigint, o.id, o.attempts, o.max_attempts, o.tenant, e.token || '.' || o.id, e.worker_id,
        coalesce(e.leased_at, o.started_at)
 FROM expired AS e
 CROSS JOIN LATERAL unnest(e.occurrence_ids) WITH ORDINALITY AS x(id, n)

@@ -29,7 +29,7 @@ async def test_a_batch_row_lives_while_its_runs_are_open(pg_store: PostgresStore
         await enqueue(pg_store, await add_schedule(pg_store, f"s{i}", next_run_at=T0))
     claims = await pg_store.claim(["default"], "w", 4, LEASE, T0 + SEC)
     batch = claims[0].lease_token.split(".")[0]
-    assert [c.lease_token for c in claims] == [f"{batch}.{n}" for n in range(1, 5)]
+    assert [c.lease_token for c in claims] == [f"{batch}.{c.occurrence_id}" for c in claims]
     assert await scalar(pg_dsn, "SELECT count(*) FROM dispatch") == 0  # claimed runs leave the queue
     assert await scalar(pg_dsn, "SELECT open FROM claim_batches WHERE token = %s", (batch,)) == 4
     # One succeeds, one fails for a retry (back in the queue, visible at its retry), one is

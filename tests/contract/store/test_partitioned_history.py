@@ -150,9 +150,9 @@ _BATCH_LEASES = (
 # own (no '.'): each claimed batch's running runs, back in the queue, leased.
 _AS_QUEUE_ROWS = """
 INSERT INTO dispatch (occurrence_id, queue, tenant, visible_at, lease_token, lease_until, worker_id, leased_at)
-SELECT o.id, o.queue, o.tenant, o.available_at, replace(b.token || '.' || x.n, '.', 'n'), b.lease_until,
+SELECT o.id, o.queue, o.tenant, o.available_at, replace(b.token || '.' || x.id, '.', 'n'), b.lease_until,
        b.worker_id, b.leased_at
-FROM claim_batches AS b CROSS JOIN LATERAL unnest(b.occurrence_ids) WITH ORDINALITY AS x(id, n)
+FROM claim_batches AS b CROSS JOIN LATERAL unnest(b.occurrence_ids) AS x(id)
 JOIN occurrences AS o ON o.id = x.id AND o.lease_batch = b.token AND o.state = 'RUNNING'
 """
 

@@ -88,7 +88,7 @@ def claim_params(queues: list[str], limit: int) -> dict[str, Any]:
 
 
 def batch_of(token: str) -> str:
-    """The claimed batch a lease token belongs to (schema 0022: ``<batch>.<n>``)."""
+    """The claimed batch a lease token belongs to (schema 0022: ``<batch>.<occurrence id>``)."""
     return token.split(".", 1)[0]
 
 

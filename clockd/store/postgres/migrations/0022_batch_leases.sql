@@ -6,8 +6,8 @@
 -- deleted it. Now a claim takes the rows it starts out of the queue (a DELETE writes no
 -- index entry) and writes one `claim_batches` row for the whole batch: its token, the
 -- worker, until when it is leased, since when, how many of its runs are still open, and
--- the ids of the occurrences it claimed, in claim order — the run at position n holds
--- the token `<batch token>.<n>`. Each occurrence it starts gets RUNNING as before and the
+-- the ids of the occurrences it claimed, in claim order; a run's lease token is
+-- `<batch token>.<occurrence id>`. Each occurrence it starts gets RUNNING as before and the
 -- batch's token in `lease_batch` (no index names the column: the update stays HOT). A run
 -- is leased while its occurrence is RUNNING under a batch whose row is there; the finish,
 -- the heartbeat, release and the reaper meet on the batch row's lock (docs/store.md, "A
@@ -28,7 +28,7 @@ CREATE TABLE claim_batches (
 ALTER TABLE occurrences ADD COLUMN lease_batch text COLLATE "C";
 
 -- The upgrade: a run leased by the code before becomes a batch of one under its own
--- token (a token without a '.' is position 1 of the batch of that token), so a worker
+-- token (a token without a '.' is the only run of the batch of that token), so a worker
 -- that claimed it before the upgrade finishes it, and the reaper reaps it, as any other.
 -- A leased row whose occurrence is not RUNNING (a claim that leased without starting,
 -- given back in the same transaction: none survives a commit) is left unleased.
