@@ -619,7 +619,9 @@ class Store(Protocol):
     async def reap_expired(self, fence: Fence, limit: int, now: datetime) -> list[Reaped]:
         """Leases with ``lease_until < now``: the attempt is recorded LOST; the occurrence
         is redelivered at once (RETRY_WAIT) if it has attempts left, else DEAD (reason
-        ``lease expired on attempt N of M …``). Fenced."""
+        ``lease expired on attempt N of M …``). Fenced. About ``limit`` runs a call: the
+        oldest leases first; PostgreSQL reaps whole claimed batches (schema 0022), as many
+        as hold ``limit`` open runs (the first whatever its size)."""
         ...
 
     async def prune(self, fence: Fence, before: datetime, limit: int, now: datetime) -> int:

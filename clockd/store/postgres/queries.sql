@@ -968,14 +968,20 @@ WHERE id = ANY(%(ids)b::text[]) AND state = %(running)s::text;
 SET LOCAL enable_seqscan = off;
 
 -- name: reap_lock
--- The batches whose lease ran out (schema 0022: one lease row per claimed batch), the
--- oldest :limit, locked SKIP LOCKED (a batch a finish or release holds is being ended:
--- its worker wins). Their runs are read by reap_pick, a statement of its own so that it
--- reads them after these locks: a finish that committed while this statement ran is
--- seen (see leases_lock).
+-- The batches whose lease ran out (schema 0022: one lease row per claimed batch), oldest
+-- first, as many as hold :limit open runs (the first always: one transaction reaps about
+-- :limit runs, as it reaped :limit queue rows before), locked SKIP LOCKED (a batch a
+-- finish or release holds is being ended: its worker wins). Their runs are read by
+-- reap_pick, a statement of its own so that it reads them after these locks: a finish
+-- that committed while this statement ran is seen (see leases_lock). (A window function
+-- cannot sit beside FOR UPDATE: the count is a subquery's.)
 SELECT b.token FROM claim_batches AS b
-WHERE b.lease_until < %(now)s
-ORDER BY b.lease_until, b.token LIMIT %(limit)s
+WHERE b.token = ANY(ARRAY(
+        SELECT c.token FROM (SELECT token, sum(open) OVER (ORDER BY lease_until, token) - open AS before
+                             FROM claim_batches WHERE lease_until < %(now)s) AS c
+        WHERE c.before < %(limit)s))
+  AND b.lease_until < %(now)s
+ORDER BY b.lease_until, b.token
 FOR UPDATE OF b SKIP LOCKED;
 
 -- name: reap_pick

@@ -73,6 +73,19 @@ async def test_the_reaper_ends_only_what_an_expired_batch_still_holds(pg_store: 
     assert [a.outcome for a in lost] == [AttemptOutcome.LOST]
 
 
+async def test_the_reaper_takes_whole_batches_until_its_limit_of_runs(pg_store: PostgresStore, pg_dsn: str) -> None:
+    for i in range(9):
+        await enqueue(pg_store, await add_schedule(pg_store, f"s{i}", next_run_at=T0))
+    batches = [await pg_store.claim(["default"], "w", 3, LEASE, T0 + k * SEC) for k in range(1, 4)]
+    # 3 runs open per batch, a limit of 4: the oldest batch (0 before it) and the next (3
+    # before it) — 6 runs, whole batches; the third waits for the next call.
+    first = await pg_store.reap_expired(LEADER, 4, T0 + MIN)
+    assert [r.occurrence_id for r in first] == [c.occurrence_id for c in batches[0] + batches[1]]
+    second = await pg_store.reap_expired(LEADER, 4, T0 + MIN)
+    assert [r.occurrence_id for r in second] == [c.occurrence_id for c in batches[2]]
+    assert await scalar(pg_dsn, "SELECT count(*) FROM claim_batches") == 0
+
+
 async def test_the_upgrade_to_0022_keeps_every_lease(pg_server: PostgresServer) -> None:
     name = f"u_{uuid.uuid4().hex[:12]}"
     dsn = pg_server.create_database(name)
