@@ -811,17 +811,10 @@ CROSS JOIN LATERAL (SELECT o.state, o.lease_batch FROM occurrences AS o
                     LIMIT 1) AS o
 WHERE o.lease_batch = w.batch AND o.state = %(running)s::text;
 
--- name: leases_held
--- The runs behind these tokens still leased (their occurrence RUNNING under the token's
--- batch), taken out of their batch (release, and finish's retries: each run's lease ends
--- here; the caller puts it back in the queue or ends it), with what the finish needs: (no
--- queue row: NULL, occurrence id, token, attempt, tenant, state, worker id, the
--- attempt's start, the overlap policy). The batch rows are this transaction's already
--- (leases_lock), and the occurrences are read after those locks were taken: a finish or
--- release of the same batch that committed first has moved them on, and the state check
--- drops them. A batch's `open` is lowered by its runs taken here; its row goes with the
--- last. The overlap policy is the occurrence's (schema 0018; the queue row's was a copy
--- of it): a claim of an 'allow' run took no slot.
+-- fragment: lease_take
+-- The whole of leases_held and leases_end (one text, see leases_held; pg_stat_statements
+-- counts the two as one statement, under the name it saw first: comments aside, the
+-- texts are the same).
 -- include: lease_tokens
 , held AS MATERIALIZED (
     SELECT w.token, w.batch, o.id, o.attempts, o.tenant, o.state, b.worker_id,
@@ -842,29 +835,24 @@ SELECT NULL::bigint, h.id, h.token, h.attempts, h.tenant, h.state, h.worker_id, 
 FROM held AS h
 ORDER BY h.id;
 
+-- name: leases_held
+-- The runs behind these tokens still leased (their occurrence RUNNING under the token's
+-- batch), taken out of their batch (release, and finish's retries: each run's lease ends
+-- here; the caller puts it back in the queue or ends it), with what the finish needs: (no
+-- queue row: NULL, occurrence id, token, attempt, tenant, state, worker id, the
+-- attempt's start, the overlap policy). The batch rows are this transaction's already
+-- (leases_lock), and the occurrences are read after those locks were taken: a finish or
+-- release of the same batch that committed first has moved them on, and the state check
+-- drops them. A batch's `open` is lowered by its runs taken here; its row goes with the
+-- last. The overlap policy is the occurrence's (schema 0018; the queue row's was a copy
+-- of it): a claim of an 'allow' run took no slot.
+-- include: lease_take
+
 -- name: leases_end
 -- finish's take of the runs that end (every completion but a retry): leases_held's (one
--- text; see there). The runs left the queue when they were claimed (schema 0022): there is
--- no queue row to delete.
--- include: lease_tokens
-, held AS MATERIALIZED (
-    SELECT w.token, w.batch, o.id, o.attempts, o.tenant, o.state, b.worker_id,
-           coalesce(b.leased_at, o.started_at) AS started_at, o.overlap
-    FROM wanted AS w
-    JOIN claim_batches AS b ON b.token = w.batch
-    CROSS JOIN LATERAL (SELECT o.id, o.attempts, o.tenant, o.state, o.started_at, o.overlap, o.lease_batch
-                        FROM occurrences AS o WHERE o.id = coalesce(w.run, b.occurrence_ids[1]) LIMIT 1) AS o
-    WHERE o.lease_batch = w.batch AND o.state = %(running)s::text
-), tally AS (
-    SELECT batch, count(*) AS n FROM held GROUP BY batch
-), lowered AS (  -- a batch with runs still open keeps its row, as many fewer open
-    UPDATE claim_batches AS b SET open = b.open - t.n FROM tally AS t WHERE b.token = t.batch AND b.open > t.n
-), dropped AS (  -- and goes with its last (the two touch different rows: one statement may)
-    DELETE FROM claim_batches AS b USING tally AS t WHERE b.token = t.batch AND b.open <= t.n
-)
-SELECT NULL::bigint, h.id, h.token, h.attempts, h.tenant, h.state, h.worker_id, h.started_at, h.overlap
-FROM held AS h
-ORDER BY h.id;
+-- text, the fragment lease_take; see there). The runs left the queue when they were
+-- claimed (schema 0022): there is no queue row to delete.
+-- include: lease_take
 
 -- name: finish_attempts
 -- The attempt's one row, written as it ends (schema 0005), unless its occurrence row
