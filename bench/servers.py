@@ -167,10 +167,13 @@ class Servers:
         runs on this machine; None otherwise. The database's share of the cores, which
         ``db_time_ms`` (wall time of execution, waits included) does not tell."""
         try:
+            # The backend's parent is read while its connection is open: a backend exits
+            # as its client closes, and a read after the close lost that race now and
+            # then (run OO2's 500,000 drill printed its server CPU as nan).
             with self.connect() as conn:
                 found = conn.execute("SELECT pg_backend_pid()").fetchone()
-            backend = int(found[0]) if found else 0
-            postmaster = int(_stat(backend)[1])
+                backend = int(found[0]) if found else 0
+                postmaster = int(_stat(backend)[1])
             total = sum(int(v) for v in _stat(postmaster)[11:15])
             for entry in os.listdir("/proc"):
                 if entry.isdigit():
