@@ -495,7 +495,8 @@ def _direct() -> bool:
 # the queue; its batch row counts it while it is open), the claimed batches' open runs. A
 # drain is over when this is 0. (The bare-SQL baseline leases its rows in place: for it
 # the second term is 0.)
-_IN_QUEUE_SQL = "((SELECT count(*) FROM dispatch) + (SELECT coalesce(sum(open), 0) FROM claim_batches))"
+_LEASED_SQL = "(SELECT coalesce(sum(open), 0) FROM claim_batches)"
+_IN_QUEUE_SQL = f"((SELECT count(*) FROM dispatch) + {_LEASED_SQL})"
 
 
 # Cursor age of the most overdue active schedule (> 0: an instant is due and not yet
@@ -638,11 +639,11 @@ def _run_load(srv: Servers, rate: int, window: float, warmup: float, label: str)
                 f"{created:.1f}s")  # fmt: skip
             ready = _start_all(cluster, horizon="20s")
             log(f"{label}: processes ready in {ready:.1f}s; warm-up {warmup:g}s, window {window:g}s")
-            # Backlog: due rows in the queue (claimed or not) and in the outbox, and schedules
+            # Backlog: due rows in the queue, the runs claimed (_LEASED_SQL), the outbox's, and schedules
             # whose cursor is already due (at least one instant not even materialized).
             depth_sql = (
                 "SELECT /* bench */ (SELECT count(*) FROM dispatch WHERE visible_at <= %(now)s)"
-                " + (SELECT coalesce(sum(open), 0) FROM claim_batches), "
+                f" + {_LEASED_SQL}, "
                 "(SELECT count(*) FROM outbox WHERE available_at <= %(now)s), "
                 "(SELECT count(*) FROM schedules WHERE state = 'active' AND next_run_at <= %(now)s), "
                 "greatest(0, extract(epoch FROM %(now)s - (SELECT min(next_run_at) FROM schedules "

@@ -243,7 +243,8 @@ class Driver(Protocol):
         """The reaper's pick (``params``: ``now``, ``limit``): the lost runs of expired
         leases, locked, as rows (queue row id or None, occurrence id, attempt, max attempts,
         tenant, token, worker id, the attempt's start). SQLite: the oldest ``limit`` expired
-        queue rows; PostgreSQL: every lost run of the oldest ``limit`` expired batches."""
+        queue rows; PostgreSQL: every lost run of the oldest expired batches that hold
+        ``limit`` open runs (whole batches, the first whatever its size)."""
         ...
 
 

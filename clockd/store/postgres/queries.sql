@@ -422,6 +422,17 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     UNION ALL
 -- include: claim_oldest
 
+-- fragment: claim_batch_row
+-- The claimed batch's lease row (schema 0022), the step after `leased` and `started` in
+-- claim_lease and claim_start (one text, included by both): the batch's token is the
+-- engine's first fresh token, `open` the runs started, `occurrence_ids` every row taken,
+-- in start order (what the reaper and claim_unlease_unstarted read).
+), batch AS (
+    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, open, occurrence_ids)
+    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, (SELECT count(*) FROM started),
+           array_agg(l.occurrence_id ORDER BY l.start_no)
+    FROM leased AS l HAVING count(*) > 0
+
 -- name: claim_lease
 -- The claim, one statement chain. SQLite runs its steps as statements of their own
 -- (SqliteDriver.claim: claim_tenants, claim_pick_fair and claim_pick pick, claim_judge
@@ -548,11 +559,7 @@ WITH RECURSIVE tenants (queue, tenant) AS (
     FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
     RETURNING o.id, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for, o.max_attempts,
               leased.lease_token, leased.trank, leased.visible_at, leased.id AS dispatch_id
-), batch AS (
-    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, open, occurrence_ids)
-    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, (SELECT count(*) FROM started),
-           array_agg(l.occurrence_id ORDER BY l.start_no)
-    FROM leased AS l HAVING count(*) > 0
+-- include: claim_batch_row
 ), counted AS (
     UPDATE tenant_limits AS l
     SET running = l.running + c.n,
@@ -600,9 +607,7 @@ ORDER BY trank, visible_at, dispatch_id;
 -- `starters` out of the queue, lease them as one batch (schema 0022: the batch's token
 -- is the engine's first fresh token, a run's `<batch>.<occurrence id>`, see lease_tokens)
 -- and start their runs, each checked claimable as it starts (a row whose occurrence is
--- not is taken and not started: see claim_plain). The batch lists every row taken, in
--- start order (what the reaper and claim_unlease_unstarted read); `open` counts the runs
--- started.
+-- not is taken and not started: see claim_plain); then the batch's row (claim_batch_row).
 ), leased AS (
     DELETE FROM dispatch USING starters AS s
     WHERE dispatch.id = s.id
@@ -615,11 +620,7 @@ ORDER BY trank, visible_at, dispatch_id;
     FROM leased WHERE o.id = leased.occurrence_id AND o.state = ANY(%(claimable)b::text[])
     RETURNING o.id, leased.lease_token, o.attempts, o.schedule_id, o.schedule_version, o.scheduled_for,
               o.max_attempts, leased.start_no
-), batch AS (
-    INSERT INTO claim_batches (token, worker_id, lease_until, leased_at, open, occurrence_ids)
-    SELECT (%(tokens)b::text[])[1], %(worker_id)s, %(lease_until)s, %(now)s, (SELECT count(*) FROM started),
-           array_agg(l.occurrence_id ORDER BY l.start_no)
-    FROM leased AS l HAVING count(*) > 0
+-- include: claim_batch_row
 )
 
 -- name: claim_plain

@@ -267,6 +267,11 @@ async def running(store: Store, name: str = "backup", **changes: Unpack[Changes]
     return schedule, await claim_one(store)
 
 
+def batch_of(token: str) -> str:
+    """The claimed batch a PostgreSQL lease token belongs to (schema 0022: ``<batch>.<occurrence id>``)."""
+    return token.split(".", 1)[0]
+
+
 async def scalar(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
     """The one value of a PostgreSQL query (psycopg placeholders) run on its own connection."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

@@ -16,7 +16,7 @@ from clockd.store import Completion, Fence
 from clockd.store.postgres.store import MIGRATIONS, PostgresStore
 from tests.harness import PostgresServer
 
-from .support import LEASE, MIN, SEC, T0, add_schedule, enqueue, scalar
+from .support import LEASE, MIN, SEC, T0, add_schedule, batch_of, enqueue, scalar
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -28,7 +28,7 @@ async def test_a_batch_row_lives_while_its_runs_are_open(pg_store: PostgresStore
     for i in range(4):
         await enqueue(pg_store, await add_schedule(pg_store, f"s{i}", next_run_at=T0))
     claims = await pg_store.claim(["default"], "w", 4, LEASE, T0 + SEC)
-    batch = claims[0].lease_token.split(".")[0]
+    batch = batch_of(claims[0].lease_token)
     assert [c.lease_token for c in claims] == [f"{batch}.{c.occurrence_id}" for c in claims]
     assert await scalar(pg_dsn, "SELECT count(*) FROM dispatch") == 0  # claimed runs leave the queue
     assert await scalar(pg_dsn, "SELECT open FROM claim_batches WHERE token = %s", (batch,)) == 4

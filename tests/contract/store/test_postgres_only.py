@@ -27,7 +27,7 @@ from clockd.store.postgres import PostgresStore
 from clockd.store.postgres.store import KNOWN_VERSION, MIGRATIONS, PG, Q
 from tests.harness import PostgresServer, free_port
 
-from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, definition, planned, running, scalar
+from .support import FENCE, LEASE, MIN, SEC, T0, add_schedule, batch_of, definition, planned, running, scalar
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
@@ -85,11 +85,6 @@ def claim_params(queues: list[str], limit: int) -> dict[str, Any]:
         "claimable": [s.value for s in states.sources("claim")],
         **policy_rules(),
     }
-
-
-def batch_of(token: str) -> str:
-    """The claimed batch a lease token belongs to (schema 0022: ``<batch>.<occurrence id>``)."""
-    return token.split(".", 1)[0]
 
 
 async def waiting_on_a_lock(dsn: str, count: int, *, statement: str = "") -> None:
