@@ -57,8 +57,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-PERIODS = (1, 2, 5, 10)
-SHARDS = 64
+from bench.distributed import PERIODS, SHARDS  # the sustained run's periods and shards
+from clockd.core.ids import shard_of
+
 TICK = 2  # seconds between the materializer's full ticks while caught up
 WARM_TICKS = max(PERIODS) // TICK  # every schedule fires once in the warm-up
 
@@ -69,21 +70,32 @@ _CURSOR_TABLE = (
     "CREATE INDEX schedule_cursors_due ON schedule_cursors (shard, next_run_at, id) WHERE state = 'active'",
     "ANALYZE schedule_cursors",
 )
-# The layout changes: variant → (the statements that make it, the writes it is measured on).
-VARIANTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "as built": ((), (INSERT, ADVANCE)),
-    "without occurrences_recent": (("DROP INDEX occurrences_recent",), (INSERT,)),
-    "without occurrences_by_schedule": (("DROP INDEX occurrences_by_schedule",), (INSERT,)),
-    "occurrences_by_schedule ascending": (
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A layout change: the statements that make it, the writes it is measured on and the
+    table the cursor moves update."""
+
+    changes: tuple[str, ...]
+    writes: tuple[str, ...]
+    cursors_in: str = "schedules"
+
+
+VARIANTS: dict[str, Variant] = {
+    "as built": Variant((), (INSERT, ADVANCE)),
+    "without occurrences_recent": Variant(("DROP INDEX occurrences_recent",), (INSERT,)),
+    "without occurrences_by_schedule": Variant(("DROP INDEX occurrences_by_schedule",), (INSERT,)),
+    "occurrences_by_schedule ascending": Variant(
         (
             "DROP INDEX occurrences_by_schedule",
             "CREATE INDEX occurrences_by_schedule ON occurrences (schedule_id, scheduled_for)",
         ),
         (INSERT,),
     ),
-    "without dispatch_ready": (("DROP INDEX dispatch_ready",), (INSERT,)),
-    "without dispatch_ready_tenant": (("DROP INDEX dispatch_ready_tenant",), (INSERT,)),
-    "cursor in a table of its own": (_CURSOR_TABLE, (ADVANCE,)),
+    "without dispatch_ready": Variant(("DROP INDEX dispatch_ready",), (INSERT,)),
+    "without dispatch_ready_tenant": Variant(("DROP INDEX dispatch_ready_tenant",), (INSERT,)),
+    "cursor in a table of its own": Variant(_CURSOR_TABLE, (ADVANCE,), "schedule_cursors"),
 }
 
 
@@ -102,15 +114,19 @@ def schedules(rate: int) -> list[Schedule]:
     for period in PERIODS:
         for i in range(rate * period // len(PERIODS)):
             sid = str(uuid.uuid4())
-            out.append(Schedule(sid, period, (i % (period * 10)) / 10, int(uuid.UUID(sid)) % SHARDS))
+            out.append(Schedule(sid, period, (i % (period * 10)) / 10, shard_of(sid, SHARDS)))
     return out
+
+
+def first_at(s: Schedule, start: float) -> float:
+    """The schedule's first fire at or after ``start`` (seconds after the base instant)."""
+    return s.offset + s.period * max(0, -(-(start - s.offset) // s.period))
 
 
 def instants(found: Sequence[Schedule], start: float, end: float) -> Iterator[tuple[Schedule, float]]:
     """Each schedule's fires in [start, end) (seconds after the base instant)."""
     for s in found:
-        k = -(-(start - s.offset) // s.period)
-        at = s.offset + k * s.period
+        at = first_at(s, start)
         while at < end:
             yield s, at
             at += s.period
@@ -152,7 +168,9 @@ class Writer:
     def at(self, seconds: float) -> datetime:
         return self.base + timedelta(seconds=seconds)
 
-    def write(self, tick: dict[int, list[tuple[Schedule, float]]], which: Sequence[str], table: str) -> None:
+    def write(
+        self, tick: dict[int, list[tuple[Schedule, float]]], which: Sequence[str], table: str = "schedules"
+    ) -> None:
         now = datetime.now(UTC)
         if INSERT in which:
             for rows in tick.values():
@@ -170,10 +188,8 @@ class Writer:
         if ADVANCE in which:
             statement = self.advance.replace("UPDATE schedules AS s", f"UPDATE {table} AS s")
             for rows in tick.values():
-                last: dict[str, tuple[float, int]] = {}  # each schedule's last instant here, its period
-                for s, when in rows:
-                    last[s.id] = (max(last.get(s.id, (when, 0))[0], when), s.period)
-                nxt = {i: when + period for i, (when, period) in last.items()}  # the cursor after them
+                # Each schedule's cursor after its last instant here (a schedule's come in order).
+                nxt = {s.id: when + s.period for s, when in rows}
                 ids = list(nxt)
                 expected = [self.at(self.cursors[i]) for i in ids]
                 found = self.conn.execute(
@@ -186,18 +202,6 @@ class Writer:
                 self.cursors.update(nxt)
 
 
-_STATS = """
-SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(rows), 0), coalesce(sum(wal_bytes), 0)
-FROM pg_stat_statements
-WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE %s
-"""
-
-
-def _stats(conn: Any, name: str) -> tuple[float, float, float]:
-    found = conn.execute(_STATS, (f"/* {name} */%",)).fetchone()
-    return float(found[0]), float(found[1]), float(found[2])
-
-
 def run(
     rate: int, history: int, seconds: int, rounds: int, names: Sequence[str] = tuple(VARIANTS)
 ) -> list[tuple[str, str, float, float, float]]:
@@ -205,7 +209,7 @@ def run(
     import psycopg
 
     from bench.bulk import Template
-    from bench.servers import STATS_SETTINGS, log, url_dsn
+    from bench.servers import STATS_SETTINGS, log, statement_totals, url_dsn
     from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
     from clockd.store.postgres.store import PostgresStore
     from tests.harness.postgres import PostgresServer
@@ -213,7 +217,7 @@ def run(
     found = schedules(rate)
     base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=history)
     # Every cursor at its first instant not in the history (the measured ticks start there).
-    cursors = {s.id: s.offset + s.period * max(0, -(-(history - s.offset) // s.period)) for s in found}
+    cursors = {s.id: first_at(s, history) for s in found}
     pg = PostgresServer(durable=True, settings=STATS_SETTINGS).start()
     try:
         admin = pg.dsn("postgres")
@@ -242,7 +246,7 @@ def run(
                                     base, specs[s.period]))  # fmt: skip
             writer = Writer(conn, base, cursors)
             for tick in ticks(found, 0, history):
-                writer.write(tick, (INSERT,), "schedules")
+                writer.write(tick, (INSERT,))
             conn.execute("DELETE FROM dispatch")
             conn.execute(
                 "UPDATE occurrences SET state = 'SUCCEEDED', attempts = 1, started_at = scheduled_for, "
@@ -252,46 +256,42 @@ def run(
             (count,) = conn.execute("SELECT count(*) FROM occurrences").fetchone() or (0,)
         log(f"materializer_writes: {len(found):,} schedules, {count:,} occurrences of history")
         work = list(ticks(found, history, history + TICK * WARM_TICKS + seconds))
-        per_round_by: dict[str, list[dict[str, float]]] = {INSERT: [], ADVANCE: []}
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
         names = ["as built", *(n for n in names if n != "as built")]
         for r in range(rounds):
             order = names[r % len(names) :] + names[: r % len(names)]
-            this_round: dict[str, dict[str, float]] = {INSERT: {}, ADVANCE: {}}
             for name in order:
-                changes, which = VARIANTS[name]
+                variant = VARIANTS[name]
                 copy_name = f"mw_{r}_{names.index(name)}"
                 with psycopg.connect(admin, autocommit=True) as conn:
                     conn.execute(f"CREATE DATABASE {copy_name} TEMPLATE mw_base STRATEGY FILE_COPY")
                 try:
                     with psycopg.connect(url_dsn(admin, copy_name), autocommit=True) as conn:
-                        for statement in changes:
+                        for statement in variant.changes:
                             conn.execute(statement)
-                        table = "schedule_cursors" if name == "cursor in a table of its own" else "schedules"
                         # The copy's checkpoint done before, not during, the writes; then the
                         # warm-up's ticks touch every schedule's index entries once (a
                         # page's first change after a checkpoint logs the whole page).
                         conn.execute("CHECKPOINT")
                         writer = Writer(conn, base, cursors)
                         for tick in work[:WARM_TICKS]:
-                            writer.write(tick, which, table)
+                            writer.write(tick, variant.writes, variant.cursors_in)
                         conn.execute("SELECT pg_stat_statements_reset()")
                         for tick in work[WARM_TICKS:]:
-                            writer.write(tick, which, table)
-                        for statement in which:
-                            ms, rows, wal = _stats(conn, statement)
+                            writer.write(tick, variant.writes, variant.cursors_in)
+                        for statement in variant.writes:
+                            ms, rows, wal = statement_totals(conn, f"/* {statement} */%")
                             us = ms * 1000 / max(rows, 1)
                             figures.setdefault((name, statement), []).append((us, wal / max(rows, 1)))
-                            this_round[statement][name] = us
                             log(f"materializer_writes: round {r + 1}, {name}: {statement} {us:.1f} µs a row")
                 finally:
                     with psycopg.connect(admin, autocommit=True) as conn:
                         conn.execute(f"DROP DATABASE {copy_name}")
-            for statement, measured in this_round.items():
-                per_round_by[statement].append(measured)
         out: list[tuple[str, str, float, float, float]] = []
         for statement in (INSERT, ADVANCE):
-            ratios = ratio_medians(per_round_by[statement])
+            ratios = ratio_medians(
+                [{n: v[r][0] for (n, st), v in figures.items() if st == statement} for r in range(rounds)]
+            )
             for name in names:
                 if (name, statement) in figures:
                     samples = figures[(name, statement)]

@@ -75,6 +75,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def statement_totals(conn: psycopg.Connection[Any], like: str) -> tuple[float, int, float]:
+    """(total ms, rows, WAL bytes) of this database's statements (pg_stat_statements) whose
+    text matches the LIKE pattern ``like`` (clockd's begin ``/* name */``)."""
+    found = conn.execute(
+        "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(rows), 0), coalesce(sum(wal_bytes), 0) "
+        "FROM pg_stat_statements "
+        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE %s",
+        (like,),
+    ).fetchone()
+    assert found is not None
+    return float(found[0]), int(found[1]), float(found[2])
+
+
 def load_average() -> str:
     """The load average, printed beside figures taken on a shared machine."""
     one, five, _ = os.getloadavg()

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 
 from bench.cluster import row
-from bench.servers import STATS_SETTINGS, log, url_dsn
+from bench.servers import STATS_SETTINGS, log, statement_totals, url_dsn
 from bench.servers import load_average as _load
 from clockd.core.clock import ManualClock
 from clockd.core.model import NoopTarget, ScheduleDef, ScheduleKind
@@ -60,13 +60,8 @@ def _params(schedule_id: str, base: datetime, n: int, offset: int) -> dict[str, 
 
 def statement_stats(conn: psycopg.Connection[Any], needle: str) -> tuple[float, int]:
     """(total ms, rows) of the statements whose text contains ``needle``."""
-    found = conn.execute(
-        "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(rows), 0) FROM pg_stat_statements "
-        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query LIKE %s",
-        (f"%{needle}%",),
-    ).fetchone()
-    assert found is not None
-    return float(found[0]), int(found[1])
+    ms, rows, _ = statement_totals(conn, f"%{needle}%")
+    return ms, rows
 
 
 async def _schedule(dsn: str) -> str:

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from bench.materializer_writes import PERIODS, SHARDS, TICK, Schedule, instants, ratio_medians, schedules, ticks
+from bench.distributed import PERIODS, SHARDS
+from bench.materializer_writes import TICK, Schedule, instants, ratio_medians, schedules, ticks
 
 
 def test_each_period_group_fires_at_an_equal_share_of_the_rate() -> None:
